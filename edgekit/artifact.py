@@ -1,0 +1,92 @@
+"""The artifact: a model file in some format with its signature and provenance."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edgekit.errors import InputMismatchError
+
+Dim = int | str | None  # an int is static; a str or None is dynamic (named or not)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One model input or output: name, shape (dynamic dims as names or None) and numpy dtype name."""
+
+    name: str
+    shape: tuple[Dim, ...]
+    dtype: str = "float32"
+
+    def shape_text(self) -> str:
+        return "x".join(str(d) if isinstance(d, int) else (d or "?") for d in self.shape)
+
+    def is_static(self) -> bool:
+        return all(isinstance(d, int) for d in self.shape)
+
+    def concrete_shape(self, batch: int) -> tuple[int, ...]:
+        """The shape with a dynamic batch dim set to `batch`; other dynamic dims are an error."""
+        dims = [batch if i == 0 and not isinstance(d, int) else d for i, d in enumerate(self.shape)]
+        if not all(isinstance(d, int) for d in dims):
+            raise InputMismatchError(
+                f"input '{self.name}' has dynamic dims ({self.shape_text()}) edgekit cannot guess",
+                hint=f"give the shape with --input {self.name}:1x...:{self.dtype}",
+            )
+        return tuple(dims)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+
+def parse_input_spec(text: str) -> TensorSpec:
+    """Parse NAME:SHAPE[:DTYPE] as in `--input image:1x3x224x224:float32` (a dim may be a name)."""
+    parts = text.split(":")
+    if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
+        raise InputMismatchError(f"--input '{text}' is not NAME:SHAPE[:DTYPE]", hint="e.g. --input image:1x3x224x224:float32")
+    dims = tuple(int(d) if d.isdigit() else d for d in parts[1].lower().split("x"))
+    dtype = parts[2] if len(parts) == 3 else "float32"
+    _check_dtype(dtype, text)
+    return TensorSpec(parts[0], dims, dtype)
+
+
+def _check_dtype(dtype: str, text: str) -> None:
+    import numpy as np
+
+    try:
+        np.dtype(dtype)
+    except TypeError:
+        raise InputMismatchError(f"--input '{text}': unknown dtype '{dtype}'", hint="use a numpy dtype name such as float32, int64, uint8") from None
+
+
+@dataclass
+class Artifact:
+    """A model file plus what edgekit knows about it."""
+
+    path: Path
+    format: str
+    precision: str = "fp32"
+    inputs: list[TensorSpec] = field(default_factory=list)
+    outputs: list[TensorSpec] = field(default_factory=list)
+    meta: dict = field(default_factory=dict)
+
+    def files(self) -> list[Path]:
+        """The file itself and any side files (ONNX external data, OpenVINO .bin)."""
+        return [self.path, *[Path(p) for p in self.meta.get("side_files", [])]]
+
+    def size_bytes(self) -> int:
+        return sum(file_size(p) for p in self.files())
+
+    def to_dict(self) -> dict:
+        return {
+            "path": str(self.path), "format": self.format, "precision": self.precision,
+            "size_bytes": self.size_bytes(), "inputs": [s.to_dict() for s in self.inputs],
+            "outputs": [s.to_dict() for s in self.outputs], "meta": self.meta,
+        }
+
+
+def file_size(path: Path) -> int:
+    """Size of a file, or of all files under a folder (SavedModel, IR pairs)."""
+    path = Path(path)
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    return path.stat().st_size if path.exists() else 0

@@ -1,0 +1,9 @@
+"""Data for calibration and validation: one source format, sampled once, checked before any work.
+
+A source yields named numpy arrays (and labels where it has them) as `Samples`; adapters in
+`edgekit.calibration.adapters` turn `Samples` into what each backend's calibrator wants.
+"""
+
+from edgekit.calibration.samples import Samples, load_samples, random_samples
+
+__all__ = ["Samples", "load_samples", "random_samples"]

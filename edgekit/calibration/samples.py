@@ -1,0 +1,104 @@
+"""Samples: named arrays [N, ...] with optional labels and provenance; loading and checking them."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.artifact import TensorSpec
+from edgekit.errors import EdgekitError, InputMismatchError
+from edgekit.targets.base import check_array
+
+log = logging.getLogger("edgekit")
+LABEL_KEYS = ("labels", "label", "y")
+FEW_SAMPLES = 100
+
+
+@dataclass
+class Samples:
+    """N samples: `arrays` maps input names to [N, ...] arrays; `labels` is [N] or None."""
+
+    arrays: dict[str, np.ndarray]
+    labels: np.ndarray | None = None
+    provenance: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(next(iter(self.arrays.values()))) if self.arrays else 0
+
+    def batches(self, size: int) -> Iterator[dict[str, np.ndarray]]:
+        """Consecutive batches of at most `size` samples, in order."""
+        for start in range(0, len(self), size):
+            yield {k: v[start:start + size] for k, v in self.arrays.items()}
+
+    def bind(self, specs: list[TensorSpec]) -> Samples:
+        """Name the arrays after `specs` and check their shapes and dtypes (errors name the input)."""
+        arrays = dict(self.arrays)
+        if len(arrays) == 1 and len(specs) == 1 and specs[0].name not in arrays:
+            arrays = {specs[0].name: next(iter(arrays.values()))}
+        missing = [s.name for s in specs if s.name not in arrays]
+        if missing:
+            raise InputMismatchError(f"data has no array for input(s) {missing}; it has {sorted(arrays)}", hint="key the .npz arrays by the model's input names (see `edgekit info`)")
+        for s in specs:
+            check_array(s, arrays[s.name])
+        bound = {s.name: arrays[s.name] for s in specs}
+        return Samples(bound, self.labels, {**self.provenance, "sha256": content_hash(bound, self.labels)})
+
+
+def content_hash(arrays: dict[str, np.ndarray], labels: np.ndarray | None) -> str:
+    """SHA-256 over the arrays (in name order) and labels: identifies exactly what was used."""
+    digest = hashlib.sha256()
+    for name in sorted(arrays):
+        digest.update(name.encode())
+        digest.update(np.ascontiguousarray(arrays[name]).tobytes())
+    if labels is not None:
+        digest.update(np.ascontiguousarray(labels).tobytes())
+    return digest.hexdigest()
+
+
+def choose(count: int, limit: int | None, seed: int) -> np.ndarray:
+    """Deterministic indices of at most `limit` of `count` samples, in ascending order."""
+    if limit is None or limit >= count:
+        return np.arange(count)
+    return np.sort(np.random.default_rng(seed).choice(count, limit, replace=False))
+
+
+def load_samples(spec: str, limit: int | None = None, seed: int = 0, preprocess: str | None = None, specs: list[TensorSpec] | None = None) -> Samples:
+    """Read samples from an .npz/.npy file, an image folder or a `module:function`; sample `limit` of them."""
+    from edgekit.calibration import sources
+
+    path = Path(spec)
+    if path.is_dir():
+        samples = sources.image_folder(path, limit, seed, preprocess, specs)
+    elif path.suffix in (".npz", ".npy"):
+        samples = sources.numpy_file(path, limit, seed)
+    elif ":" in spec and not path.exists():
+        samples = sources.from_callable(spec, limit, specs)
+    else:
+        raise EdgekitError(f"data not found or not readable: {spec}", hint="give an .npz/.npy file, a folder of images, or module:function")
+    if len(samples) == 0:
+        raise EdgekitError(f"no samples in {spec}", hint="the data source is empty")
+    samples.provenance.update(source=spec, samples=len(samples), seed=seed, random=False)
+    return samples if specs is None else samples.bind(specs)
+
+
+def random_samples(specs: list[TensorSpec], count: int, seed: int = 0) -> Samples:
+    """Uniform random inputs: only for plumbing, and marked as such in every report."""
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for s in specs:
+        shape = (count, *s.concrete_shape(1)[1:])
+        kind = np.dtype(s.dtype).kind
+        arrays[s.name] = rng.random(shape, dtype=np.float32).astype(s.dtype) if kind == "f" else np.zeros(shape, s.dtype)
+    provenance = {"source": "random", "samples": count, "seed": seed, "random": True, "sha256": content_hash(arrays, None)}
+    return Samples(arrays, None, provenance)
+
+
+def warn_if_few(samples: Samples, purpose: str = "calibration") -> None:
+    """Warn when a calibration set is too small to be representative."""
+    if len(samples) < FEW_SAMPLES:
+        log.warning("only %d samples for %s: use at least %d for representative ranges", len(samples), purpose, FEW_SAMPLES)

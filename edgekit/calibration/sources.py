@@ -1,0 +1,90 @@
+"""The data sources: numpy files, image folders (with preprocessing), Python callables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.artifact import TensorSpec
+from edgekit.calibration.preprocess import Preprocess
+from edgekit.calibration.samples import LABEL_KEYS, Samples, choose
+from edgekit.errors import EdgekitError, InputMismatchError
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff"}
+
+
+def numpy_file(path: Path, limit: int | None, seed: int) -> Samples:
+    """An .npz (arrays keyed by input name, optional `labels`) or an .npy (one input)."""
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise EdgekitError(f"cannot read {path.name}: {exc}", hint="save the data with np.savez / np.save (no pickled objects)") from None
+    if isinstance(loaded, np.ndarray):
+        arrays, labels = {path.stem: loaded}, None
+    else:
+        with loaded:
+            arrays = {k: loaded[k] for k in loaded.files if k not in LABEL_KEYS}
+            labels = next((loaded[k] for k in LABEL_KEYS if k in loaded.files), None)
+    counts = {len(a) for a in arrays.values()} | ({len(labels)} if labels is not None else set())
+    if len(counts) > 1:
+        raise InputMismatchError(f"arrays in {path.name} have different sample counts {sorted(counts)}", hint="every array's first axis must be the sample axis")
+    index = choose(counts.pop() if counts else 0, limit, seed)
+    return Samples({k: v[index] for k, v in arrays.items()}, None if labels is None else labels[index].astype(np.int64), {"kind": "numpy"})
+
+
+def image_folder(path: Path, limit: int | None, seed: int, preprocess: str | None, specs: list[TensorSpec] | None) -> Samples:
+    """Images under `path`; class subfolders (sorted) give integer labels."""
+    files = sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+    if not files:
+        raise EdgekitError(f"no images in {path}", hint=f"put {', '.join(sorted(IMAGE_SUFFIXES))} files there (class subfolders give labels)")
+    if not specs or len(specs) != 1:
+        raise EdgekitError("an image folder feeds a model with exactly one image input", hint="use an .npz keyed by input name for other models")
+    recipe = Preprocess.parse(preprocess, specs[0])
+    chosen = [files[i] for i in choose(len(files), limit, seed)]
+    images = np.stack([recipe.apply(_read_image(f)) for f in chosen])
+    classes = sorted({f.parent.name for f in files if f.parent != path})
+    labels = np.array([classes.index(f.parent.name) for f in chosen]) if classes and all(f.parent != path for f in chosen) else None
+    return Samples({specs[0].name: images}, labels, {"kind": "images", "preprocess": recipe.describe(), "classes": classes})
+
+
+def _read_image(path: Path):
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as img:
+            img.load()
+            return img.copy()
+    except (UnidentifiedImageError, OSError) as exc:
+        raise EdgekitError(f"cannot read image {path}: {str(exc).splitlines()[0]}", hint="remove or replace the unreadable file") from None
+
+
+def from_callable(spec: str, limit: int | None, specs: list[TensorSpec] | None) -> Samples:
+    """`module:function` returning an iterable of arrays (one input) or dicts of arrays, per sample or per batch."""
+    from edgekit.imports import import_attr
+
+    produced = import_attr(spec)()
+    chunks: dict[str, list[np.ndarray]] = {}
+    count = 0
+    for item in produced:
+        item = item if isinstance(item, dict) else {_only_name(specs): item}
+        for name, value in item.items():
+            value = np.asarray(value)
+            chunks.setdefault(name, []).append(value if _is_batch(name, value, specs) else value[None])
+        count += len(next(iter(chunks.values()))[-1])
+        if limit is not None and count >= limit:
+            break
+    arrays = {k: np.concatenate(v)[:limit] for k, v in chunks.items()}
+    labels = next((arrays.pop(k) for k in LABEL_KEYS if k in arrays), None)
+    return Samples(arrays, labels, {"kind": "callable"})
+
+
+def _only_name(specs: list[TensorSpec] | None) -> str:
+    if not specs or len(specs) != 1:
+        raise EdgekitError("the data callable yields bare arrays but the model has several inputs", hint="yield dicts keyed by input name")
+    return specs[0].name
+
+
+def _is_batch(name: str, value: np.ndarray, specs: list[TensorSpec] | None) -> bool:
+    spec = next((s for s in specs or [] if s.name == name), None)
+    return value.ndim >= 1 if spec is None else value.ndim == len(spec.shape)

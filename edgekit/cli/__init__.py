@@ -1,0 +1,60 @@
+"""The `edgekit` command line. Parses, calls the library, renders; imports frameworks only inside commands."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import typer
+
+from edgekit.errors import EdgekitError
+
+app = typer.Typer(
+    name="edgekit",
+    help="Take a trained model to an edge runtime and prove it still works there.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _options(
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show info-level logs."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only errors (for CI logs)."),
+) -> None:
+    level = logging.ERROR if quiet else logging.INFO if verbose else logging.WARNING
+    logging.basicConfig(level=level, format="%(levelname)s: %(message)s", stream=sys.stderr, force=True)
+    for noisy in ("onnxscript", "torch", "onnx_ir", "root"):
+        logging.getLogger(noisy).setLevel(max(level, logging.ERROR))
+
+
+def _register() -> None:
+    from edgekit.cli import convert, demo, info, measure
+
+    for module in (info, convert, measure, demo):
+        module.register(app)
+
+
+def main() -> None:
+    """Entry point: an EdgekitError becomes one line on stderr and exit 1."""
+    _register()
+    try:
+        app(standalone_mode=False)
+    except EdgekitError as exc:
+        print(f"error: {exc.one_line()}", file=sys.stderr)
+        sys.exit(1)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        print("aborted", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:  # click usage errors
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise

@@ -1,0 +1,98 @@
+"""Converters: one class per edge (torch->onnx, onnx->onnx quantization, ...), found through a lazy registry.
+
+Each converter declares the families it reads, the format it writes and the precisions it makes
+(and whether each needs calibration data). Planning, CLI choices and error messages derive from that.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from edgekit.artifact import TensorSpec
+from edgekit.errors import EdgekitError, RuntimeMissingError
+
+# "source family -> format": "module:Class". Importing a converter module imports no framework.
+CONVERTERS = {
+    ("torch", "onnx"): "edgekit.converters.torch_onnx:TorchToOnnx",
+    ("onnx", "onnx"): "edgekit.converters.onnx_quantize:OnnxQuantizer",
+}
+FORMATS = ("onnx",)
+PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic")
+CALIB_METHODS = ("minmax", "entropy", "percentile")
+
+
+@dataclass(frozen=True)
+class CalibrationOptions:
+    """Where calibration data comes from and how ranges are computed."""
+
+    data: str | None = None
+    samples: int = 300
+    method: str = "minmax"
+    seed: int = 0
+    preprocess: str | None = None
+    allow_random: bool = False
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    """Everything a conversion may take; each converter reads what applies to it."""
+
+    precision: str = "fp32"
+    inputs: tuple[TensorSpec, ...] = ()
+    calibration: CalibrationOptions = field(default_factory=CalibrationOptions)
+    per_tensor: bool = False
+    exclude: tuple[str, ...] = ()
+    for_target: str = "onnxruntime:cpu"
+    keep_io_types: bool = True
+
+
+class Converter:
+    """Capabilities on the class; `convert()` writes `out` and returns notes for the artifact's meta.
+
+    `model` is what the source family loads to (a torch module, a path to an .onnx file, ...);
+    `specs` are its inputs; `samples` are bound calibration samples when a precision needs them.
+    """
+
+    sources: ClassVar[tuple[str, ...]]
+    target_format: ClassVar[str]
+    precisions: ClassVar[dict[str, bool]]  # precision -> needs calibration data
+    package: ClassVar[str]
+    import_name: ClassVar[str]
+
+    @classmethod
+    def require(cls) -> None:
+        if importlib.util.find_spec(cls.import_name) is None:
+            raise RuntimeMissingError(f"converting to {cls.target_format} needs {cls.package}", hint=f"pip install {cls.package}")
+
+    def convert(self, model, specs: list[TensorSpec], out, options: ConvertOptions, samples=None) -> dict:
+        raise NotImplementedError
+
+
+def converter_for(family: str, to: str) -> type[Converter]:
+    """The registered converter from `family` to `to`."""
+    key = (family, to)
+    if key not in CONVERTERS:
+        known = ", ".join(f"{a}->{b}" for a, b in CONVERTERS)
+        raise EdgekitError(f"edgekit cannot convert {family} models to {to}", hint=f"supported: {known}")
+    module_name, _, cls = CONVERTERS[key].partition(":")
+    return getattr(importlib.import_module(module_name), cls)
+
+
+def plan(family: str, to: str, precision: str) -> list[tuple[type[Converter], str]]:
+    """Steps (converter, precision) from `family` to `to` at `precision`: direct, or fp32 then a pass on `to`."""
+    first = converter_for(family, to)
+    if precision in first.precisions:
+        return [(first, precision)]
+    if (to, to) in CONVERTERS and family != to:
+        second = converter_for(to, to)
+        if precision in second.precisions:
+            return [(first, "fp32"), (second, precision)]
+    supported = sorted(set(first.precisions) | set(converter_for(to, to).precisions if (to, to) in CONVERTERS else ()))
+    raise EdgekitError(f"{to} from {family} does not support precision {precision}", hint=f"choose one of: {', '.join(supported)}")
+
+
+def needs_calibration(steps: list[tuple[type[Converter], str]]) -> bool:
+    return any(conv.precisions.get(precision, False) for conv, precision in steps)

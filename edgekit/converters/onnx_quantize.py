@@ -1,0 +1,131 @@
+"""ONNX -> ONNX precision passes: fp16, dynamic int8, static int8 (QDQ) with calibration.
+
+The int8 scheme is chosen for the target the model is meant for, and the reason is recorded:
+on x86 with VNNI, u8 activations x s8 weights hit the fast u8s8 dot-product kernels (3-4x fp32
+here) while ONNX Runtime's s8s8 default was no faster than fp32; TensorRT wants symmetric s8.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from edgekit.converters import ConvertOptions, Converter
+from edgekit.errors import ConversionError, EdgekitError
+
+log = logging.getLogger("edgekit")
+
+
+@dataclass(frozen=True)
+class Int8Scheme:
+    """Activation/weight types and symmetry for static int8, and why."""
+
+    activations: str  # "uint8" | "int8"
+    weights: str
+    symmetric_activations: bool
+    reason: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def choose_scheme(for_target: str) -> Int8Scheme:
+    """The int8 scheme for a target such as onnxruntime:cpu or tensorrt:cuda."""
+    from edgekit.machine import has_vnni, machine_info
+
+    runtime, _, device = for_target.partition(":")
+    if runtime == "tensorrt" or device == "tensorrt":
+        return Int8Scheme("int8", "int8", True, "TensorRT's explicit quantization takes symmetric int8 Q/DQ (zero-point 0) only")
+    if machine_info()["arch"] in ("aarch64", "arm64"):
+        return Int8Scheme("int8", "int8", False, "on Arm64 ONNX Runtime's s8s8 kernels (SDOT/I8MM) are the fast path")
+    if has_vnni():
+        return Int8Scheme("uint8", "int8", False, "x86 with VNNI: u8 activations x s8 weights use the VPDPBUSD kernels (3-4x fp32 here); s8s8 was no faster than fp32")
+    return Int8Scheme("uint8", "int8", False, "x86 without VNNI: u8s8 is ONNX Runtime's fastest int8 path (watch for saturation on AVX2; --per-tensor off helps)")
+
+
+class OnnxQuantizer(Converter):
+    """fp16 (onnxconverter-common), int8-dynamic and static int8 QDQ (onnxruntime.quantization)."""
+
+    sources = ("onnx",)
+    target_format = "onnx"
+    precisions = {"fp32": False, "fp16": False, "int8": True, "int8-dynamic": False}
+    package = "onnxruntime"
+    import_name = "onnxruntime"
+
+    def convert(self, model: Path, specs, out: Path, options: ConvertOptions, samples=None) -> dict:
+        self.require()
+        passes = {"fp32": _copy, "fp16": _to_fp16, "int8-dynamic": _int8_dynamic, "int8": _int8_static}
+        try:
+            return passes[options.precision](Path(model), out, options, samples, specs)
+        except EdgekitError:
+            raise
+        except Exception as exc:  # onnxruntime.quantization raises plain exceptions for unsupported graphs
+            raise ConversionError(f"{options.precision} quantization failed: {str(exc).splitlines()[0][:300]}", hint="exclude the failing node with --exclude NODE, or try another precision") from None
+
+
+def _copy(model: Path, out: Path, options: ConvertOptions, samples, specs) -> dict:
+    shutil.copyfile(model, out)
+    return {}
+
+
+def _to_fp16(model: Path, out: Path, options: ConvertOptions, samples, specs) -> dict:
+    import onnx
+    from onnxconverter_common import float16
+
+    converted = float16.convert_float_to_float16(onnx.load(str(model)), keep_io_types=options.keep_io_types,
+                                                 node_block_list=list(options.exclude) or None)
+    onnx.save(converted, str(out))
+    return {"fp16": {"keep_io_types": options.keep_io_types, "note": "fp16 halves size; on CPUs without fp16 arithmetic ONNX Runtime computes many ops through casts, so it is rarely faster there"}}
+
+
+def _preprocessed(model: Path, workdir: Path) -> Path:
+    """ONNX Runtime's quantization pre-processing (shape inference + graph optimisation)."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    target = workdir / "pre.onnx"
+    try:
+        quant_pre_process(str(model), str(target))
+    except Exception as exc:  # symbolic shape inference fails on some exporter outputs
+        log.info("symbolic shape inference failed (%s); pre-processing without it", str(exc).splitlines()[0][:200])
+        quant_pre_process(str(model), str(target), skip_symbolic_shape=True)
+    return target
+
+
+def _int8_dynamic(model: Path, out: Path, options: ConvertOptions, samples, specs) -> dict:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with tempfile.TemporaryDirectory() as tmp:
+        pre = _preprocessed(model, Path(tmp))
+        # ConvInteger has u8-weight kernels only on CPU: dynamic int8 covers MatMul/Gemm (Linear, attention, RNN).
+        quantize_dynamic(str(pre), str(out), weight_type=QuantType.QInt8, per_channel=not options.per_tensor,
+                         op_types_to_quantize=["MatMul", "Gemm", "Attention", "LSTM", "GRU"], nodes_to_exclude=list(options.exclude))
+    return {"quantization": {"mode": "dynamic", "weights": "int8", "per_channel": not options.per_tensor, "ops": "MatMul/Gemm/Attention/RNN",
+                             "note": "activations are quantized at run time; convolutions stay float (use static int8 for CNNs)"}}
+
+
+def _int8_static(model: Path, out: Path, options: ConvertOptions, samples, specs) -> dict:
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    from edgekit.calibration.adapters import ort_reader
+
+    scheme = choose_scheme(options.for_target)
+    types = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}
+    methods = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy, "percentile": CalibrationMethod.Percentile}
+    with tempfile.TemporaryDirectory() as tmp:
+        pre = _preprocessed(model, Path(tmp))
+        quantize_static(str(pre), str(out), ort_reader(samples, _calibration_batch(specs, len(samples))), quant_format=QuantFormat.QDQ,
+                        per_channel=not options.per_tensor, activation_type=types[scheme.activations], weight_type=types[scheme.weights],
+                        calibrate_method=methods[options.calibration.method], nodes_to_exclude=list(options.exclude),
+                        extra_options={"ActivationSymmetric": scheme.symmetric_activations, "WeightSymmetric": True,
+                                       "CalibTensorRangeSymmetric": scheme.symmetric_activations})
+    return {"quantization": {"mode": "static", "format": "QDQ", "per_channel": not options.per_tensor, "method": options.calibration.method,
+                             "for_target": options.for_target, "excluded": list(options.exclude), **scheme.to_dict()}}
+
+
+def _calibration_batch(specs, count: int) -> int:
+    """A static batch dim must be fed as is; a dynamic one takes batches of 16."""
+    first = specs[0].shape[0] if specs and specs[0].shape else None
+    return first if isinstance(first, int) else min(16, count)

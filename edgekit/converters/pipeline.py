@@ -1,0 +1,105 @@
+"""`convert`: plan the steps, check inputs and calibration data before any work, write atomically."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import tempfile
+from pathlib import Path
+
+from edgekit.artifact import Artifact, TensorSpec
+from edgekit.calibration import Samples, load_samples, random_samples
+from edgekit.calibration.samples import warn_if_few
+from edgekit.converters import ConvertOptions, needs_calibration, plan
+from edgekit.errors import EdgekitError
+from edgekit.fileio import atomic_output
+from edgekit.loaders import ModelSource
+
+log = logging.getLogger("edgekit")
+SIDECAR_SUFFIX = ".edgekit.json"
+
+
+def convert(source: ModelSource, to: str, out: Path, options: ConvertOptions) -> Artifact:
+    """Convert `source` to format `to` at `options.precision`, written to `out`."""
+    steps = plan(source.family, to, options.precision)
+    calibrate = needs_calibration(steps)
+    if calibrate and not options.calibration.data and not options.calibration.allow_random:
+        raise EdgekitError(f"--precision {options.precision} needs calibration data", hint="pass --calib DATA (.npz, image folder or module:function) with a few hundred real samples")
+    model, specs = load_for_conversion(source, list(options.inputs))
+    samples = calibration_samples(options, specs) if calibrate else None
+    notes: dict = {}
+    with atomic_output(Path(out)) as final, tempfile.TemporaryDirectory() as work:
+        current = model
+        for i, (converter, precision) in enumerate(steps):
+            step_out = final if i == len(steps) - 1 else Path(work) / f"step{i}{final.suffix}"
+            notes |= converter().convert(current, specs, step_out, dataclasses.replace(options, precision=precision), samples)
+            current = step_out
+        artifact = describe(final, to, options.precision)
+        sidecar = _provenance(source, options, steps, notes, samples, artifact)
+        final.with_name(final.name + SIDECAR_SUFFIX).write_text(json.dumps(sidecar, indent=2, default=str) + "\n")
+    return describe(Path(out), to, options.precision, sidecar)
+
+
+def load_for_conversion(source: ModelSource, given: list[TensorSpec]):
+    """What converters take for this source family, and its input specs."""
+    if source.family == "torch":
+        from edgekit.loaders.torch import load_torch, resolve_input_specs
+
+        module, declared = load_torch(source)
+        return module, resolve_input_specs(module, declared, given)
+    if source.family == "onnx":
+        from edgekit.loaders.onnx import onnx_artifact
+
+        return source.path, onnx_artifact(source.path).inputs
+    raise EdgekitError(f"edgekit cannot convert {source.format} models yet", hint="convert from PyTorch or ONNX")
+
+
+def calibration_samples(options: ConvertOptions, specs: list[TensorSpec]) -> Samples:
+    """The calibration set, checked against the model's inputs before any conversion work."""
+    calib = options.calibration
+    if calib.data:
+        samples = load_samples(calib.data, calib.samples, calib.seed, calib.preprocess, specs)
+        warn_if_few(samples)
+    else:
+        log.warning("calibrating on RANDOM data as asked: the int8 result is not meaningful for accuracy")
+        samples = random_samples(specs, calib.samples, calib.seed)
+    samples.provenance["method"] = calib.method
+    return samples
+
+
+def describe(path: Path, fmt: str, precision: str, provenance: dict | None = None) -> Artifact:
+    """An Artifact for a file just written (or found on disk)."""
+    if fmt != "onnx":
+        raise EdgekitError(f"cannot describe {fmt} artifacts yet")
+    from edgekit.loaders.onnx import onnx_artifact
+
+    artifact = onnx_artifact(path, precision)
+    if provenance is None and path.with_name(path.name + SIDECAR_SUFFIX).exists():
+        provenance = read_provenance(path)
+    if provenance:
+        artifact.meta["provenance"] = provenance
+    return artifact
+
+
+def read_provenance(path: Path) -> dict | None:
+    """The sidecar edgekit wrote next to an artifact, if any."""
+    sidecar = Path(path).with_name(Path(path).name + SIDECAR_SUFFIX)
+    try:
+        return json.loads(sidecar.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _provenance(source: ModelSource, options: ConvertOptions, steps, notes: dict, samples: Samples | None, artifact: Artifact) -> dict:
+    from edgekit.machine import package_versions
+
+    return {
+        "source": {"spec": source.spec, "format": source.format},
+        "precision": options.precision,
+        "steps": [f"{conv.__name__}({precision})" for conv, precision in steps],
+        "inputs": [s.to_dict() for s in artifact.inputs],
+        "calibration": samples.provenance if samples is not None else None,
+        "versions": package_versions("torch", "onnx", "onnxruntime", "onnxscript", "onnxconverter-common"),
+        **notes,
+    }

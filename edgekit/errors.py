@@ -1,0 +1,33 @@
+"""Errors the user sees: what went wrong and what to do. Only the CLI prints them."""
+
+from __future__ import annotations
+
+
+class EdgekitError(Exception):
+    """A mistake or missing piece the user can fix; the CLI prints it on one line, exit 1."""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def one_line(self) -> str:
+        """The message and the hint, as the CLI prints them."""
+        text = " ".join(self.message.split())
+        return f"{text} (hint: {self.hint})" if self.hint else text
+
+
+class ModelLoadError(EdgekitError):
+    """A model file that is missing, corrupt, of the wrong kind, or a factory that does not exist."""
+
+
+class InputMismatchError(EdgekitError):
+    """Data or --input shapes/dtypes that do not fit the model's inputs."""
+
+
+class RuntimeMissingError(EdgekitError):
+    """A backend whose Python package is not installed."""
+
+
+class ConversionError(EdgekitError):
+    """A converter that could not produce an artifact (an unsupported op, a failed export)."""

@@ -1,0 +1,91 @@
+"""Read ONNX files: signature, parameter count, op histogram."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from edgekit.artifact import Artifact, TensorSpec
+from edgekit.errors import ModelLoadError
+
+
+def read_onnx(path: Path, load_weights: bool = True):
+    """Load an ONNX model, turning every kind of bad file into one clear error."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    try:
+        model = onnx.load(str(path), load_external_data=load_weights)
+    except (DecodeError, RuntimeWarning, ValueError, UnicodeDecodeError) as exc:
+        raise ModelLoadError(f"{Path(path).name} is not a valid ONNX file ({_first_line(exc)})", hint="re-export it; a truncated or text file cannot be read") from None
+    except FileNotFoundError as exc:
+        raise ModelLoadError(f"{Path(path).name}: external data file missing ({_first_line(exc)})", hint="keep the .onnx.data file next to the .onnx file") from None
+    if not model.graph.node:
+        raise ModelLoadError(f"{Path(path).name} is not a valid ONNX file (no graph)", hint="re-export it; the file may be truncated or not ONNX at all")
+    return model
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def value_specs(values) -> list[TensorSpec]:
+    """TensorSpecs of ONNX graph inputs/outputs."""
+    import onnx
+
+    specs = []
+    for v in values:
+        t = v.type.tensor_type
+        dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim)
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name if t.elem_type else "float32"
+        specs.append(TensorSpec(v.name, dims, dtype))
+    return specs
+
+
+def onnx_artifact(path: Path, precision: str | None = None) -> Artifact:
+    """An Artifact describing an ONNX file on disk."""
+    model = read_onnx(path, load_weights=False)
+    inits = {i.name for i in model.graph.initializer}
+    inputs = [s for s in value_specs(model.graph.input) if s.name not in inits]
+    side = [str(Path(path).parent / loc) for loc in _external_locations(model)]
+    meta = {"opset": _opset(model), "producer": f"{model.producer_name} {model.producer_version}".strip(), "side_files": side}
+    return Artifact(Path(path), "onnx", precision or guess_precision(model), inputs, value_specs(model.graph.output), meta)
+
+
+def _opset(model) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+def _external_locations(model) -> set[str]:
+    locations = set()
+    for init in model.graph.initializer:
+        for entry in init.external_data:
+            if entry.key == "location":
+                locations.add(entry.value)
+    return locations
+
+
+def guess_precision(model) -> str:
+    """fp32, fp16 or int8, from the ops and initializer types."""
+    ops = {n.op_type for n in model.graph.node}
+    if ops & {"QuantizeLinear", "QLinearConv", "MatMulInteger", "ConvInteger", "DynamicQuantizeLinear"}:
+        return "int8-dynamic" if "DynamicQuantizeLinear" in ops else "int8"
+    if any(i.data_type == 10 for i in model.graph.initializer):  # TensorProto.FLOAT16
+        return "fp16"
+    return "fp32"
+
+
+def onnx_summary(path: Path) -> dict:
+    """What `edgekit info` shows for an ONNX file."""
+    model = read_onnx(path)
+    params = sum(_numel(i.dims) for i in model.graph.initializer)
+    histogram = Counter(n.op_type for n in model.graph.node)
+    return {"parameters": params, "opset": _opset(model), "ops": dict(histogram.most_common())}
+
+
+def _numel(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n

@@ -1,0 +1,148 @@
+"""Load PyTorch models: .pt2 exported programs, TorchScript, module:factory + state dict, pickles."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+from edgekit.artifact import TensorSpec
+from edgekit.errors import InputMismatchError, ModelLoadError
+from edgekit.loaders import ModelSource
+
+
+def load_torch(source: ModelSource):
+    """The source as an eval-mode torch.nn.Module plus the input specs it declares (or None)."""
+    import torch
+
+    loaders = {"torch-export": _load_exported, "torchscript": _load_torchscript, "torch-factory": _load_factory, "torch-pickle": _load_pickle}
+    try:
+        module, specs = loaders[source.format](source)
+    except ModelLoadError:
+        raise
+    except (RuntimeError, ValueError, OSError, EOFError, KeyError) as exc:
+        raise ModelLoadError(f"cannot load {source.spec}: {_first_line(exc)}", hint="check the file was saved by torch.export.save, torch.jit.save or torch.save") from None
+    if isinstance(module, torch.nn.Module) and not isinstance(module, torch.fx.GraphModule):
+        module.eval()
+    return module, specs
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def _load_exported(source: ModelSource):
+    import torch
+
+    program = torch.export.load(str(source.spec))
+    return program.module(), exported_input_specs(program)
+
+
+def exported_input_specs(program) -> list[TensorSpec]:
+    """Input specs of a torch.export ExportedProgram, from its placeholder metadata."""
+    user_inputs = set(program.graph_signature.user_inputs)
+    specs = []
+    for node in program.graph.nodes:
+        if node.op == "placeholder" and node.name in user_inputs:
+            val = node.meta.get("val")
+            shape = tuple(int(d) if str(d).isdigit() else str(d) for d in val.shape)
+            specs.append(TensorSpec(node.name, shape, str(val.dtype).removeprefix("torch.")))
+    return specs
+
+
+def _load_torchscript(source: ModelSource):
+    import torch
+
+    return torch.jit.load(str(source.spec), map_location="cpu"), None
+
+
+def _load_pickle(source: ModelSource):
+    import torch
+
+    module = torch.load(str(source.spec), map_location="cpu", weights_only=False)
+    if not isinstance(module, torch.nn.Module):
+        raise ModelLoadError(f"{source.spec} holds a {type(module).__name__}, not a torch.nn.Module", hint="for a state dict name the factory that builds the model and pass --weights")
+    return module, None
+
+
+def _load_factory(source: ModelSource):
+    import torch
+
+    from edgekit.errors import EdgekitError
+    from edgekit.imports import import_attr
+
+    try:
+        factory = import_attr(source.spec, "function returning a torch.nn.Module")
+    except EdgekitError as exc:
+        raise ModelLoadError(exc.message, exc.hint) from None
+    model = factory()
+    if not isinstance(model, torch.nn.Module):
+        raise ModelLoadError(f"{source.spec} returned a {type(model).__name__}, not a torch.nn.Module", hint="the factory must return the model")
+    if source.weights is not None:
+        _load_state_dict(model, source.weights)
+    return model, None
+
+
+def _load_state_dict(model, weights: Path) -> None:
+    import torch
+
+    state = torch.load(str(weights), map_location="cpu", weights_only=True)
+    if isinstance(state, dict) and "state_dict" in state:
+        state = state["state_dict"]
+    result = model.load_state_dict(state, strict=False)
+    if result.missing_keys or result.unexpected_keys:
+        raise ModelLoadError(
+            f"{weights.name} does not fit the model: missing {result.missing_keys[:3]}, unexpected {result.unexpected_keys[:3]}",
+            hint="check that the factory builds the architecture the weights were trained with",
+        )
+
+
+def resolve_input_specs(module, declared: list[TensorSpec] | None, given: list[TensorSpec]) -> list[TensorSpec]:
+    """Input specs for a torch model: --input wins, then what the model declares."""
+    if given:
+        return given
+    if declared:
+        return declared
+    names = forward_input_names(module)
+    raise InputMismatchError(
+        "this PyTorch model does not record its input shapes",
+        hint=f"give them with --input, e.g. --input {names[0] if names else 'x'}:1x3x224x224:float32",
+    )
+
+
+def forward_input_names(module) -> list[str]:
+    """The names of a module's forward() parameters (best effort)."""
+    try:
+        params = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError, AttributeError):
+        return []
+    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def example_tensors(specs: list[TensorSpec], batch: int, seed: int = 0) -> tuple:
+    """Random example tensors for `specs`, a dynamic batch dim set to `batch`."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    tensors = []
+    for s in specs:
+        dtype = getattr(torch, s.dtype)
+        shape = s.concrete_shape(batch)
+        if dtype.is_floating_point:
+            tensors.append(torch.rand(shape, generator=gen, dtype=torch.float32).to(dtype))
+        else:
+            tensors.append(torch.zeros(shape, dtype=dtype))
+    return tuple(tensors)
+
+
+def check_forward(module, specs: list[TensorSpec], batch: int = 1) -> int:
+    """Run one forward pass on example inputs; a shape mismatch becomes a clear error. Returns the output count."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            out = module(*example_tensors(specs, batch))
+    except (RuntimeError, ValueError, TypeError, IndexError) as exc:
+        shapes = ", ".join(f"{s.name}:{s.shape_text()}:{s.dtype}" for s in specs)
+        raise InputMismatchError(f"the model does not accept inputs {shapes}: {_first_line(exc)}", hint="fix the shapes given with --input") from None
+    return len(out) if isinstance(out, (tuple, list)) else 1

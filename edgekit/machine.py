@@ -1,0 +1,65 @@
+"""Where numbers were measured: CPU, cores, versions."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+from functools import lru_cache
+
+
+@lru_cache(maxsize=1)
+def machine_info() -> dict:
+    """CPU model, cores and ISA features that change quantized speed."""
+    flags = _cpu_flags()
+    return {
+        "cpu": _cpu_model(),
+        "logical_cores": os.cpu_count(),
+        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "isa": [f for f in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "asimd") if f in flags],
+        "os": f"{platform.system()} {platform.release()}",
+        "arch": platform.machine(),
+        "python": platform.python_version(),
+    }
+
+
+def _cpu_model() -> str:
+    for line in _cpuinfo_lines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def _cpu_flags() -> set[str]:
+    for line in _cpuinfo_lines():
+        if line.startswith(("flags", "Features")):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+@lru_cache(maxsize=1)
+def _cpuinfo_lines() -> tuple[str, ...]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return tuple(f)
+    except OSError:
+        return ()
+
+
+def has_vnni() -> bool:
+    """AVX-512 VNNI or AVX-VNNI: u8 x s8 dot products are fast."""
+    return bool({"avx512_vnni", "avx_vnni"} & _cpu_flags())
+
+
+def package_versions(*names: str) -> dict[str, str]:
+    """Installed versions of `names` (missing ones omitted); edgekit and numpy always."""
+    versions = {}
+    for name in ("edgekit", "numpy", *names):
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            if name == "edgekit":
+                from edgekit import __version__
+
+                versions[name] = __version__
+    return versions

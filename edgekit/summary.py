@@ -1,0 +1,60 @@
+"""What `edgekit info` and `edgekit targets` report."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from edgekit.artifact import file_size
+from edgekit.loaders import ModelSource
+
+
+def model_info(source: ModelSource) -> dict:
+    """Format, signature, parameter count, size and op histogram of a model."""
+    summary = {"model": source.spec, "format": source.format, "size_bytes": file_size(source.path) if source.path else None}
+    if source.family == "onnx":
+        from edgekit.converters.pipeline import describe
+        from edgekit.loaders.onnx import onnx_summary
+
+        artifact = describe(source.path, "onnx", None)
+        summary.update(size_bytes=artifact.size_bytes(), precision=artifact.precision, inputs=[s.to_dict() for s in artifact.inputs],
+                       outputs=[s.to_dict() for s in artifact.outputs], **onnx_summary(source.path), provenance=artifact.meta.get("provenance"))
+    else:
+        summary.update(_torch_info(source))
+    return summary
+
+
+def _torch_info(source: ModelSource) -> dict:
+    from edgekit.loaders.torch import forward_input_names, load_torch
+
+    module, declared = load_torch(source)
+    info = {"parameters": sum(p.numel() for p in module.parameters()),
+            "inputs": [s.to_dict() for s in declared] if declared else [{"name": n, "shape": "unknown (give --input when converting)"} for n in forward_input_names(module)]}
+    ops = _op_histogram(module)
+    if ops:
+        info["ops"] = ops
+    return info
+
+
+def _op_histogram(module) -> dict | None:
+    """Ops of a graph-carrying module: TorchScript (inlined graph) or an exported program's GraphModule."""
+    if hasattr(module, "inlined_graph"):
+        kinds = [n.kind() for n in module.inlined_graph.nodes() if not n.kind().startswith("prim::")]
+    elif hasattr(module, "graph") and hasattr(module.graph, "nodes"):
+        kinds = [str(n.target) for n in module.graph.nodes if n.op == "call_function"]
+    else:
+        return None
+    return dict(Counter(kinds).most_common())
+
+
+def list_targets() -> list[dict]:
+    """Every registered runtime with its devices; a missing runtime names the package to install."""
+    from edgekit.targets import RUNNERS, runner_class
+
+    rows = []
+    for runtime in RUNNERS:
+        cls = runner_class(runtime)
+        if not cls.installed():
+            rows.append({"target": f"{runtime}:*", "available": False, "version": "-", "detail": f"pip install {cls.package}"})
+            continue
+        rows += [{"target": d.target, "available": d.available, "version": cls.version(), "detail": d.detail} for d in cls.devices()]
+    return rows

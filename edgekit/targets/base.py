@@ -1,0 +1,111 @@
+"""Runner: one model loaded in one runtime on one device. Backends fill in the `_impl` methods."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import time
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from edgekit.artifact import TensorSpec
+from edgekit.errors import InputMismatchError, RuntimeMissingError
+from edgekit.loaders import ModelSource
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """A device a runtime can use, as `edgekit targets` shows it."""
+
+    target: str
+    available: bool
+    detail: str = ""
+
+
+def default_threads() -> int:
+    """The cores this process may run on: the default thread count, always recorded."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+class Runner:
+    """Template: `load()` and `infer()` check and time; subclasses implement `_load_impl`/`_infer_impl`."""
+
+    runtime: ClassVar[str]
+    package: ClassVar[str]  # what to pip install
+    import_name: ClassVar[str]
+    families: ClassVar[tuple[str, ...]]  # model families it runs
+
+    def __init__(self, source: ModelSource, device: str = "cpu", threads: int | None = None, inputs: list[TensorSpec] | None = None) -> None:
+        self.source = source
+        self.device = device
+        self.threads = threads or default_threads()
+        self.inputs: list[TensorSpec] = list(inputs or [])
+        self.output_names: list[str] = []
+        self.load_seconds: float | None = None
+
+    @property
+    def target(self) -> str:
+        return f"{self.runtime}:{self.device}"
+
+    @classmethod
+    def installed(cls) -> bool:
+        return importlib.util.find_spec(cls.import_name) is not None
+
+    @classmethod
+    def require(cls) -> None:
+        if not cls.installed():
+            raise RuntimeMissingError(f"{cls.runtime} is not installed", hint=f"pip install {cls.package}")
+
+    @classmethod
+    def version(cls) -> str:
+        try:
+            return importlib.metadata.version(cls.package)
+        except importlib.metadata.PackageNotFoundError:
+            return "not installed"
+
+    @classmethod
+    def devices(cls) -> list[DeviceInfo]:
+        """Devices this runtime offers here (imports the runtime)."""
+        raise NotImplementedError
+
+    def load(self) -> float:
+        """Load the model; returns and records the load time in seconds."""
+        self.require()
+        start = time.perf_counter()
+        self._load_impl()
+        self.load_seconds = time.perf_counter() - start
+        return self.load_seconds
+
+    def infer(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Run one batch; `feeds` maps input names to arrays. Returns outputs in model order."""
+        if self.load_seconds is None:
+            self.load()
+        self._check_feeds(feeds)
+        return self._infer_impl(feeds)
+
+    def _check_feeds(self, feeds: dict[str, np.ndarray]) -> None:
+        expected = {s.name: s for s in self.inputs}
+        if set(feeds) != set(expected):
+            raise InputMismatchError(f"inputs {sorted(feeds)} do not match the model's inputs {sorted(expected)}", hint="name arrays in DATA after the model's inputs (see `edgekit info`)")
+        for name, array in feeds.items():
+            check_array(expected[name], array)
+
+    def _load_impl(self) -> None:
+        raise NotImplementedError
+
+    def _infer_impl(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def synchronize(self) -> None:
+        """Wait for queued device work (GPU runners); a no-op on the CPU."""
+
+
+def check_array(spec: TensorSpec, array: np.ndarray) -> None:
+    """An array fits a spec: same rank, equal static dims (the batch dim aside), same dtype."""
+    if array.ndim != len(spec.shape) or any(isinstance(d, int) and i > 0 and d != a for i, (d, a) in enumerate(zip(spec.shape, array.shape))):
+        raise InputMismatchError(f"input '{spec.name}': data shape {'x'.join(map(str, array.shape))} does not match the model's {spec.shape_text()}", hint="reshape the data or fix --input")
+    if array.dtype.name != spec.dtype:
+        raise InputMismatchError(f"input '{spec.name}': data dtype {array.dtype.name} but the model takes {spec.dtype}", hint=f"convert it, e.g. array.astype(np.{spec.dtype})")

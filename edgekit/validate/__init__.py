@@ -1,0 +1,1 @@
+"""Compare an artifact with its reference, measure latency, write reports, apply gates."""

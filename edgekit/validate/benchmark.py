@@ -1,0 +1,122 @@
+"""The latency protocol: load, first inference, warm-up, then timed runs reported as percentiles.
+
+Each artifact is measured in a fresh process (spawned, not forked), so its load time is cold, its
+peak RSS is its own, and one runtime's thread pools cannot slow the next one down.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import resource
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from edgekit.artifact import TensorSpec, file_size
+from edgekit.loaders import ModelSource
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """How to measure: target, threads, batch, warm-up and timed runs."""
+
+    target: str | None = None
+    threads: int | None = None
+    batch: int = 1
+    warmup: int = 10
+    runs: int = 100
+
+
+@dataclass(frozen=True)
+class LatencyStats:
+    """Per-batch latency in milliseconds over the timed runs."""
+
+    p50: float
+    p90: float
+    p99: float
+    mean: float
+    std: float
+    min: float
+    max: float
+    runs: int
+    batch: int
+    throughput: float  # samples per second, from the mean
+
+    @classmethod
+    def from_times(cls, times_ms: np.ndarray, batch: int) -> LatencyStats:
+        p50, p90, p99 = np.percentile(times_ms, [50, 90, 99])
+        mean = float(times_ms.mean())
+        return cls(float(p50), float(p90), float(p99), mean, float(times_ms.std()), float(times_ms.min()),
+                   float(times_ms.max()), len(times_ms), batch, batch * 1000.0 / mean if mean > 0 else 0.0)
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """Everything `edgekit bench` reports for one artifact on one target."""
+
+    artifact: str
+    target: str
+    runtime_version: str
+    threads: int
+    load_ms: float
+    first_inference_ms: float
+    latency: LatencyStats
+    peak_rss_mb: float
+    size_bytes: int
+    times_ms: list[float]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def measure(runner, feeds: dict[str, np.ndarray], warmup: int, runs: int) -> tuple[float, np.ndarray]:
+    """First-inference ms, then per-run ms after `warmup` untimed runs."""
+    start = time.perf_counter_ns()
+    runner.infer(feeds)
+    runner.synchronize()
+    first = (time.perf_counter_ns() - start) / 1e6
+    for _ in range(warmup):
+        runner.infer(feeds)
+    runner.synchronize()
+    times = np.empty(runs)
+    for i in range(runs):
+        start = time.perf_counter_ns()
+        runner.infer(feeds)
+        runner.synchronize()
+        times[i] = (time.perf_counter_ns() - start) / 1e6
+    return first, times
+
+
+def bench_in_process(source: ModelSource, settings: BenchSettings, inputs: list[TensorSpec] | None = None,
+                     feeds: dict[str, np.ndarray] | None = None) -> BenchResult:
+    """Measure one artifact in this process (the worker behind `bench`)."""
+    from edgekit.calibration import random_samples
+    from edgekit.targets import make_runner
+
+    runner = make_runner(source, settings.target, settings.threads, inputs)
+    runner.load()
+    if feeds is None:
+        feeds = next(random_samples(runner.inputs, settings.batch).batches(settings.batch))
+    first, times = measure(runner, feeds, settings.warmup, settings.runs)
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return BenchResult(source.spec, runner.target, runner.version(), runner.threads, runner.load_seconds * 1000, first,
+                       LatencyStats.from_times(times, settings.batch), peak_kb / 1024, _size(source), [round(t, 4) for t in times])
+
+
+def _size(source: ModelSource) -> int:
+    if source.path is None:
+        return 0
+    if source.format == "onnx":
+        from edgekit.loaders.onnx import onnx_artifact
+
+        return onnx_artifact(source.path).size_bytes()
+    return file_size(source.path)
+
+
+def bench(source: ModelSource, settings: BenchSettings, inputs: list[TensorSpec] | None = None,
+          feeds: dict[str, np.ndarray] | None = None) -> BenchResult:
+    """Measure one artifact in a fresh spawned process; errors come back as they were raised."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(bench_in_process, source, settings, inputs, feeds).result()

@@ -1,0 +1,98 @@
+"""`validate`: run the reference and the artifact on the same inputs, compare, time, report."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from edgekit.artifact import TensorSpec
+from edgekit.calibration import Samples, load_samples, random_samples
+from edgekit.loaders import ModelSource
+from edgekit.targets import make_runner
+from edgekit.validate.benchmark import BenchSettings, bench
+from edgekit.validate.compare import accuracy_percent, compare, is_classifier_output, run_batches
+from edgekit.validate.gate import Thresholds, check
+from edgekit.validate.report import new_report
+
+log = logging.getLogger("edgekit")
+RANDOM_WARNING = "NO DATA GIVEN: inputs are uniform random. Fidelity on random inputs says little about real inputs, and there is no accuracy. Pass --data."
+
+
+@dataclass(frozen=True)
+class ValidationRequest:
+    """What to validate against what, on which data, and how to time it."""
+
+    artifact: ModelSource
+    reference: ModelSource
+    target: str | None = None
+    data: str | None = None
+    data_limit: int | None = None
+    preprocess: str | None = None
+    inputs: tuple[TensorSpec, ...] = ()
+    batch: int = 64  # batch size of the accuracy pass
+    random_count: int = 64
+    latency: BenchSettings = field(default_factory=BenchSettings)
+    thresholds: Thresholds = field(default_factory=Thresholds)
+
+
+def validate(request: ValidationRequest) -> dict:
+    """The validation report (see docs/report-schema.md); gate failures are listed, not raised."""
+    artifact = make_runner(request.artifact, request.target, request.latency.threads, list(request.inputs))
+    artifact.load()
+    reference = make_runner(request.reference, None, artifact.threads, list(request.inputs) or artifact.inputs)
+    reference.load()
+    samples = _samples(request, artifact.inputs)
+    batch = _accuracy_batch(artifact.inputs, request.batch)
+    ref_out, art_out = run_batches(reference, samples, batch), run_batches(artifact, samples, batch)
+    fidelity = compare(ref_out, art_out, artifact.output_names)
+    report = new_report("validate", (artifact.package, reference.package))
+    report.update(
+        artifact=_describe(request.artifact, artifact.target), reference=_describe(request.reference, reference.target),
+        target=artifact.target, threads=artifact.threads, data=samples.provenance,
+        fidelity=[f.to_dict() for f in fidelity], accuracy=_accuracy(ref_out[0], art_out[0], samples.labels),
+    )
+    if samples.provenance.get("random"):
+        report["warnings"].append(RANDOM_WARNING)
+    feeds = next(samples.batches(request.latency.batch)) if len(samples) >= request.latency.batch else None
+    report["latency"] = bench(request.artifact, _with_target(request.latency, artifact.target), list(request.inputs) or None, feeds).to_dict()
+    report["gate"] = gate_section(report, request.thresholds)
+    return report
+
+
+def gate_section(report: dict, thresholds: Thresholds) -> dict:
+    failures = check(report, thresholds)
+    return {"thresholds": thresholds.to_dict(), "failures": [f.to_dict() for f in failures], "passed": not failures}
+
+
+def _samples(request: ValidationRequest, specs: list[TensorSpec]) -> Samples:
+    if request.data:
+        return load_samples(request.data, request.data_limit, 0, request.preprocess, specs)
+    log.warning(RANDOM_WARNING)
+    return random_samples(specs, request.random_count)
+
+
+def _accuracy_batch(specs: list[TensorSpec], wanted: int) -> int:
+    first = specs[0].shape[0] if specs and specs[0].shape else None
+    return first if isinstance(first, int) else wanted
+
+
+def _accuracy(ref_logits, art_logits, labels) -> dict | None:
+    if labels is None or not is_classifier_output(ref_logits):
+        return None
+    ref, art = accuracy_percent(ref_logits, labels), accuracy_percent(art_logits, labels)
+    return {"reference": ref, "artifact": art, "drop_points": ref - art, "samples": int(len(labels))}
+
+
+def _describe(source: ModelSource, target: str) -> dict:
+    described = {"spec": source.spec, "format": source.format, "target": target}
+    if source.format == "onnx":
+        from edgekit.converters.pipeline import describe
+
+        described.update(describe(source.path, "onnx", None).to_dict())
+    return described
+
+
+def _with_target(settings: BenchSettings, target: str) -> BenchSettings:
+    from dataclasses import replace
+
+    return replace(settings, target=target)

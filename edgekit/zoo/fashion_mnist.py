@@ -1,0 +1,43 @@
+"""Fashion-MNIST as numpy arrays: the committed split, or the full set from the IDX files."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.errors import EdgekitError
+
+DATA_DIR = Path(__file__).parent / "data"
+WEIGHTS = DATA_DIR / "fashion_cnn.pt"
+TEST_NPZ = DATA_DIR / "fashion_mnist_test.npz"
+CALIB_NPZ = DATA_DIR / "fashion_mnist_calib.npz"
+IDX_DIR = Path("/usr/share/datasets/fashion-mnist")
+CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
+
+
+def read_idx(split: str, idx_dir: Path = IDX_DIR) -> tuple[np.ndarray, np.ndarray]:
+    """Read the IDX files of `split` ("train" or "t10k"): uint8 images [N, 28, 28] and labels [N]."""
+    images_path = idx_dir / f"{split}-images-idx3-ubyte.gz"
+    if not images_path.exists():
+        raise EdgekitError(
+            f"Fashion-MNIST not found at {idx_dir}",
+            hint="install it with `apt-get install dataset-fashion-mnist` (Debian/Ubuntu)",
+        )
+    with gzip.open(images_path) as f:
+        images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28)
+    with gzip.open(idx_dir / f"{split}-labels-idx1-ubyte.gz") as f:
+        labels = np.frombuffer(f.read(), np.uint8, offset=8).astype(np.int64)
+    return images, labels
+
+
+def to_model_input(images_u8: np.ndarray) -> np.ndarray:
+    """uint8 [N, 28, 28] -> float32 [N, 1, 28, 28] in [0, 1], the FashionCNN's input."""
+    return (images_u8.astype(np.float32) / 255.0)[:, None]
+
+
+def load_split(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """A committed split as (float32 model input, int64 labels)."""
+    with np.load(path) as npz:
+        return to_model_input(npz["images"]), npz["labels"].astype(np.int64)

@@ -1,0 +1,98 @@
+"""Model definitions for the zoo. Imported only where torch is used."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+FASHION_MEAN = 0.2860
+FASHION_STD = 0.3530
+
+
+class FashionCNN(nn.Module):
+    """A ~130k-parameter CNN for 1x28x28 Fashion-MNIST images scaled to [0, 1].
+
+    Normalisation lives inside the model, so every runtime sees the same raw input.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            _conv_bn(1, 32), nn.MaxPool2d(2),
+            _conv_bn(32, 64), nn.MaxPool2d(2),
+            _conv_bn(64, 64), nn.MaxPool2d(2),
+        )
+        self.classifier = nn.Sequential(
+            nn.Flatten(), nn.Linear(64 * 3 * 3, 128), nn.ReLU(inplace=True), nn.Linear(128, 10)
+        )
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        x = (image - FASHION_MEAN) / FASHION_STD
+        return self.classifier(self.features(x))
+
+
+def _conv_bn(cin: int, cout: int) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+
+
+class _BasicBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        return self.relu(self.bn2(self.conv2(out)) + identity)
+
+
+class ResNet18Shape(nn.Module):
+    """The ResNet-18 architecture (11.7 M parameters, 1.8 GMACs at 224x224), for latency work."""
+
+    def __init__(self, num_classes: int = 1000, width: int = 64) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, width, 7, 2, 3, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True),
+            nn.MaxPool2d(3, 2, 1),
+        )
+        widths = [width, width * 2, width * 4, width * 8]
+        layers, cin = [], width
+        for i, w in enumerate(widths):
+            stride = 1 if i == 0 else 2
+            layers += [_BasicBlock(cin, w, stride), _BasicBlock(w, w, 1)]
+            cin = w
+        self.layers = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(cin, num_classes)
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.flatten(self.pool(self.layers(self.stem(image))), 1))
+
+
+def fashion_cnn() -> FashionCNN:
+    """Factory for `edgekit.zoo.models:fashion_cnn` (untrained; pass --weights)."""
+    return FashionCNN().eval()
+
+
+def resnet18_shape() -> ResNet18Shape:
+    """Factory for `edgekit.zoo.models:resnet18_shape`: deterministic, untrained weights."""
+    torch.manual_seed(0)
+    model = ResNet18Shape().eval()
+    _give_batchnorm_realistic_statistics(model)
+    return model
+
+
+def _give_batchnorm_realistic_statistics(model: nn.Module) -> None:
+    # Untrained BN layers are identities; random running stats make activations resemble a trained net's.
+    gen = torch.Generator().manual_seed(1)
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.copy_(torch.randn(m.num_features, generator=gen) * 0.1)
+            m.running_var.copy_(torch.rand(m.num_features, generator=gen) + 0.5)
