@@ -55,7 +55,9 @@ def _check_dtype(dtype: str, text: str) -> None:
     try:
         np.dtype(dtype)
     except TypeError:
-        raise InputMismatchError(f"--input '{text}': unknown dtype '{dtype}'", hint="use a numpy dtype name such as float32, int64, uint8") from None
+        raise InputMismatchError(
+            f"--input '{text}': unknown dtype '{dtype}'", hint="use a numpy dtype name such as float32, int64, uint8"
+        ) from None
 
 
 @dataclass
@@ -78,9 +80,13 @@ class Artifact:
 
     def to_dict(self) -> dict:
         return {
-            "path": str(self.path), "format": self.format, "precision": self.precision,
-            "size_bytes": self.size_bytes(), "inputs": [s.to_dict() for s in self.inputs],
-            "outputs": [s.to_dict() for s in self.outputs], "meta": self.meta,
+            "path": str(self.path),
+            "format": self.format,
+            "precision": self.precision,
+            "size_bytes": self.size_bytes(),
+            "inputs": [s.to_dict() for s in self.inputs],
+            "outputs": [s.to_dict() for s in self.outputs],
+            "meta": self.meta,
         }
 
 

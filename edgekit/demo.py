@@ -53,10 +53,16 @@ def run_demo(workdir: Path, threads: int | None = None, runs: int = 200) -> dict
         log.warning("demo: converting to ONNX %s and validating on 10,000 test images", precision)
         calibration = CalibrationOptions(str(calib_npz), 500, "minmax") if precision == "int8" else CalibrationOptions()
         artifact = convert(source, "onnx", workdir / f"fashion_cnn.{precision}.onnx", ConvertOptions(precision, INPUTS, calibration))
-        result = validate(ValidationRequest(ModelSource(str(artifact.path), "onnx"), source, data=str(test_npz), inputs=INPUTS, latency=latency))
+        result = validate(
+            ValidationRequest(ModelSource(str(artifact.path), "onnx"), source, data=str(test_npz), inputs=INPUTS, latency=latency)
+        )
         rows.append(_row(precision, result))
     report = new_report("demo", ("torch", "onnxruntime"))
-    report.update(model="FashionCNN (edgekit.zoo), trained on Fashion-MNIST", data="Fashion-MNIST test set, 10,000 labelled images", rows=_with_speedups(rows))
+    report.update(
+        model="FashionCNN (edgekit.zoo), trained on Fashion-MNIST",
+        data="Fashion-MNIST test set, 10,000 labelled images",
+        rows=_with_speedups(rows),
+    )
     write_json(report, workdir / "demo-report.json")
     return report
 
@@ -64,11 +70,19 @@ def run_demo(workdir: Path, threads: int | None = None, runs: int = 200) -> dict
 def _row(precision: str, result: dict) -> dict:
     fidelity = result["fidelity"][0]
     return {
-        "format": "onnx", "precision": precision, "target": result["target"], "threads": result["threads"],
-        "accuracy": result["accuracy"]["artifact"], "reference_accuracy": result["accuracy"]["reference"],
-        "drop_points": result["accuracy"]["drop_points"], "top1_agreement": fidelity["top1_agreement"],
-        "cosine": fidelity["cosine_mean"], "p50_ms": result["latency"]["latency"]["p50"], "p90_ms": result["latency"]["latency"]["p90"],
-        "size_bytes": result["latency"]["size_bytes"], "artifact": result["artifact"]["spec"],
+        "format": "onnx",
+        "precision": precision,
+        "target": result["target"],
+        "threads": result["threads"],
+        "accuracy": result["accuracy"]["artifact"],
+        "reference_accuracy": result["accuracy"]["reference"],
+        "drop_points": result["accuracy"]["drop_points"],
+        "top1_agreement": fidelity["top1_agreement"],
+        "cosine": fidelity["cosine_mean"],
+        "p50_ms": result["latency"]["latency"]["p50"],
+        "p90_ms": result["latency"]["latency"]["p90"],
+        "size_bytes": result["latency"]["size_bytes"],
+        "artifact": result["artifact"]["spec"],
     }
 
 

@@ -16,6 +16,9 @@ class EdgekitError(Exception):
         text = " ".join(self.message.split())
         return f"{text} (hint: {self.hint})" if self.hint else text
 
+    def __str__(self) -> str:
+        return self.one_line()
+
 
 class ModelLoadError(EdgekitError):
     """A model file that is missing, corrupt, of the wrong kind, or a factory that does not exist."""

@@ -24,7 +24,9 @@ def import_module(name: str):
     try:
         return importlib.import_module(name)
     except ImportError as exc:
-        raise EdgekitError(f"cannot import module '{name}' ({exc})", hint="check the module name and that it is installed or on PYTHONPATH") from None
+        raise EdgekitError(
+            f"cannot import module '{name}' ({exc})", hint="check the module name and that it is installed or on PYTHONPATH"
+        ) from None
 
 
 def import_attr(spec: str, what: str = "function"):

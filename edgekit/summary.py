@@ -16,8 +16,14 @@ def model_info(source: ModelSource) -> dict:
         from edgekit.loaders.onnx import onnx_summary
 
         artifact = describe(source.path, "onnx", None)
-        summary.update(size_bytes=artifact.size_bytes(), precision=artifact.precision, inputs=[s.to_dict() for s in artifact.inputs],
-                       outputs=[s.to_dict() for s in artifact.outputs], **onnx_summary(source.path), provenance=artifact.meta.get("provenance"))
+        summary.update(
+            size_bytes=artifact.size_bytes(),
+            precision=artifact.precision,
+            inputs=[s.to_dict() for s in artifact.inputs],
+            outputs=[s.to_dict() for s in artifact.outputs],
+            **onnx_summary(source.path),
+            provenance=artifact.meta.get("provenance"),
+        )
     else:
         summary.update(_torch_info(source))
     return summary
@@ -27,8 +33,12 @@ def _torch_info(source: ModelSource) -> dict:
     from edgekit.loaders.torch import forward_input_names, load_torch
 
     module, declared = load_torch(source)
-    info = {"parameters": sum(p.numel() for p in module.parameters()),
-            "inputs": [s.to_dict() for s in declared] if declared else [{"name": n, "shape": "unknown (give --input when converting)"} for n in forward_input_names(module)]}
+    info = {
+        "parameters": sum(p.numel() for p in module.parameters()),
+        "inputs": [s.to_dict() for s in declared]
+        if declared
+        else [{"name": n, "shape": "unknown (give --input when converting)"} for n in forward_input_names(module)],
+    }
     ops = _op_histogram(module)
     if ops:
         info["ops"] = ops

@@ -44,7 +44,7 @@ def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
     for _ in range(EPOCHS):
         order = torch.randperm(len(x))
         for i in range(len(x) // BATCH):
-            idx = order[i * BATCH:(i + 1) * BATCH]
+            idx = order[i * BATCH : (i + 1) * BATCH]
             loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
             optimizer.zero_grad()
             loss.backward()
@@ -55,7 +55,7 @@ def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
 
 @torch.no_grad()
 def evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray) -> float:
-    logits = torch.cat([model(torch.from_numpy(x[i:i + 1000])) for i in range(0, len(x), 1000)])
+    logits = torch.cat([model(torch.from_numpy(x[i : i + 1000])) for i in range(0, len(x), 1000)])
     return float((logits.argmax(1).numpy() == y).mean() * 100)
 
 

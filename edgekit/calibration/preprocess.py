@@ -77,7 +77,9 @@ def _read_settings(text: str | None) -> dict:
         return data
     pairs = [p.split("=", 1) for p in text.split(",") if p.strip()]
     if any(len(p) != 2 for p in pairs):
-        raise EdgekitError(f"preprocessing '{text}' is not key=value,...", hint="e.g. resize=256,crop=224,mean=0.485/0.456/0.406,std=0.229/0.224/0.225")
+        raise EdgekitError(
+            f"preprocessing '{text}' is not key=value,...", hint="e.g. resize=256,crop=224,mean=0.485/0.456/0.406,std=0.229/0.224/0.225"
+        )
     return {k.strip(): v.strip() for k, v in pairs}
 
 
@@ -107,8 +109,13 @@ def _defaults_for(spec: TensorSpec) -> dict:
     nhwc = len(shape) == 4 and shape[-1] in (1, 3)
     h, w, c = (shape[1], shape[2], shape[3]) if nhwc else (shape[2], shape[3], shape[1]) if len(shape) == 4 else (None, None, 3)
     size = (h, w) if isinstance(h, int) and isinstance(w, int) else None
-    return {"resize": min(size) if size else None, "crop": size, "layout": "nhwc" if nhwc else "nchw",
-            "channels": c if isinstance(c, int) else 3, "dtype": spec.dtype}
+    return {
+        "resize": min(size) if size else None,
+        "crop": size,
+        "layout": "nhwc" if nhwc else "nchw",
+        "channels": c if isinstance(c, int) else 3,
+        "dtype": spec.dtype,
+    }
 
 
 def _center_crop(image, size: tuple[int, int]):

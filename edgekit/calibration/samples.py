@@ -33,7 +33,7 @@ class Samples:
     def batches(self, size: int) -> Iterator[dict[str, np.ndarray]]:
         """Consecutive batches of at most `size` samples, in order."""
         for start in range(0, len(self), size):
-            yield {k: v[start:start + size] for k, v in self.arrays.items()}
+            yield {k: v[start : start + size] for k, v in self.arrays.items()}
 
     def bind(self, specs: list[TensorSpec]) -> Samples:
         """Name the arrays after `specs` and check their shapes and dtypes (errors name the input)."""
@@ -42,7 +42,10 @@ class Samples:
             arrays = {specs[0].name: next(iter(arrays.values()))}
         missing = [s.name for s in specs if s.name not in arrays]
         if missing:
-            raise InputMismatchError(f"data has no array for input(s) {missing}; it has {sorted(arrays)}", hint="key the .npz arrays by the model's input names (see `edgekit info`)")
+            raise InputMismatchError(
+                f"data has no array for input(s) {missing}; it has {sorted(arrays)}",
+                hint="key the .npz arrays by the model's input names (see `edgekit info`)",
+            )
         for s in specs:
             check_array(s, arrays[s.name])
         bound = {s.name: arrays[s.name] for s in specs}
@@ -67,7 +70,9 @@ def choose(count: int, limit: int | None, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed).choice(count, limit, replace=False))
 
 
-def load_samples(spec: str, limit: int | None = None, seed: int = 0, preprocess: str | None = None, specs: list[TensorSpec] | None = None) -> Samples:
+def load_samples(
+    spec: str, limit: int | None = None, seed: int = 0, preprocess: str | None = None, specs: list[TensorSpec] | None = None
+) -> Samples:
     """Read samples from an .npz/.npy file, an image folder or a `module:function`; sample `limit` of them."""
     from edgekit.calibration import sources
 

@@ -28,7 +28,9 @@ def numpy_file(path: Path, limit: int | None, seed: int) -> Samples:
             labels = next((loaded[k] for k in LABEL_KEYS if k in loaded.files), None)
     counts = {len(a) for a in arrays.values()} | ({len(labels)} if labels is not None else set())
     if len(counts) > 1:
-        raise InputMismatchError(f"arrays in {path.name} have different sample counts {sorted(counts)}", hint="every array's first axis must be the sample axis")
+        raise InputMismatchError(
+            f"arrays in {path.name} have different sample counts {sorted(counts)}", hint="every array's first axis must be the sample axis"
+        )
     index = choose(counts.pop() if counts else 0, limit, seed)
     return Samples({k: v[index] for k, v in arrays.items()}, None if labels is None else labels[index].astype(np.int64), {"kind": "numpy"})
 
@@ -37,9 +39,13 @@ def image_folder(path: Path, limit: int | None, seed: int, preprocess: str | Non
     """Images under `path`; class subfolders (sorted) give integer labels."""
     files = sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
     if not files:
-        raise EdgekitError(f"no images in {path}", hint=f"put {', '.join(sorted(IMAGE_SUFFIXES))} files there (class subfolders give labels)")
+        raise EdgekitError(
+            f"no images in {path}", hint=f"put {', '.join(sorted(IMAGE_SUFFIXES))} files there (class subfolders give labels)"
+        )
     if not specs or len(specs) != 1:
-        raise EdgekitError("an image folder feeds a model with exactly one image input", hint="use an .npz keyed by input name for other models")
+        raise EdgekitError(
+            "an image folder feeds a model with exactly one image input", hint="use an .npz keyed by input name for other models"
+        )
     recipe = Preprocess.parse(preprocess, specs[0])
     chosen = [files[i] for i in choose(len(files), limit, seed)]
     images = np.stack([recipe.apply(_read_image(f)) for f in chosen])

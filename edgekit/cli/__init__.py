@@ -40,12 +40,10 @@ def main() -> None:
     """Entry point: an EdgekitError becomes one line on stderr and exit 1."""
     _register()
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # click returns (not raises) the code of a typer.Exit here
     except EdgekitError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         sys.exit(1)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
     except typer.Abort:
         print("aborted", file=sys.stderr)
         sys.exit(1)
@@ -58,3 +56,4 @@ def main() -> None:
             exc.show()
             sys.exit(exc.exit_code)
         raise
+    sys.exit(code if isinstance(code, int) else 0)

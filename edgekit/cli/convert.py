@@ -21,9 +21,13 @@ CALIB_SAMPLES = typer.Option(300, "--calib-samples", help="Samples drawn (determ
 CALIB_METHOD = typer.Option("minmax", "--calib-method", help=f"Range estimation: {', '.join(CALIB_METHODS)}.")
 PER_TENSOR = typer.Option(False, "--per-tensor", help="Per-tensor weight scales instead of per-channel.")
 EXCLUDE = typer.Option(None, "--exclude", help="Node name to keep in float (repeatable).")
-FOR_TARGET = typer.Option("onnxruntime:cpu", "--for-target", help="Where the model will run; picks the int8 scheme (e.g. tensorrt:cuda wants symmetric s8).")
+FOR_TARGET = typer.Option(
+    "onnxruntime:cpu", "--for-target", help="Where the model will run; picks the int8 scheme (e.g. tensorrt:cuda wants symmetric s8)."
+)
 SEED = typer.Option(0, "--seed", help="Seed of the calibration sampling.")
-RANDOM_CALIB = typer.Option(False, "--random-calibration", help="Calibrate on random data (plumbing only: the report marks the result as not meaningful).")
+RANDOM_CALIB = typer.Option(
+    False, "--random-calibration", help="Calibrate on random data (plumbing only: the report marks the result as not meaningful)."
+)
 
 
 def convert(
@@ -48,7 +52,9 @@ def convert(
     from edgekit.loaders import open_source
 
     source = open_source(model, weights, allow_pickle)
-    opts = _options(precision, inputs, calib, calib_samples, calib_method, preprocess, per_tensor, exclude, for_target, seed, random_calibration)
+    opts = _options(
+        precision, inputs, calib, calib_samples, calib_method, preprocess, per_tensor, exclude, for_target, seed, random_calibration
+    )
     _run(source, to, output or _default_output(source, to, precision), opts)
 
 
@@ -72,8 +78,13 @@ def quantize(
 
     source = open_source(str(model))
     if source.format != "onnx":
-        raise EdgekitError(f"quantize takes an .onnx file, not {source.format}", hint="use `edgekit convert MODEL --to onnx --precision ...` for other formats")
-    opts = _options(precision, None, calib, calib_samples, calib_method, preprocess, per_tensor, exclude, for_target, seed, random_calibration)
+        raise EdgekitError(
+            f"quantize takes an .onnx file, not {source.format}",
+            hint="use `edgekit convert MODEL --to onnx --precision ...` for other formats",
+        )
+    opts = _options(
+        precision, None, calib, calib_samples, calib_method, preprocess, per_tensor, exclude, for_target, seed, random_calibration
+    )
     _run(source, "onnx", output, opts)
 
 

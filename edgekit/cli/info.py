@@ -19,9 +19,9 @@ def info(
     json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Format, inputs/outputs, parameter count, size on disk, op histogram."""
-    from edgekit.summary import model_info
-    from edgekit.loaders import open_source
     from edgekit.cli.render import print_info
+    from edgekit.loaders import open_source
+    from edgekit.summary import model_info
 
     summary = model_info(open_source(model, weights, allow_pickle))
     if json_out:
@@ -34,7 +34,7 @@ def info(
 
 def targets() -> None:
     """Every runtime and device edgekit knows, found or not."""
-    from edgekit.summary import list_targets
     from edgekit.cli.render import print_targets
+    from edgekit.summary import list_targets
 
     print_targets(list_targets())

@@ -22,7 +22,9 @@ BATCH = typer.Option(1, "--batch", help="Batch size of the latency runs.")
 def validate(
     artifact: str = typer.Argument(..., help="The converted model (.onnx)."),
     reference: str = typer.Option(..., "--reference", "-r", help="The original model: file or module:factory."),
-    data: str = typer.Option(None, "--data", "-d", help=".npz keyed by input name (+ optional `labels`), .npy, image folder or module:function."),
+    data: str = typer.Option(
+        None, "--data", "-d", help=".npz keyed by input name (+ optional `labels`), .npy, image folder or module:function."
+    ),
     target: str = options.TARGET,
     report: Path = typer.Option(None, "--report", help="Write the JSON report here."),
     inputs: list[str] = options.INPUT,
@@ -35,8 +37,12 @@ def validate(
     runs: int = RUNS,
     batch: int = BATCH,
     max_drop: float = typer.Option(None, "--max-drop", help="Gate: fail (exit 2) if accuracy falls more than this many points."),
-    min_cosine: float = typer.Option(None, "--min-cosine", help="Gate: fail (exit 2) if any output's mean cosine similarity is below this."),
-    min_agreement: float = typer.Option(None, "--min-agreement", help="Gate: fail (exit 2) if top-1 agreement with the reference is below this percent."),
+    min_cosine: float = typer.Option(
+        None, "--min-cosine", help="Gate: fail (exit 2) if any output's mean cosine similarity is below this."
+    ),
+    min_agreement: float = typer.Option(
+        None, "--min-agreement", help="Gate: fail (exit 2) if top-1 agreement with the reference is below this percent."
+    ),
 ) -> None:
     """Compare an artifact with its reference on the same inputs, time it, and gate the result."""
     from edgekit.cli.render import print_validation
@@ -48,8 +54,14 @@ def validate(
     from edgekit.validate.validation import validate as run_validation
 
     request = ValidationRequest(
-        open_source(artifact), open_source(reference, weights, allow_pickle), target, data, limit, preprocess,
-        options.input_specs(inputs), latency=BenchSettings(target, threads, batch, warmup, runs),
+        open_source(artifact),
+        open_source(reference, weights, allow_pickle),
+        target,
+        data,
+        limit,
+        preprocess,
+        options.input_specs(inputs),
+        latency=BenchSettings(target, threads, batch, warmup, runs),
         thresholds=Thresholds(max_drop, min_cosine, min_agreement),
     )
     result = run_validation(request)

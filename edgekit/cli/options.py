@@ -8,10 +8,18 @@ from edgekit.artifact import TensorSpec, parse_input_spec
 
 INPUT = typer.Option(None, "--input", "-i", help="Model input as NAME:SHAPE[:DTYPE], e.g. image:1x3x224x224:float32 (repeat per input).")
 WEIGHTS = typer.Option(None, "--weights", help="State dict for a module:factory model.")
-ALLOW_PICKLE = typer.Option(False, "--allow-pickle", help="Allow loading a whole pickled torch module. Unpickling runs code from the file: only for files you trust.")
+ALLOW_PICKLE = typer.Option(
+    False,
+    "--allow-pickle",
+    help="Allow loading a whole pickled torch module. Unpickling runs code from the file: only for files you trust.",
+)
 THREADS = typer.Option(None, "--threads", help="Intra-op threads (default: all usable cores). Always recorded.")
 TARGET = typer.Option(None, "--target", "-t", help="runtime:device, e.g. onnxruntime:cpu (see `edgekit targets`).")
-PREPROCESS = typer.Option(None, "--preprocess", help="Image preprocessing: key=value,... (resize, crop, scale, mean, std, order, layout, dtype) or a YAML/JSON file.")
+PREPROCESS = typer.Option(
+    None,
+    "--preprocess",
+    help="Image preprocessing: key=value,... (resize, crop, scale, mean, std, order, layout, dtype) or a YAML/JSON file.",
+)
 
 
 def input_specs(values: list[str] | None) -> tuple[TensorSpec, ...]:

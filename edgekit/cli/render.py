@@ -51,16 +51,24 @@ def print_artifact(artifact) -> None:
     prov = artifact.meta.get("provenance") or {}
     console.print(f"wrote [bold]{artifact.path}[/] ({artifact.format}, {artifact.precision}, {fmt_size(artifact.size_bytes())})")
     if prov.get("exporter"):
-        console.print(f"  exporter: {prov['exporter']}" + (f" (fallback: {prov['fallback_reason']})" if prov.get("fallback_reason") else ""))
+        console.print(
+            f"  exporter: {prov['exporter']}" + (f" (fallback: {prov['fallback_reason']})" if prov.get("fallback_reason") else "")
+        )
     quant = prov.get("quantization")
     if quant:
-        detail = f"{quant.get('activations', '-')} activations x {quant.get('weights', 'int8')} weights" if quant["mode"] == "static" else quant.get("note", "")
+        detail = (
+            f"{quant.get('activations', '-')} activations x {quant.get('weights', 'int8')} weights"
+            if quant["mode"] == "static"
+            else quant.get("note", "")
+        )
         console.print(f"  int8 {quant['mode']}: {detail}")
         if quant.get("reason"):
             console.print(f"  why: {quant['reason']}")
     calib = prov.get("calibration")
     if calib:
-        console.print(f"  calibration: {calib['samples']} samples from {calib['source']} ({calib['method']}, sha256 {calib['sha256'][:12]})")
+        console.print(
+            f"  calibration: {calib['samples']} samples from {calib['source']} ({calib['method']}, sha256 {calib['sha256'][:12]})"
+        )
         if calib.get("random"):
             console.print("  [bold red]calibrated on RANDOM data: accuracy of this model is not meaningful[/]")
 
@@ -68,16 +76,26 @@ def print_artifact(artifact) -> None:
 def print_validation(report: dict) -> None:
     for warning in report["warnings"]:
         console.print(f"[bold red]WARNING: {warning}[/]")
-    console.print(f"[bold]{report['artifact']['spec']}[/] on {report['target']} vs {report['reference']['spec']} on {report['reference']['target']}, "
-                  f"{report['data']['samples']} samples from {report['data']['source']}")
+    console.print(
+        f"[bold]{report['artifact']['spec']}[/] on {report['target']} vs {report['reference']['spec']} on {report['reference']['target']}, "
+        f"{report['data']['samples']} samples from {report['data']['source']}"
+    )
     table = Table("output", "max abs", "mean abs", "cosine (mean/min)", "SNR dB", "top-1 agree")
     for f in report["fidelity"]:
-        table.add_row(f["name"], f"{f['max_abs']:.3g}", f"{f['mean_abs']:.3g}", f"{f['cosine_mean']:.5f} / {f['cosine_min']:.5f}",
-                      fmt(f["snr_db"], ".1f"), fmt(f["top1_agreement"], ".2f") + ("%" if f["top1_agreement"] is not None else ""))
+        table.add_row(
+            f["name"],
+            f"{f['max_abs']:.3g}",
+            f"{f['mean_abs']:.3g}",
+            f"{f['cosine_mean']:.5f} / {f['cosine_min']:.5f}",
+            fmt(f["snr_db"], ".1f"),
+            fmt(f["top1_agreement"], ".2f") + ("%" if f["top1_agreement"] is not None else ""),
+        )
     console.print(table)
     acc = report.get("accuracy")
     if acc:
-        console.print(f"accuracy: reference {acc['reference']:.2f}%, artifact {acc['artifact']:.2f}%, drop {acc['drop_points']:+.2f} points ({acc['samples']} labelled samples)")
+        console.print(
+            f"accuracy: reference {acc['reference']:.2f}%, artifact {acc['artifact']:.2f}%, drop {acc['drop_points']:+.2f} points ({acc['samples']} labelled samples)"
+        )
     _print_latency_rows([report["latency"]], report)
     _print_gate(report["gate"])
 
@@ -99,22 +117,67 @@ def print_bench(report: dict) -> None:
 
 
 def _print_latency_rows(results: list[dict], report: dict) -> None:
-    table = Table("artifact", "target", "thr", "batch", "load ms", "first ms", "p50 ms", "p90 ms", "p99 ms", "mean±std", "min ms", "items/s", "peak RSS", "size")
+    table = Table(
+        "artifact",
+        "target",
+        "thr",
+        "batch",
+        "load ms",
+        "first ms",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "mean±std",
+        "min ms",
+        "items/s",
+        "peak RSS",
+        "size",
+    )
     for r in results:
         lat = r["latency"]
-        table.add_row(r["artifact"], r["target"], str(r["threads"]), str(lat["batch"]), f"{r['load_ms']:.0f}", f"{r['first_inference_ms']:.2f}",
-                      f"{lat['p50']:.3f}", f"{lat['p90']:.3f}", f"{lat['p99']:.3f}", f"{lat['mean']:.3f}±{lat['std']:.3f}", f"{lat['min']:.3f}",
-                      f"{lat['throughput']:.0f}", f"{r['peak_rss_mb']:.0f} MB", fmt_size(r["size_bytes"]))
+        table.add_row(
+            r["artifact"],
+            r["target"],
+            str(r["threads"]),
+            str(lat["batch"]),
+            f"{r['load_ms']:.0f}",
+            f"{r['first_inference_ms']:.2f}",
+            f"{lat['p50']:.3f}",
+            f"{lat['p90']:.3f}",
+            f"{lat['p99']:.3f}",
+            f"{lat['mean']:.3f}±{lat['std']:.3f}",
+            f"{lat['min']:.3f}",
+            f"{lat['throughput']:.0f}",
+            f"{r['peak_rss_mb']:.0f} MB",
+            fmt_size(r["size_bytes"]),
+        )
     console.print(table)
-    console.print(f"[dim]{machine_line(report, results[0]['threads'] if results else None)}; {results[0]['latency']['runs'] if results else 0} timed runs after warm-up[/]")
+    console.print(
+        f"[dim]{machine_line(report, results[0]['threads'] if results else None)}; {results[0]['latency']['runs'] if results else 0} timed runs after warm-up[/]"
+    )
 
 
 def print_demo(report: dict) -> None:
     console.print(f"[bold]{report['model']}[/] on {report['data']}")
-    table = Table("format", "precision", "target", "accuracy", "drop (pts)", "top-1 agree", "cosine", "p50 ms", "p90 ms", "speed-up", "size")
+    table = Table(
+        "format", "precision", "target", "accuracy", "drop (pts)", "top-1 agree", "cosine", "p50 ms", "p90 ms", "speed-up", "size"
+    )
     for r in report["rows"]:
-        table.add_row(r["format"], r["precision"], r["target"], f"{r['accuracy']:.2f}%", f"{r['drop_points']:+.2f}", f"{r['top1_agreement']:.2f}%",
-                      f"{r['cosine']:.5f}", f"{r['p50_ms']:.3f}", f"{r['p90_ms']:.3f}", f"{r['speedup']:.2f}x", fmt_size(r["size_bytes"]))
+        table.add_row(
+            r["format"],
+            r["precision"],
+            r["target"],
+            f"{r['accuracy']:.2f}%",
+            f"{r['drop_points']:+.2f}",
+            f"{r['top1_agreement']:.2f}%",
+            f"{r['cosine']:.5f}",
+            f"{r['p50_ms']:.3f}",
+            f"{r['p90_ms']:.3f}",
+            f"{r['speedup']:.2f}x",
+            fmt_size(r["size_bytes"]),
+        )
     console.print(table)
     threads = report["rows"][0]["threads"] if report["rows"] else None
-    console.print(f"[dim]reference (PyTorch fp32) accuracy {report['rows'][0]['reference_accuracy']:.2f}%; latency at batch 1; {machine_line(report, threads)}[/]")
+    console.print(
+        f"[dim]reference (PyTorch fp32) accuracy {report['rows'][0]['reference_accuracy']:.2f}%; latency at batch 1; {machine_line(report, threads)}[/]"
+    )

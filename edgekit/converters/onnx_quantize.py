@@ -13,7 +13,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from edgekit.converters import ConvertOptions, Converter
+from edgekit.converters import Converter, ConvertOptions
 from edgekit.errors import ConversionError, EdgekitError
 
 log = logging.getLogger("edgekit")
@@ -42,8 +42,18 @@ def choose_scheme(for_target: str) -> Int8Scheme:
     if machine_info()["arch"] in ("aarch64", "arm64"):
         return Int8Scheme("int8", "int8", False, "on Arm64 ONNX Runtime's s8s8 kernels (SDOT/I8MM) are the fast path")
     if has_vnni():
-        return Int8Scheme("uint8", "int8", False, "x86 with VNNI: u8 activations x s8 weights use the VPDPBUSD kernels (3-4x fp32 here); s8s8 was no faster than fp32")
-    return Int8Scheme("uint8", "int8", False, "x86 without VNNI: u8s8 is ONNX Runtime's fastest int8 path (watch for saturation on AVX2; --per-tensor off helps)")
+        return Int8Scheme(
+            "uint8",
+            "int8",
+            False,
+            "x86 with VNNI: u8 activations x s8 weights use the VPDPBUSD kernels (3-4x fp32 here); s8s8 was no faster than fp32",
+        )
+    return Int8Scheme(
+        "uint8",
+        "int8",
+        False,
+        "x86 without VNNI: u8s8 is ONNX Runtime's fastest int8 path (watch for saturation on AVX2; --per-tensor off helps)",
+    )
 
 
 class OnnxQuantizer(Converter):
@@ -63,7 +73,10 @@ class OnnxQuantizer(Converter):
         except EdgekitError:
             raise
         except Exception as exc:  # onnxruntime.quantization raises plain exceptions for unsupported graphs
-            raise ConversionError(f"{options.precision} quantization failed: {str(exc).splitlines()[0][:300]}", hint="exclude the failing node with --exclude NODE, or try another precision") from None
+            raise ConversionError(
+                f"{options.precision} quantization failed: {str(exc).splitlines()[0][:300]}",
+                hint="exclude the failing node with --exclude NODE, or try another precision",
+            ) from None
 
 
 def _copy(model: Path, out: Path, options: ConvertOptions, samples, specs) -> dict:
@@ -75,10 +88,16 @@ def _to_fp16(model: Path, out: Path, options: ConvertOptions, samples, specs) ->
     import onnx
     from onnxconverter_common import float16
 
-    converted = float16.convert_float_to_float16(onnx.load(str(model)), keep_io_types=options.keep_io_types,
-                                                 node_block_list=list(options.exclude) or None)
+    converted = float16.convert_float_to_float16(
+        onnx.load(str(model)), keep_io_types=options.keep_io_types, node_block_list=list(options.exclude) or None
+    )
     onnx.save(converted, str(out))
-    return {"fp16": {"keep_io_types": options.keep_io_types, "note": "fp16 halves size; on CPUs without fp16 arithmetic ONNX Runtime computes many ops through casts, so it is rarely faster there"}}
+    return {
+        "fp16": {
+            "keep_io_types": options.keep_io_types,
+            "note": "fp16 halves size; on CPUs without fp16 arithmetic ONNX Runtime computes many ops through casts, so it is rarely faster there",
+        }
+    }
 
 
 def _preprocessed(model: Path, workdir: Path) -> Path:
@@ -100,10 +119,23 @@ def _int8_dynamic(model: Path, out: Path, options: ConvertOptions, samples, spec
     with tempfile.TemporaryDirectory() as tmp:
         pre = _preprocessed(model, Path(tmp))
         # ConvInteger has u8-weight kernels only on CPU: dynamic int8 covers MatMul/Gemm (Linear, attention, RNN).
-        quantize_dynamic(str(pre), str(out), weight_type=QuantType.QInt8, per_channel=not options.per_tensor,
-                         op_types_to_quantize=["MatMul", "Gemm", "Attention", "LSTM", "GRU"], nodes_to_exclude=list(options.exclude))
-    return {"quantization": {"mode": "dynamic", "weights": "int8", "per_channel": not options.per_tensor, "ops": "MatMul/Gemm/Attention/RNN",
-                             "note": "activations are quantized at run time; convolutions stay float (use static int8 for CNNs)"}}
+        quantize_dynamic(
+            str(pre),
+            str(out),
+            weight_type=QuantType.QInt8,
+            per_channel=not options.per_tensor,
+            op_types_to_quantize=["MatMul", "Gemm", "Attention", "LSTM", "GRU"],
+            nodes_to_exclude=list(options.exclude),
+        )
+    return {
+        "quantization": {
+            "mode": "dynamic",
+            "weights": "int8",
+            "per_channel": not options.per_tensor,
+            "ops": "MatMul/Gemm/Attention/RNN",
+            "note": "activations are quantized at run time; convolutions stay float (use static int8 for CNNs)",
+        }
+    }
 
 
 def _int8_static(model: Path, out: Path, options: ConvertOptions, samples, specs) -> dict:
@@ -116,13 +148,33 @@ def _int8_static(model: Path, out: Path, options: ConvertOptions, samples, specs
     methods = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy, "percentile": CalibrationMethod.Percentile}
     with tempfile.TemporaryDirectory() as tmp:
         pre = _preprocessed(model, Path(tmp))
-        quantize_static(str(pre), str(out), ort_reader(samples, _calibration_batch(specs, len(samples))), quant_format=QuantFormat.QDQ,
-                        per_channel=not options.per_tensor, activation_type=types[scheme.activations], weight_type=types[scheme.weights],
-                        calibrate_method=methods[options.calibration.method], nodes_to_exclude=list(options.exclude),
-                        extra_options={"ActivationSymmetric": scheme.symmetric_activations, "WeightSymmetric": True,
-                                       "CalibTensorRangeSymmetric": scheme.symmetric_activations})
-    return {"quantization": {"mode": "static", "format": "QDQ", "per_channel": not options.per_tensor, "method": options.calibration.method,
-                             "for_target": options.for_target, "excluded": list(options.exclude), **scheme.to_dict()}}
+        quantize_static(
+            str(pre),
+            str(out),
+            ort_reader(samples, _calibration_batch(specs, len(samples))),
+            quant_format=QuantFormat.QDQ,
+            per_channel=not options.per_tensor,
+            activation_type=types[scheme.activations],
+            weight_type=types[scheme.weights],
+            calibrate_method=methods[options.calibration.method],
+            nodes_to_exclude=list(options.exclude),
+            extra_options={
+                "ActivationSymmetric": scheme.symmetric_activations,
+                "WeightSymmetric": True,
+                "CalibTensorRangeSymmetric": scheme.symmetric_activations,
+            },
+        )
+    return {
+        "quantization": {
+            "mode": "static",
+            "format": "QDQ",
+            "per_channel": not options.per_tensor,
+            "method": options.calibration.method,
+            "for_target": options.for_target,
+            "excluded": list(options.exclude),
+            **scheme.to_dict(),
+        }
+    }
 
 
 def _calibration_batch(specs, count: int) -> int:

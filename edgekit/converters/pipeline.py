@@ -25,7 +25,10 @@ def convert(source: ModelSource, to: str, out: Path, options: ConvertOptions) ->
     steps = plan(source.family, to, options.precision)
     calibrate = needs_calibration(steps)
     if calibrate and not options.calibration.data and not options.calibration.allow_random:
-        raise EdgekitError(f"--precision {options.precision} needs calibration data", hint="pass --calib DATA (.npz, image folder or module:function) with a few hundred real samples")
+        raise EdgekitError(
+            f"--precision {options.precision} needs calibration data",
+            hint="pass --calib DATA (.npz, image folder or module:function) with a few hundred real samples",
+        )
     model, specs = load_for_conversion(source, list(options.inputs))
     samples = calibration_samples(options, specs) if calibrate else None
     notes: dict = {}

@@ -6,7 +6,7 @@ import logging
 import warnings
 from pathlib import Path
 
-from edgekit.converters import ConvertOptions, Converter
+from edgekit.converters import Converter, ConvertOptions
 from edgekit.errors import ConversionError
 
 log = logging.getLogger("edgekit")
@@ -43,7 +43,10 @@ class TorchToOnnx(Converter):
         try:
             _export_torchscript(module, args, specs, names, out)
         except Exception as exc:
-            raise ConversionError(f"ONNX export failed with both exporters: {_first_line(exc)}", hint="an op may be unsupported; try another opset or rewrite the op") from None
+            raise ConversionError(
+                f"ONNX export failed with both exporters: {_first_line(exc)}",
+                hint="an op may be unsupported; try another opset or rewrite the op",
+            ) from None
         return {"exporter": "torchscript", "fallback_reason": reason, "external_data": False}
 
 
@@ -54,8 +57,17 @@ def _export_dynamo(module, args, specs, names, out: Path, external: bool) -> Non
     dynamic = {s.name: {0: batch} for s in specs}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(module, args, str(out), dynamo=True, dynamic_shapes=_by_forward_names(module, specs, dynamic),
-                          input_names=[s.name for s in specs], output_names=names, external_data=external, verbose=False)
+        torch.onnx.export(
+            module,
+            args,
+            str(out),
+            dynamo=True,
+            dynamic_shapes=_by_forward_names(module, specs, dynamic),
+            input_names=[s.name for s in specs],
+            output_names=names,
+            external_data=external,
+            verbose=False,
+        )
 
 
 def _by_forward_names(module, specs, dynamic: dict) -> dict | tuple:
@@ -63,7 +75,7 @@ def _by_forward_names(module, specs, dynamic: dict) -> dict | tuple:
 
     params = forward_input_names(module)
     if len(params) >= len(specs):
-        return {p: dynamic[s.name] for p, s in zip(params, specs)}
+        return {p: dynamic[s.name] for p, s in zip(params, specs, strict=False)}
     return tuple(dynamic[s.name] for s in specs)
 
 
@@ -73,8 +85,17 @@ def _export_torchscript(module, args, specs, names, out: Path) -> None:
     axes = {s.name: {0: "batch"} for s in specs} | {n: {0: "batch"} for n in names}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(module, args, str(out), dynamo=False, input_names=[s.name for s in specs], output_names=names,
-                          dynamic_axes=axes, opset_version=17, do_constant_folding=True)
+        torch.onnx.export(
+            module,
+            args,
+            str(out),
+            dynamo=False,
+            input_names=[s.name for s in specs],
+            output_names=names,
+            dynamic_axes=axes,
+            opset_version=17,
+            do_constant_folding=True,
+        )
 
 
 def _quiet_exporter_logs() -> None:

@@ -48,9 +48,14 @@ def open_source(spec: str, weights: str | None = None, allow_pickle: bool = Fals
     if not path.exists() and _looks_like_factory(spec):
         return ModelSource(spec, "torch-factory", weights_path)
     if not path.exists():
-        raise ModelLoadError(f"model not found: {spec}", hint="check the path, or name a factory as path/to/file.py:function or package.module:function")
+        raise ModelLoadError(
+            f"model not found: {spec}", hint="check the path, or name a factory as path/to/file.py:function or package.module:function"
+        )
     if weights_path is not None:
-        raise ModelLoadError("--weights goes with a module:factory, not a model file", hint=f"drop --weights, or name the factory that builds the model instead of {spec}")
+        raise ModelLoadError(
+            "--weights goes with a module:factory, not a model file",
+            hint=f"drop --weights, or name the factory that builds the model instead of {spec}",
+        )
     return ModelSource(spec, _detect_file_format(path, allow_pickle), None, allow_pickle)
 
 
@@ -88,4 +93,6 @@ def _zip_names(path: Path) -> list[str]:
         with zipfile.ZipFile(path) as z:
             return z.namelist()
     except (zipfile.BadZipFile, OSError):
-        raise ModelLoadError(f"{path.name} is not a PyTorch file (not a zip archive)", hint="re-save it with torch.jit.save, torch.export.save or torch.save") from None
+        raise ModelLoadError(
+            f"{path.name} is not a PyTorch file (not a zip archive)", hint="re-save it with torch.jit.save, torch.export.save or torch.save"
+        ) from None

@@ -17,11 +17,17 @@ def read_onnx(path: Path, load_weights: bool = True):
     try:
         model = onnx.load(str(path), load_external_data=load_weights)
     except (DecodeError, RuntimeWarning, ValueError, UnicodeDecodeError) as exc:
-        raise ModelLoadError(f"{Path(path).name} is not a valid ONNX file ({_first_line(exc)})", hint="re-export it; a truncated or text file cannot be read") from None
+        raise ModelLoadError(
+            f"{Path(path).name} is not a valid ONNX file ({_first_line(exc)})", hint="re-export it; a truncated or text file cannot be read"
+        ) from None
     except FileNotFoundError as exc:
-        raise ModelLoadError(f"{Path(path).name}: external data file missing ({_first_line(exc)})", hint="keep the .onnx.data file next to the .onnx file") from None
+        raise ModelLoadError(
+            f"{Path(path).name}: external data file missing ({_first_line(exc)})", hint="keep the .onnx.data file next to the .onnx file"
+        ) from None
     if not model.graph.node:
-        raise ModelLoadError(f"{Path(path).name} is not a valid ONNX file (no graph)", hint="re-export it; the file may be truncated or not ONNX at all")
+        raise ModelLoadError(
+            f"{Path(path).name} is not a valid ONNX file (no graph)", hint="re-export it; the file may be truncated or not ONNX at all"
+        )
     return model
 
 

@@ -14,13 +14,21 @@ def load_torch(source: ModelSource):
     """The source as an eval-mode torch.nn.Module plus the input specs it declares (or None)."""
     import torch
 
-    loaders = {"torch-export": _load_exported, "torchscript": _load_torchscript, "torch-factory": _load_factory, "torch-pickle": _load_pickle}
+    loaders = {
+        "torch-export": _load_exported,
+        "torchscript": _load_torchscript,
+        "torch-factory": _load_factory,
+        "torch-pickle": _load_pickle,
+    }
     try:
         module, specs = loaders[source.format](source)
     except ModelLoadError:
         raise
     except (RuntimeError, ValueError, OSError, EOFError, KeyError) as exc:
-        raise ModelLoadError(f"cannot load {source.spec}: {_first_line(exc)}", hint="check the file was saved by torch.export.save, torch.jit.save or torch.save") from None
+        raise ModelLoadError(
+            f"cannot load {source.spec}: {_first_line(exc)}",
+            hint="check the file was saved by torch.export.save, torch.jit.save or torch.save",
+        ) from None
     if isinstance(module, torch.nn.Module) and not isinstance(module, torch.fx.GraphModule):
         module.eval()
     return module, specs
@@ -61,7 +69,10 @@ def _load_pickle(source: ModelSource):
 
     module = torch.load(str(source.spec), map_location="cpu", weights_only=False)
     if not isinstance(module, torch.nn.Module):
-        raise ModelLoadError(f"{source.spec} holds a {type(module).__name__}, not a torch.nn.Module", hint="for a state dict name the factory that builds the model and pass --weights")
+        raise ModelLoadError(
+            f"{source.spec} holds a {type(module).__name__}, not a torch.nn.Module",
+            hint="for a state dict name the factory that builds the model and pass --weights",
+        )
     return module, None
 
 
@@ -77,7 +88,9 @@ def _load_factory(source: ModelSource):
         raise ModelLoadError(exc.message, exc.hint) from None
     model = factory()
     if not isinstance(model, torch.nn.Module):
-        raise ModelLoadError(f"{source.spec} returned a {type(model).__name__}, not a torch.nn.Module", hint="the factory must return the model")
+        raise ModelLoadError(
+            f"{source.spec} returned a {type(model).__name__}, not a torch.nn.Module", hint="the factory must return the model"
+        )
     if source.weights is not None:
         _load_state_dict(model, source.weights)
     return model, None
@@ -144,5 +157,7 @@ def check_forward(module, specs: list[TensorSpec], batch: int = 1) -> int:
             out = module(*example_tensors(specs, batch))
     except (RuntimeError, ValueError, TypeError, IndexError) as exc:
         shapes = ", ".join(f"{s.name}:{s.shape_text()}:{s.dtype}" for s in specs)
-        raise InputMismatchError(f"the model does not accept inputs {shapes}: {_first_line(exc)}", hint="fix the shapes given with --input") from None
+        raise InputMismatchError(
+            f"the model does not accept inputs {shapes}: {_first_line(exc)}", hint="fix the shapes given with --input"
+        ) from None
     return len(out) if isinstance(out, (tuple, list)) else 1

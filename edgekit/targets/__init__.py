@@ -38,5 +38,8 @@ def make_runner(source: ModelSource, target: str | None = None, threads: int | N
     runtime, device = parse_target(target)
     cls = runner_class(runtime)
     if source.family not in cls.families:
-        raise EdgekitError(f"{runtime} cannot run a {source.format} model", hint=f"{runtime} runs {', '.join(cls.families)} models; convert first with `edgekit convert`")
+        raise EdgekitError(
+            f"{runtime} cannot run a {source.format} model",
+            hint=f"{runtime} runs {', '.join(cls.families)} models; convert first with `edgekit convert`",
+        )
     return cls(source, device, threads, inputs)

@@ -38,7 +38,9 @@ class Runner:
     import_name: ClassVar[str]
     families: ClassVar[tuple[str, ...]]  # model families it runs
 
-    def __init__(self, source: ModelSource, device: str = "cpu", threads: int | None = None, inputs: list[TensorSpec] | None = None) -> None:
+    def __init__(
+        self, source: ModelSource, device: str = "cpu", threads: int | None = None, inputs: list[TensorSpec] | None = None
+    ) -> None:
         self.source = source
         self.device = device
         self.threads = threads or default_threads()
@@ -89,7 +91,10 @@ class Runner:
     def _check_feeds(self, feeds: dict[str, np.ndarray]) -> None:
         expected = {s.name: s for s in self.inputs}
         if set(feeds) != set(expected):
-            raise InputMismatchError(f"inputs {sorted(feeds)} do not match the model's inputs {sorted(expected)}", hint="name arrays in DATA after the model's inputs (see `edgekit info`)")
+            raise InputMismatchError(
+                f"inputs {sorted(feeds)} do not match the model's inputs {sorted(expected)}",
+                hint="name arrays in DATA after the model's inputs (see `edgekit info`)",
+            )
         for name, array in feeds.items():
             check_array(expected[name], array)
 
@@ -105,7 +110,15 @@ class Runner:
 
 def check_array(spec: TensorSpec, array: np.ndarray) -> None:
     """An array fits a spec: same rank, equal static dims (the batch dim aside), same dtype."""
-    if array.ndim != len(spec.shape) or any(isinstance(d, int) and i > 0 and d != a for i, (d, a) in enumerate(zip(spec.shape, array.shape))):
-        raise InputMismatchError(f"input '{spec.name}': data shape {'x'.join(map(str, array.shape))} does not match the model's {spec.shape_text()}", hint="reshape the data or fix --input")
+    if array.ndim != len(spec.shape) or any(
+        isinstance(d, int) and i > 0 and d != a for i, (d, a) in enumerate(zip(spec.shape, array.shape, strict=True))
+    ):
+        raise InputMismatchError(
+            f"input '{spec.name}': data shape {'x'.join(map(str, array.shape))} does not match the model's {spec.shape_text()}",
+            hint="reshape the data or fix --input",
+        )
     if array.dtype.name != spec.dtype:
-        raise InputMismatchError(f"input '{spec.name}': data dtype {array.dtype.name} but the model takes {spec.dtype}", hint=f"convert it, e.g. array.astype(np.{spec.dtype})")
+        raise InputMismatchError(
+            f"input '{spec.name}': data dtype {array.dtype.name} but the model takes {spec.dtype}",
+            hint=f"convert it, e.g. array.astype(np.{spec.dtype})",
+        )

@@ -47,7 +47,10 @@ class OnnxRuntimeRunner(Runner):
         try:
             self.session = ort.InferenceSession(str(self.source.spec), options, providers=[provider])
         except Exception as exc:  # ORT raises its own exception types per failure
-            raise ModelLoadError(f"ONNX Runtime cannot load {self.source.spec}: {str(exc).splitlines()[0][:300]}", hint="check the file with `edgekit info`; an op the runtime lacks needs another opset or target") from None
+            raise ModelLoadError(
+                f"ONNX Runtime cannot load {self.source.spec}: {str(exc).splitlines()[0][:300]}",
+                hint="check the file with `edgekit info`; an op the runtime lacks needs another opset or target",
+            ) from None
         self.inputs = _session_specs(self.session.get_inputs())
         self.output_names = [o.name for o in self.session.get_outputs()]
 
@@ -55,10 +58,14 @@ class OnnxRuntimeRunner(Runner):
         import onnxruntime as ort
 
         if self.device not in PROVIDERS:
-            raise RuntimeMissingError(f"onnxruntime has no device '{self.device}'", hint=f"use one of: {', '.join('onnxruntime:' + d for d in PROVIDERS)}")
+            raise RuntimeMissingError(
+                f"onnxruntime has no device '{self.device}'", hint=f"use one of: {', '.join('onnxruntime:' + d for d in PROVIDERS)}"
+            )
         provider, package = PROVIDERS[self.device]
         if provider not in ort.get_available_providers():
-            raise RuntimeMissingError(f"ONNX Runtime's {provider} is not available here", hint=f"pip install {package}, or use --target onnxruntime:cpu")
+            raise RuntimeMissingError(
+                f"ONNX Runtime's {provider} is not available here", hint=f"pip install {package}, or use --target onnxruntime:cpu"
+            )
         return provider
 
     def _infer_impl(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -66,6 +73,14 @@ class OnnxRuntimeRunner(Runner):
 
 
 def _session_specs(args) -> list[TensorSpec]:
-    dtypes = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64", "tensor(int64)": "int64",
-              "tensor(int32)": "int32", "tensor(uint8)": "uint8", "tensor(int8)": "int8", "tensor(bool)": "bool"}
+    dtypes = {
+        "tensor(float)": "float32",
+        "tensor(float16)": "float16",
+        "tensor(double)": "float64",
+        "tensor(int64)": "int64",
+        "tensor(int32)": "int32",
+        "tensor(uint8)": "uint8",
+        "tensor(int8)": "int8",
+        "tensor(bool)": "bool",
+    }
     return [TensorSpec(a.name, tuple(d if isinstance(d, int) else (d or None) for d in a.shape), dtypes.get(a.type, a.type)) for a in args]

@@ -29,7 +29,9 @@ class TorchRunner(Runner):
         from edgekit.loaders.torch import load_torch, resolve_input_specs
 
         if self.device == "cuda" and not torch.cuda.is_available():
-            raise RuntimeMissingError("torch:cuda needs a CUDA GPU and a CUDA build of torch", hint="use --target torch:cpu on this machine")
+            raise RuntimeMissingError(
+                "torch:cuda needs a CUDA GPU and a CUDA build of torch", hint="use --target torch:cpu on this machine"
+            )
         torch.set_num_threads(self.threads)
         module, declared = load_torch(self.source)
         self.inputs = resolve_input_specs(module, declared, self.inputs)

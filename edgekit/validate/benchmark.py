@@ -48,8 +48,18 @@ class LatencyStats:
     def from_times(cls, times_ms: np.ndarray, batch: int) -> LatencyStats:
         p50, p90, p99 = np.percentile(times_ms, [50, 90, 99])
         mean = float(times_ms.mean())
-        return cls(float(p50), float(p90), float(p99), mean, float(times_ms.std()), float(times_ms.min()),
-                   float(times_ms.max()), len(times_ms), batch, batch * 1000.0 / mean if mean > 0 else 0.0)
+        return cls(
+            float(p50),
+            float(p90),
+            float(p99),
+            mean,
+            float(times_ms.std()),
+            float(times_ms.min()),
+            float(times_ms.max()),
+            len(times_ms),
+            batch,
+            batch * 1000.0 / mean if mean > 0 else 0.0,
+        )
 
 
 @dataclass(frozen=True)
@@ -89,8 +99,9 @@ def measure(runner, feeds: dict[str, np.ndarray], warmup: int, runs: int) -> tup
     return first, times
 
 
-def bench_in_process(source: ModelSource, settings: BenchSettings, inputs: list[TensorSpec] | None = None,
-                     feeds: dict[str, np.ndarray] | None = None) -> BenchResult:
+def bench_in_process(
+    source: ModelSource, settings: BenchSettings, inputs: list[TensorSpec] | None = None, feeds: dict[str, np.ndarray] | None = None
+) -> BenchResult:
     """Measure one artifact in this process (the worker behind `bench`)."""
     from edgekit.calibration import random_samples
     from edgekit.targets import make_runner
@@ -101,8 +112,18 @@ def bench_in_process(source: ModelSource, settings: BenchSettings, inputs: list[
         feeds = next(random_samples(runner.inputs, settings.batch).batches(settings.batch))
     first, times = measure(runner, feeds, settings.warmup, settings.runs)
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return BenchResult(source.spec, runner.target, runner.version(), runner.threads, runner.load_seconds * 1000, first,
-                       LatencyStats.from_times(times, settings.batch), peak_kb / 1024, _size(source), [round(t, 4) for t in times])
+    return BenchResult(
+        source.spec,
+        runner.target,
+        runner.version(),
+        runner.threads,
+        runner.load_seconds * 1000,
+        first,
+        LatencyStats.from_times(times, settings.batch),
+        peak_kb / 1024,
+        _size(source),
+        [round(t, 4) for t in times],
+    )
 
 
 def _size(source: ModelSource) -> int:
@@ -115,8 +136,9 @@ def _size(source: ModelSource) -> int:
     return file_size(source.path)
 
 
-def bench(source: ModelSource, settings: BenchSettings, inputs: list[TensorSpec] | None = None,
-          feeds: dict[str, np.ndarray] | None = None) -> BenchResult:
+def bench(
+    source: ModelSource, settings: BenchSettings, inputs: list[TensorSpec] | None = None, feeds: dict[str, np.ndarray] | None = None
+) -> BenchResult:
     """Measure one artifact in a fresh spawned process; errors come back as they were raised."""
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         return pool.submit(bench_in_process, source, settings, inputs, feeds).result()

@@ -31,7 +31,7 @@ def run_batches(runner, samples: Samples, batch: int) -> list[np.ndarray]:
     for feeds in samples.batches(batch):
         outs = runner.infer(feeds)
         per_output = per_output or [[] for _ in outs]
-        for acc, out in zip(per_output, outs):
+        for acc, out in zip(per_output, outs, strict=True):
             acc.append(np.asarray(out))
     return [np.concatenate(chunks) for chunks in per_output]
 
@@ -63,8 +63,14 @@ def compare(ref_outputs: list[np.ndarray], art_outputs: list[np.ndarray], names:
     from edgekit.errors import EdgekitError
 
     if len(ref_outputs) != len(art_outputs):
-        raise EdgekitError(f"the artifact has {len(art_outputs)} outputs, the reference {len(ref_outputs)}", hint="check that the artifact was converted from this reference")
-    for ref, art, name in zip(ref_outputs, art_outputs, names):
+        raise EdgekitError(
+            f"the artifact has {len(art_outputs)} outputs, the reference {len(ref_outputs)}",
+            hint="check that the artifact was converted from this reference",
+        )
+    for ref, art, name in zip(ref_outputs, art_outputs, names, strict=True):
         if ref.shape != art.shape:
-            raise EdgekitError(f"output '{name}': artifact shape {art.shape} vs reference {ref.shape}", hint="check that the artifact was converted from this reference")
-    return [compare_output(n, r, a) for n, r, a in zip(names, ref_outputs, art_outputs)]
+            raise EdgekitError(
+                f"output '{name}': artifact shape {art.shape} vs reference {ref.shape}",
+                hint="check that the artifact was converted from this reference",
+            )
+    return [compare_output(n, r, a) for n, r, a in zip(names, ref_outputs, art_outputs, strict=True)]

@@ -38,11 +38,32 @@ def check(report: dict, limits: Thresholds) -> list[GateFailure]:
         if accuracy is None:
             failures.append(GateFailure("accuracy_drop", None, limits.max_drop, "no labels in the data: the drop cannot be measured"))
         elif accuracy["drop_points"] > limits.max_drop:
-            failures.append(GateFailure("accuracy_drop", accuracy["drop_points"], limits.max_drop, f"accuracy fell {accuracy['drop_points']:.2f} points, more than {limits.max_drop}"))
+            failures.append(
+                GateFailure(
+                    "accuracy_drop",
+                    accuracy["drop_points"],
+                    limits.max_drop,
+                    f"accuracy fell {accuracy['drop_points']:.2f} points, more than {limits.max_drop}",
+                )
+            )
     for out in report.get("fidelity", []):
         if limits.min_cosine is not None and out["cosine_mean"] < limits.min_cosine:
-            failures.append(GateFailure(f"cosine[{out['name']}]", out["cosine_mean"], limits.min_cosine, f"mean cosine {out['cosine_mean']:.5f} below {limits.min_cosine}"))
+            failures.append(
+                GateFailure(
+                    f"cosine[{out['name']}]",
+                    out["cosine_mean"],
+                    limits.min_cosine,
+                    f"mean cosine {out['cosine_mean']:.5f} below {limits.min_cosine}",
+                )
+            )
         agreement = out.get("top1_agreement")
         if limits.min_agreement is not None and agreement is not None and agreement < limits.min_agreement:
-            failures.append(GateFailure(f"top1_agreement[{out['name']}]", agreement, limits.min_agreement, f"top-1 agreement {agreement:.2f}% below {limits.min_agreement}%"))
+            failures.append(
+                GateFailure(
+                    f"top1_agreement[{out['name']}]",
+                    agreement,
+                    limits.min_agreement,
+                    f"top-1 agreement {agreement:.2f}% below {limits.min_agreement}%",
+                )
+            )
     return failures

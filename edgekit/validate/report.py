@@ -49,7 +49,10 @@ def load_json(path: Path) -> dict:
     except (OSError, json.JSONDecodeError) as exc:
         raise EdgekitError(f"cannot read report {path}: {exc}", hint="give a JSON report written by edgekit") from None
     if report.get("schema_version", "").split(".")[0] != SCHEMA_VERSION.split(".")[0]:
-        raise EdgekitError(f"{path} has report schema {report.get('schema_version')}, this edgekit reads {SCHEMA_VERSION}", hint="re-run the validation with this edgekit version")
+        raise EdgekitError(
+            f"{path} has report schema {report.get('schema_version')}, this edgekit reads {SCHEMA_VERSION}",
+            hint="re-run the validation with this edgekit version",
+        )
     return report
 
 

@@ -47,14 +47,20 @@ def validate(request: ValidationRequest) -> dict:
     fidelity = compare(ref_out, art_out, artifact.output_names)
     report = new_report("validate", (artifact.package, reference.package))
     report.update(
-        artifact=_describe(request.artifact, artifact.target), reference=_describe(request.reference, reference.target),
-        target=artifact.target, threads=artifact.threads, data=samples.provenance,
-        fidelity=[f.to_dict() for f in fidelity], accuracy=_accuracy(ref_out[0], art_out[0], samples.labels),
+        artifact=_describe(request.artifact, artifact.target),
+        reference=_describe(request.reference, reference.target),
+        target=artifact.target,
+        threads=artifact.threads,
+        data=samples.provenance,
+        fidelity=[f.to_dict() for f in fidelity],
+        accuracy=_accuracy(ref_out[0], art_out[0], samples.labels),
     )
     if samples.provenance.get("random"):
         report["warnings"].append(RANDOM_WARNING)
     feeds = next(samples.batches(request.latency.batch)) if len(samples) >= request.latency.batch else None
-    report["latency"] = bench(request.artifact, _with_target(request.latency, artifact.target), list(request.inputs) or None, feeds).to_dict()
+    report["latency"] = bench(
+        request.artifact, _with_target(request.latency, artifact.target), list(request.inputs) or None, feeds
+    ).to_dict()
     report["gate"] = gate_section(report, request.thresholds)
     return report
 

@@ -18,13 +18,14 @@ class FashionCNN(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.features = nn.Sequential(
-            _conv_bn(1, 32), nn.MaxPool2d(2),
-            _conv_bn(32, 64), nn.MaxPool2d(2),
-            _conv_bn(64, 64), nn.MaxPool2d(2),
+            _conv_bn(1, 32),
+            nn.MaxPool2d(2),
+            _conv_bn(32, 64),
+            nn.MaxPool2d(2),
+            _conv_bn(64, 64),
+            nn.MaxPool2d(2),
         )
-        self.classifier = nn.Sequential(
-            nn.Flatten(), nn.Linear(64 * 3 * 3, 128), nn.ReLU(inplace=True), nn.Linear(128, 10)
-        )
+        self.classifier = nn.Sequential(nn.Flatten(), nn.Linear(64 * 3 * 3, 128), nn.ReLU(inplace=True), nn.Linear(128, 10))
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
         x = (image - FASHION_MEAN) / FASHION_STD
@@ -59,7 +60,9 @@ class ResNet18Shape(nn.Module):
     def __init__(self, num_classes: int = 1000, width: int = 64) -> None:
         super().__init__()
         self.stem = nn.Sequential(
-            nn.Conv2d(3, width, 7, 2, 3, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True),
+            nn.Conv2d(3, width, 7, 2, 3, bias=False),
+            nn.BatchNorm2d(width),
+            nn.ReLU(inplace=True),
             nn.MaxPool2d(3, 2, 1),
         )
         widths = [width, width * 2, width * 4, width * 8]

@@ -1,0 +1,166 @@
+"""The CLI contract, through the real `edgekit` command in fresh interpreters."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import assert_clean_error, run_cli
+
+FACTORY = "edgekit.zoo.models:fashion_cnn"
+IMAGE = "image:1x1x28x28"
+
+
+def test_help_imports_no_framework():
+    code = "import sys, edgekit.cli as c; c._register(); print(sorted(m for m in ('torch','tensorflow','onnx','onnxruntime','openvino','keras') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]"
+    result = run_cli("--help")
+    assert result.code == 0 and "convert" in result.stdout and "validate" in result.stdout
+
+
+def test_targets_lists_found_and_missing_runtimes():
+    result = run_cli("targets")
+    assert result.code == 0
+    lines = result.stdout.splitlines()
+    assert any("onnxruntime:cpu" in ln and "available" in ln and "unavailable" not in ln for ln in lines)
+    assert any("onnxruntime:cuda" in ln and "unavailable" in ln and "onnxruntime-gpu" in ln for ln in lines)
+
+
+def test_info_shows_signature_params_and_ops(fashion_onnx):
+    result = run_cli("info", fashion_onnx["int8"], "--json")
+    info = json.loads(result.stdout)
+    assert info["format"] == "onnx" and info["precision"] == "int8"
+    assert info["inputs"][0]["name"] == "image" and info["ops"]["QuantizeLinear"] > 0 and info["parameters"] > 100_000
+    assert info["provenance"]["calibration"]["samples"] == 300
+    table = run_cli("info", fashion_onnx["fp32"])
+    assert "op histogram" in table.stdout and "Conv" in table.stdout
+
+
+def test_convert_and_validate_with_labels(tmp_path, weights_path, small_test_npz):
+    out = tmp_path / "m.onnx"
+    converted = run_cli("convert", FACTORY, "--weights", weights_path, "--to", "onnx", "-i", IMAGE, "-o", out)
+    assert converted.code == 0, converted.stderr
+    assert "exporter: dynamo" in converted.stdout
+    report = tmp_path / "r.json"
+    result = run_cli(
+        "validate",
+        out,
+        "--reference",
+        FACTORY,
+        "--weights",
+        weights_path,
+        "--data",
+        small_test_npz,
+        "--report",
+        report,
+        "--runs",
+        "20",
+        "--threads",
+        "1",
+        "--max-drop",
+        "0.5",
+        "--min-cosine",
+        "0.999",
+    )
+    assert result.code == 0, result.stderr
+    data = json.loads(report.read_text())
+    assert data["schema_version"] and data["machine"]["cpu"] and data["threads"] == 1
+    assert data["accuracy"]["drop_points"] == pytest.approx(0.0, abs=0.05) and data["accuracy"]["samples"] == 2000
+    assert data["fidelity"][0]["cosine_min"] > 0.9999 and data["fidelity"][0]["top1_agreement"] > 99.9
+    assert {"p50", "p90", "p99", "mean", "std", "min"} <= set(data["latency"]["latency"]) and data["latency"]["threads"] == 1
+    assert data["data"]["random"] is False and data["gate"]["passed"] is True
+
+
+def test_validate_without_data_says_so_loudly(tmp_path, fashion_onnx, weights_path):
+    report = tmp_path / "r.json"
+    result = run_cli("validate", fashion_onnx["fp32"], "-r", FACTORY, "--weights", weights_path, "--runs", "5", "--report", report)
+    assert result.code == 0, result.stderr
+    assert "NO DATA GIVEN" in result.stdout
+    data = json.loads(report.read_text())
+    assert data["data"]["random"] is True and any("NO DATA" in w for w in data["warnings"]) and data["accuracy"] is None
+
+
+def test_gate_fails_with_exit_2_on_a_damaged_int8_model(tmp_path, fashion_onnx, small_test_npz):
+    garbage = tmp_path / "garbage.npz"  # ranges 100x too small: real inputs saturate
+    with np.load(small_test_npz) as npz:
+        np.savez(garbage, image=npz["image"][:200] * 0.01)
+    damaged = tmp_path / "damaged.onnx"
+    assert run_cli("quantize", fashion_onnx["fp32"], "-o", damaged, "--calib", garbage, "--calib-samples", "200").code == 0
+    result = run_cli("validate", damaged, "-r", fashion_onnx["fp32"], "-d", small_test_npz, "--max-drop", "0.5", "--runs", "5")
+    assert result.code == 2, result.stderr
+    assert "GATE FAILED" in result.stdout and "accuracy_drop" in result.stdout
+
+
+def test_bench_reports_every_artifact(tmp_path, fashion_onnx):
+    report = tmp_path / "b.json"
+    result = run_cli(
+        "bench", fashion_onnx["fp32"], fashion_onnx["int8"], "--threads", "1", "--runs", "10", "--warmup", "2", "--report", report
+    )
+    assert result.code == 0, result.stderr
+    rows = json.loads(report.read_text())["results"]
+    assert [r["threads"] for r in rows] == [1, 1] and rows[1]["size_bytes"] < rows[0]["size_bytes"] / 2
+    assert all(r["load_ms"] > 0 and r["first_inference_ms"] > 0 and r["peak_rss_mb"] > 0 for r in rows)
+
+
+# --- bad input: one line, a hint, exit 1, no traceback, nothing written ---
+
+
+def test_missing_model_file():
+    assert_clean_error(run_cli("info", "nope.onnx"), "model not found")
+
+
+def test_text_file_named_onnx(tmp_path):
+    fake = tmp_path / "fake.onnx"
+    fake.write_text("hello, I am text\n" * 10)
+    assert_clean_error(run_cli("info", fake), "not a valid ONNX file")
+
+
+def test_truncated_onnx(tmp_path, fashion_onnx, small_test_npz):
+    cut = tmp_path / "cut.onnx"
+    cut.write_bytes(fashion_onnx["fp32"].read_bytes()[:5000])
+    assert_clean_error(run_cli("validate", cut, "-r", fashion_onnx["fp32"], "-d", small_test_npz), "cut.onnx")
+
+
+def test_factory_that_does_not_exist(tmp_path):
+    assert_clean_error(
+        run_cli("convert", "edgekit.zoo.models:no_such", "--to", "onnx", "-i", IMAGE, "-o", tmp_path / "x.onnx"), "'no_such' not found"
+    )
+    assert not (tmp_path / "x.onnx").exists()
+
+
+def test_input_shape_that_does_not_fit(tmp_path, weights_path):
+    result = run_cli("convert", FACTORY, "--weights", weights_path, "--to", "onnx", "-i", "image:1x3x28x28", "-o", tmp_path / "x.onnx")
+    assert_clean_error(result, "does not accept inputs image:1x3x28x28")
+
+
+def test_data_that_does_not_match_the_inputs(tmp_path, fashion_onnx):
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, image=np.zeros((8, 28, 28), np.float32))
+    assert_clean_error(run_cli("validate", fashion_onnx["fp32"], "-r", fashion_onnx["fp32"], "-d", bad), "input 'image'")
+
+
+def test_target_whose_runtime_is_missing(fashion_onnx):
+    assert_clean_error(run_cli("bench", fashion_onnx["fp32"], "--target", "onnxruntime:cuda"), "CUDAExecutionProvider", "onnxruntime-gpu")
+
+
+def test_int8_without_calibration_and_bad_calibration_write_nothing(tmp_path, fashion_onnx):
+    out = tmp_path / "q.onnx"
+    out.write_text("a good artifact from before")
+    assert_clean_error(run_cli("quantize", fashion_onnx["fp32"], "-o", out), "needs calibration data", "--calib")
+    wrong = tmp_path / "wrong.npz"
+    np.savez(wrong, image=np.zeros((10, 1, 32, 32), np.float32))
+    assert_clean_error(run_cli("quantize", fashion_onnx["fp32"], "-o", out, "--calib", wrong), "input 'image'")
+    (tmp_path / "empty").mkdir()
+    assert_clean_error(run_cli("quantize", fashion_onnx["fp32"], "-o", out, "--calib", tmp_path / "empty"), "no images")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "x.png").write_bytes(b"\x89PNG garbage")
+    assert_clean_error(run_cli("quantize", fashion_onnx["fp32"], "-o", out, "--calib", tmp_path / "broken"), "cannot read image")
+    assert out.read_text() == "a good artifact from before"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken", "empty", "q.onnx", "wrong.npz"]
+
+
+def test_state_dict_without_factory_and_pickle_warning(weights_path, tmp_path):
+    assert_clean_error(run_cli("convert", weights_path, "--to", "onnx", "-o", tmp_path / "x.onnx"), "--allow-pickle")

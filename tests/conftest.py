@@ -1,0 +1,83 @@
+"""Shared fixtures: the committed, trained FashionCNN and real Fashion-MNIST data, converted once per session."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgekit.artifact import TensorSpec
+
+INPUTS = (TensorSpec("image", ("batch", 1, 28, 28), "float32"),)
+
+
+@dataclass
+class CliResult:
+    code: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(*args: str, cwd: Path | None = None) -> CliResult:
+    """Run the real `edgekit` command in a fresh interpreter."""
+    env = {**os.environ, "COLUMNS": "200"}
+    proc = subprocess.run([sys.executable, "-m", "edgekit", *map(str, args)], capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
+    return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def assert_clean_error(result: CliResult, *needles: str) -> None:
+    """Exit 1, one `error:` line with a hint on stderr, no traceback."""
+    assert result.code == 1, (result.code, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr + result.stdout, result.stderr
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 1, result.stderr
+    assert "hint:" in errors[0], errors[0]
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+
+
+@pytest.fixture(scope="session")
+def demo_data(tmp_path_factory) -> tuple[Path, Path]:
+    """(test .npz with all 10k labelled images, calibration .npz with 1,000 training images)."""
+    from edgekit.demo import write_demo_data
+
+    return write_demo_data(tmp_path_factory.mktemp("data"))
+
+
+@pytest.fixture(scope="session")
+def small_test_npz(tmp_path_factory, demo_data) -> Path:
+    """The first 2,000 test images, for faster checks."""
+    with np.load(demo_data[0]) as npz:
+        path = tmp_path_factory.mktemp("small") / "test2k.npz"
+        np.savez(path, image=npz["image"][:2000], labels=npz["labels"][:2000])
+    return path
+
+
+@pytest.fixture(scope="session")
+def fashion_source():
+    from edgekit.demo import demo_source
+
+    return demo_source()
+
+
+@pytest.fixture(scope="session")
+def fashion_onnx(tmp_path_factory, fashion_source, demo_data) -> dict[str, Path]:
+    """The FashionCNN converted to ONNX fp32 and int8 (calibrated on 300 real training images)."""
+    from edgekit.converters import CalibrationOptions, ConvertOptions
+    from edgekit.converters.pipeline import convert
+
+    out = tmp_path_factory.mktemp("onnx")
+    plans = {"fp32": CalibrationOptions(), "int8": CalibrationOptions(str(demo_data[1]), 300)}
+    return {p: convert(fashion_source, "onnx", out / f"fashion.{p}.onnx", ConvertOptions(p, INPUTS, c)).path for p, c in plans.items()}
+
+
+@pytest.fixture(scope="session")
+def weights_path() -> Path:
+    from edgekit.zoo.fashion_mnist import WEIGHTS
+
+    return WEIGHTS

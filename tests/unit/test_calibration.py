@@ -1,0 +1,92 @@
+import numpy as np
+import pytest
+from PIL import Image
+
+from edgekit.artifact import TensorSpec
+from edgekit.calibration import load_samples, random_samples
+from edgekit.calibration.preprocess import Preprocess
+from edgekit.errors import EdgekitError, InputMismatchError
+
+SPEC = [TensorSpec("image", ("batch", 1, 28, 28), "float32")]
+RGB = [TensorSpec("x", (1, 3, 32, 32), "float32")]
+
+
+def test_npz_sampling_is_deterministic_and_keeps_labels(small_test_npz):
+    a = load_samples(str(small_test_npz), 100, seed=3, specs=SPEC)
+    b = load_samples(str(small_test_npz), 100, seed=3, specs=SPEC)
+    c = load_samples(str(small_test_npz), 100, seed=4, specs=SPEC)
+    assert len(a) == 100 and a.labels.shape == (100,)
+    assert a.provenance["sha256"] == b.provenance["sha256"] != c.provenance["sha256"]
+    np.testing.assert_array_equal(a.arrays["image"], b.arrays["image"])
+
+
+def test_wrong_shape_and_dtype_name_the_input(tmp_path):
+    np.savez(tmp_path / "bad.npz", image=np.zeros((4, 3, 28, 28), np.float32))
+    with pytest.raises(InputMismatchError, match="input 'image': data shape 4x3x28x28"):
+        load_samples(str(tmp_path / "bad.npz"), specs=SPEC)
+    np.savez(tmp_path / "f64.npz", image=np.zeros((4, 1, 28, 28)))
+    with pytest.raises(InputMismatchError, match="input 'image': data dtype float64"):
+        load_samples(str(tmp_path / "f64.npz"), specs=SPEC)
+    np.savez(tmp_path / "names.npz", a=np.zeros((4, 1, 28, 28), np.float32), b=np.zeros((4, 2), np.float32))
+    with pytest.raises(InputMismatchError, match=r"no array for input\(s\) \['image'\]"):
+        load_samples(str(tmp_path / "names.npz"), specs=SPEC)
+
+
+def test_npy_binds_to_a_single_input(tmp_path):
+    np.save(tmp_path / "x.npy", np.ones((5, 1, 28, 28), np.float32))
+    samples = load_samples(str(tmp_path / "x.npy"), specs=SPEC)
+    assert list(samples.arrays) == ["image"] and samples.labels is None
+
+
+def _write_images(folder, classes=("cat", "dog"), per_class=3, size=(40, 50)):
+    rng = np.random.default_rng(0)
+    for cls in classes:
+        (folder / cls).mkdir(parents=True)
+        for i in range(per_class):
+            Image.fromarray(rng.integers(0, 255, (*size, 3), dtype=np.uint8)).save(folder / cls / f"{i}.png")
+
+
+def test_image_folder_gives_labels_from_subfolders_and_preprocesses(tmp_path):
+    _write_images(tmp_path / "imgs")
+    samples = load_samples(str(tmp_path / "imgs"), specs=RGB, preprocess="mean=0.5/0.5/0.5,std=0.5/0.5/0.5")
+    assert samples.arrays["x"].shape == (6, 3, 32, 32) and samples.arrays["x"].dtype == np.float32
+    assert sorted(samples.labels.tolist()) == [0, 0, 0, 1, 1, 1]
+    assert samples.arrays["x"].min() >= -1.0 and samples.arrays["x"].max() <= 1.0
+    assert samples.provenance["classes"] == ["cat", "dog"]
+
+
+def test_preprocess_resize_crop_layout_order():
+    img = Image.fromarray(np.tile(np.array([255, 0, 0], np.uint8), (60, 80, 1)))
+    nhwc = Preprocess.parse("layout=nhwc,order=bgr,scale=1", TensorSpec("x", (1, 24, 24, 3)))
+    out = nhwc.apply(img)
+    assert out.shape == (24, 24, 3) and out[0, 0].tolist() == [0.0, 0.0, 255.0]
+    with pytest.raises(EdgekitError, match="unknown preprocessing key"):
+        Preprocess.parse("size=3", RGB[0])
+
+
+def test_empty_folder_and_unreadable_image(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(EdgekitError, match="no images"):
+        load_samples(str(tmp_path / "empty"), specs=RGB)
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "a.jpg").write_bytes(b"not an image")
+    with pytest.raises(EdgekitError, match="cannot read image"):
+        load_samples(str(tmp_path / "broken"), specs=RGB)
+
+
+def test_callable_source_yields_samples_or_batches(tmp_path, monkeypatch):
+    (tmp_path / "calib_src.py").write_text(
+        "import numpy as np\n"
+        "def per_sample():\n    return (np.full((1, 28, 28), i, np.float32) for i in range(10))\n"
+        "def batched():\n    return [{'image': np.zeros((4, 1, 28, 28), np.float32), 'labels': np.arange(4)}] * 3\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    first = load_samples("calib_src:per_sample", 6, specs=SPEC)
+    assert len(first) == 6 and first.arrays["image"][5, 0, 0, 0] == 5
+    batched = load_samples("calib_src:batched", specs=SPEC)
+    assert len(batched) == 12 and batched.labels.tolist()[:4] == [0, 1, 2, 3]
+
+
+def test_random_samples_are_marked():
+    samples = random_samples(SPEC, 8)
+    assert samples.provenance["random"] is True and samples.arrays["image"].shape == (8, 1, 28, 28)

@@ -1,0 +1,64 @@
+import math
+
+import numpy as np
+import pytest
+
+from edgekit.loaders import open_source
+from edgekit.validate.benchmark import BenchSettings, LatencyStats, bench, bench_in_process
+from edgekit.validate.compare import accuracy_percent, compare, compare_output
+from edgekit.validate.gate import Thresholds, check
+
+
+def test_identical_outputs_are_perfect():
+    x = np.random.default_rng(0).normal(size=(50, 10)).astype(np.float32)
+    f = compare_output("logits", x, x.copy())
+    assert f.max_abs == 0 and f.cosine_min == pytest.approx(1.0) and math.isinf(f.snr_db) and f.top1_agreement == 100.0
+
+
+def test_noise_gives_the_expected_snr_and_cosine():
+    rng = np.random.default_rng(1)
+    ref = rng.normal(size=(2000, 10))
+    f = compare_output("y", ref, ref + rng.normal(scale=0.1, size=ref.shape))
+    assert f.snr_db == pytest.approx(20.0, abs=0.3)  # signal power 1, noise power 0.01
+    assert 0.99 < f.cosine_mean < 1.0 and f.top1_agreement < 100.0
+
+
+def test_flipped_predictions_lower_agreement_and_accuracy():
+    ref = np.eye(4)[[0, 1, 2, 3]]
+    art = np.eye(4)[[0, 1, 3, 2]]
+    assert compare_output("p", ref, art).top1_agreement == 50.0
+    assert accuracy_percent(art, np.array([0, 1, 2, 3])) == 50.0
+
+
+def test_compare_rejects_shape_changes():
+    from edgekit.errors import EdgekitError
+
+    with pytest.raises(EdgekitError, match="output 'y'"):
+        compare([np.zeros((2, 3))], [np.zeros((2, 4))], ["y"])
+
+
+def _report(drop, cosine, agreement):
+    return {"accuracy": {"drop_points": drop}, "fidelity": [{"name": "y", "cosine_mean": cosine, "top1_agreement": agreement}]}
+
+
+def test_gate_reports_each_missed_threshold():
+    limits = Thresholds(max_drop=0.5, min_cosine=0.99, min_agreement=98.0)
+    assert check(_report(0.2, 0.999, 99.0), limits) == []
+    failures = check(_report(1.5, 0.9, 90.0), limits)
+    assert [f.metric for f in failures] == ["accuracy_drop", "cosine[y]", "top1_agreement[y]"]
+    assert check({"accuracy": None, "fidelity": []}, Thresholds(max_drop=1))[0].reason.startswith("no labels")
+
+
+def test_latency_stats_percentiles():
+    stats = LatencyStats.from_times(np.arange(1, 101, dtype=float), batch=4)
+    assert (stats.p50, stats.min, stats.max, stats.runs) == (50.5, 1.0, 100.0, 100)
+    assert stats.p90 == pytest.approx(90.1) and stats.throughput == pytest.approx(4000 / 50.5)
+
+
+def test_bench_runs_in_a_fresh_process_with_recorded_threads(fashion_onnx):
+    source = open_source(str(fashion_onnx["fp32"]))
+    result = bench(source, BenchSettings(threads=1, batch=2, warmup=2, runs=15))
+    assert result.threads == 1 and result.target == "onnxruntime:cpu" and result.latency.batch == 2
+    assert len(result.times_ms) == 15 and result.latency.min <= result.latency.p50 <= result.latency.p99
+    assert result.peak_rss_mb > 10 and result.size_bytes == source.path.stat().st_size
+    assert bench_in_process(source, BenchSettings(threads=1, warmup=0, runs=3)).latency.runs == 3

@@ -1,0 +1,76 @@
+import numpy as np
+import onnx
+import pytest
+
+from edgekit.converters import CalibrationOptions, ConvertOptions, needs_calibration, plan
+from edgekit.converters.onnx_quantize import choose_scheme
+from edgekit.converters.pipeline import convert
+from edgekit.errors import EdgekitError
+from edgekit.loaders import open_source
+
+
+def test_plan_exports_fp32_then_quantizes():
+    steps = plan("torch", "onnx", "int8")
+    assert [(c.__name__, p) for c, p in steps] == [("TorchToOnnx", "fp32"), ("OnnxQuantizer", "int8")]
+    assert needs_calibration(steps) and not needs_calibration(plan("torch", "onnx", "fp16"))
+    assert [c.__name__ for c, _ in plan("onnx", "onnx", "fp16")] == ["OnnxQuantizer"]
+
+
+def test_plan_refuses_unknown_routes_and_precisions():
+    with pytest.raises(EdgekitError, match="cannot convert"):
+        plan("onnx", "tflite", "fp32")
+    with pytest.raises(EdgekitError, match="choose one of: fp16, fp32, int8, int8-dynamic"):
+        plan("torch", "onnx", "int4")
+
+
+def test_int8_without_calibration_fails_before_any_work(tmp_path, fashion_source):
+    out = tmp_path / "m.onnx"
+    with pytest.raises(EdgekitError, match="needs calibration data"):
+        convert(fashion_source, "onnx", out, ConvertOptions("int8"))
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_scheme_follows_the_target():
+    trt = choose_scheme("tensorrt:cuda")
+    assert (trt.activations, trt.weights, trt.symmetric_activations) == ("int8", "int8", True)
+    assert choose_scheme("onnxruntime:tensorrt").symmetric_activations
+    assert choose_scheme("onnxruntime:cpu").weights == "int8"
+
+
+def _quant_params(path):
+    model = onnx.load(str(path))
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+    return [(inits[n.input[1]], inits[n.input[2]]) for n in model.graph.node if n.op_type == "QuantizeLinear" and len(n.input) > 2]
+
+
+def test_tensorrt_qdq_is_symmetric_int8_with_per_channel_weights(tmp_path, fashion_onnx, demo_data):
+    opts = ConvertOptions("int8", calibration=CalibrationOptions(str(demo_data[1]), 64), for_target="tensorrt:cuda")
+    artifact = convert(open_source(str(fashion_onnx["fp32"])), "onnx", tmp_path / "trt.onnx", opts)
+    params = _quant_params(artifact.path)
+    assert params and all(zp.dtype == np.int8 and not zp.any() for _, zp in params)
+    model = onnx.load(str(artifact.path))
+    weight_dq = [
+        n for n in model.graph.node if n.op_type == "DequantizeLinear" and any(i.name == n.input[0] for i in model.graph.initializer)
+    ]
+    inits = {i.name: i for i in model.graph.initializer}
+    assert any(len(inits[n.input[1]].dims) == 1 and inits[n.input[1]].dims[0] > 1 for n in weight_dq)  # per-channel scales
+
+
+def test_cpu_int8_uses_u8_activations_and_records_why(fashion_onnx):
+    from edgekit.converters.pipeline import read_provenance
+
+    prov = read_provenance(fashion_onnx["int8"])
+    assert prov["quantization"]["activations"] == "uint8" and prov["quantization"]["reason"]
+    assert prov["calibration"]["samples"] == 300 and len(prov["calibration"]["sha256"]) == 64
+    activation_zps = [zp for _, zp in _quant_params(fashion_onnx["int8"]) if zp.dtype == np.uint8]
+    assert activation_zps
+
+
+def test_fp16_keeps_float32_io_and_dynamic_int8(tmp_path, fashion_onnx):
+    source = open_source(str(fashion_onnx["fp32"]))
+    fp16 = convert(source, "onnx", tmp_path / "h.onnx", ConvertOptions("fp16"))
+    assert fp16.inputs[0].dtype == "float32" and fp16.outputs[0].dtype == "float32"
+    assert any(i.data_type == onnx.TensorProto.FLOAT16 for i in onnx.load(str(fp16.path)).graph.initializer)
+    dyn = convert(source, "onnx", tmp_path / "d.onnx", ConvertOptions("int8-dynamic"))
+    assert "DynamicQuantizeLinear" in {n.op_type for n in onnx.load(str(dyn.path)).graph.node}
+    assert dyn.precision == "int8-dynamic"
