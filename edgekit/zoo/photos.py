@@ -1,0 +1,46 @@
+"""Real photos (bundled with scikit-image) as ImageNet-style inputs: a fixed set of crops and flips."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgekit.errors import EdgekitError
+
+PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "retina", "hubble_deep_field", "immunohistochemistry",
+          "stereo_motorcycle", "colorwheel", "camera", "coins", "clock", "moon", "horse")
+IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32)
+IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32)
+
+
+def photos() -> list[np.ndarray]:
+    """The bundled photos as uint8 RGB arrays (grey ones expanded to 3 channels)."""
+    try:
+        import skimage.data as data
+    except ImportError:
+        raise EdgekitError("real photos need scikit-image", hint="pip install scikit-image") from None
+    images = []
+    for name in PHOTOS:
+        image = getattr(data, name)()
+        image = image[0] if isinstance(image, tuple) else image
+        image = np.repeat(image[..., None], 3, axis=2) if image.ndim == 2 else image[..., :3]
+        images.append(np.asarray(image, np.uint8) if image.dtype == np.uint8 else (np.asarray(image) * 255).astype(np.uint8))
+    return images
+
+
+def imagenet_crops(count: int, size: int = 224, seed: int = 0) -> np.ndarray:
+    """`count` deterministic random-resized crops (with flips) of the photos, normalised, NCHW float32."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    sources = photos()
+    crops = np.empty((count, 3, size, size), np.float32)
+    for i in range(count):
+        image = sources[i % len(sources)]
+        h, w = image.shape[:2]
+        side = int(min(h, w) * rng.uniform(0.35, 1.0))
+        top, left = rng.integers(0, h - side + 1), rng.integers(0, w - side + 1)
+        crop = Image.fromarray(image[top:top + side, left:left + side]).resize((size, size), Image.BILINEAR)
+        array = np.asarray(crop, np.float32) / 255.0
+        array = array[:, ::-1] if rng.random() < 0.5 else array
+        crops[i] = ((array - IMAGENET_MEAN) / IMAGENET_STD).transpose(2, 0, 1)
+    return crops
