@@ -49,6 +49,13 @@ def _fashion_rows() -> list[list]:
     return rows
 
 
+def _softmax_max(logits):
+    import numpy as np
+
+    e = np.exp(logits - logits.max(1, keepdims=True))
+    return (e / e.sum(1, keepdims=True)).max(1)
+
+
 def _photo_rows() -> list[list]:
     import numpy as np
 

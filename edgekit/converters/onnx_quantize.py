@@ -7,6 +7,8 @@ here) while ONNX Runtime's s8s8 default was no faster than fp32; TensorRT wants 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import shutil
 import tempfile
@@ -146,7 +148,7 @@ def _int8_static(model: Path, out: Path, options: ConvertOptions, samples, specs
     scheme = choose_scheme(options.for_target)
     types = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}
     methods = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy, "percentile": CalibrationMethod.Percentile}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, _stdout_to_log():
         pre = _preprocessed(model, Path(tmp))
         quantize_static(
             str(pre),
@@ -177,7 +179,23 @@ def _int8_static(model: Path, out: Path, options: ConvertOptions, samples, specs
     }
 
 
+@contextlib.contextmanager
+def _stdout_to_log():
+    """onnxruntime.quantization prints progress to stdout; keep it out of the user's output."""
+    captured = io.StringIO()
+    with contextlib.redirect_stdout(captured):
+        yield
+    for line in captured.getvalue().splitlines():
+        log.info("onnxruntime.quantization: %s", line)
+
+
 def _calibration_batch(specs, count: int) -> int:
-    """A static batch dim must be fed as is; a dynamic one takes batches of 16."""
+    """A static batch dim must be fed as is; a dynamic one takes equal batches of at most 16.
+
+    Equal batches, because ONNX Runtime's histogram calibrators (entropy, percentile) fail on a
+    smaller last batch (onnxruntime issue #18792).
+    """
     first = specs[0].shape[0] if specs and specs[0].shape else None
-    return first if isinstance(first, int) else min(16, count)
+    if isinstance(first, int):
+        return first
+    return next(size for size in range(min(16, count), 0, -1) if count % size == 0)

@@ -6,8 +6,22 @@ import numpy as np
 
 from edgekit.errors import EdgekitError
 
-PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "retina", "hubble_deep_field", "immunohistochemistry",
-          "stereo_motorcycle", "colorwheel", "camera", "coins", "clock", "moon", "horse")
+PHOTOS = (
+    "astronaut",
+    "chelsea",
+    "coffee",
+    "rocket",
+    "retina",
+    "hubble_deep_field",
+    "immunohistochemistry",
+    "stereo_motorcycle",
+    "colorwheel",
+    "camera",
+    "coins",
+    "clock",
+    "moon",
+    "horse",
+)
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32)
 
@@ -39,7 +53,7 @@ def imagenet_crops(count: int, size: int = 224, seed: int = 0) -> np.ndarray:
         h, w = image.shape[:2]
         side = int(min(h, w) * rng.uniform(0.35, 1.0))
         top, left = rng.integers(0, h - side + 1), rng.integers(0, w - side + 1)
-        crop = Image.fromarray(image[top:top + side, left:left + side]).resize((size, size), Image.BILINEAR)
+        crop = Image.fromarray(image[top : top + side, left : left + side]).resize((size, size), Image.BILINEAR)
         array = np.asarray(crop, np.float32) / 255.0
         array = array[:, ::-1] if rng.random() < 0.5 else array
         crops[i] = ((array - IMAGENET_MEAN) / IMAGENET_STD).transpose(2, 0, 1)

@@ -74,3 +74,11 @@ def test_fp16_keeps_float32_io_and_dynamic_int8(tmp_path, fashion_onnx):
     dyn = convert(source, "onnx", tmp_path / "d.onnx", ConvertOptions("int8-dynamic"))
     assert "DynamicQuantizeLinear" in {n.op_type for n in onnx.load(str(dyn.path)).graph.node}
     assert dyn.precision == "int8-dynamic"
+
+
+@pytest.mark.parametrize("method", ["percentile", "entropy"])
+def test_histogram_calibration_with_an_uneven_sample_count(tmp_path, fashion_onnx, demo_data, method):
+    # 150 samples do not split into batches of 16: ONNX Runtime's histogram calibrators fail on a short last batch.
+    opts = ConvertOptions("int8", calibration=CalibrationOptions(str(demo_data[1]), 150, method))
+    artifact = convert(open_source(str(fashion_onnx["fp32"])), "onnx", tmp_path / f"{method}.onnx", opts)
+    assert artifact.meta["provenance"]["quantization"]["method"] == method
