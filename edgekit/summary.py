@@ -7,21 +7,23 @@ from collections import Counter
 from edgekit.artifact import file_size
 from edgekit.loaders import ModelSource
 
+GRAPH_SUMMARIES = {"onnx": "edgekit.loaders.onnx:onnx_summary", "openvino": "edgekit.loaders.openvino:openvino_summary"}
+
 
 def model_info(source: ModelSource) -> dict:
     """Format, signature, parameter count, size and op histogram of a model."""
     summary = {"model": source.spec, "format": source.format, "size_bytes": file_size(source.path) if source.path else None}
-    if source.family == "onnx":
+    if source.format in GRAPH_SUMMARIES:
         from edgekit.converters.pipeline import describe
-        from edgekit.loaders.onnx import onnx_summary
+        from edgekit.imports import import_attr
 
-        artifact = describe(source.path, "onnx", None)
+        artifact = describe(source.path, source.format, None)
         summary.update(
             size_bytes=artifact.size_bytes(),
             precision=artifact.precision,
             inputs=[s.to_dict() for s in artifact.inputs],
             outputs=[s.to_dict() for s in artifact.outputs],
-            **onnx_summary(source.path),
+            **import_attr(GRAPH_SUMMARIES[source.format])(source.path),
             provenance=artifact.meta.get("provenance"),
         )
     else:

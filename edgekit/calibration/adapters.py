@@ -20,3 +20,18 @@ def ort_reader(samples: Samples, batch: int = 16):
             self._batches = samples.batches(batch)
 
     return _Reader()
+
+
+def nncf_dataset(samples: Samples, batch: int = 1):
+    """An nncf.Dataset of feed dicts (one sample each by default) over `samples`."""
+    import nncf
+
+    return nncf.Dataset(list(samples.batches(batch)))
+
+
+def nncf_validation(samples: Samples):
+    """An nncf.Dataset of (feeds, labels) items, one sample each, for accuracy control."""
+    import nncf
+
+    items = [(feeds, samples.labels[i : i + 1]) for i, feeds in enumerate(samples.batches(1))]
+    return nncf.Dataset(items, lambda item: item[0])

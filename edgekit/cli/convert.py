@@ -25,6 +25,10 @@ FOR_TARGET = typer.Option(
     "onnxruntime:cpu", "--for-target", help="Where the model will run; picks the int8 scheme (e.g. tensorrt:cuda wants symmetric s8)."
 )
 SEED = typer.Option(0, "--seed", help="Seed of the calibration sampling.")
+VAL = typer.Option(None, "--val", help="Labelled validation data for accuracy-controlled int8 (with --max-drop; OpenVINO).")
+VAL_SAMPLES = typer.Option(1000, "--val-samples", help="Validation samples drawn for accuracy control.")
+MAX_DROP = typer.Option(None, "--max-drop", help="Accuracy control: keep layers in float until the top-1 drop is at most this many points.")
+MODEL_TYPE = typer.Option(None, "--model-type", help="'transformer' for NNCF's transformer scheme (detected when not given).")
 RANDOM_CALIB = typer.Option(
     False, "--random-calibration", help="Calibrate on random data (plumbing only: the report marks the result as not meaningful)."
 )
@@ -47,13 +51,31 @@ def convert(
     for_target: str = FOR_TARGET,
     seed: int = SEED,
     random_calibration: bool = RANDOM_CALIB,
+    val: str = VAL,
+    val_samples: int = VAL_SAMPLES,
+    max_drop: float = MAX_DROP,
+    model_type: str = MODEL_TYPE,
 ) -> None:
     """Convert a model to another format and precision, written atomically."""
     from edgekit.loaders import open_source
 
     source = open_source(model, weights, allow_pickle)
     opts = _options(
-        precision, inputs, calib, calib_samples, calib_method, preprocess, per_tensor, exclude, for_target, seed, random_calibration
+        precision=precision,
+        inputs=inputs,
+        calib=calib,
+        calib_samples=calib_samples,
+        calib_method=calib_method,
+        preprocess=preprocess,
+        per_tensor=per_tensor,
+        exclude=exclude,
+        for_target=for_target,
+        seed=seed,
+        random_calibration=random_calibration,
+        val=val,
+        val_samples=val_samples,
+        max_drop=max_drop,
+        model_type=model_type,
     )
     _run(source, to, output or _default_output(source, to, precision), opts)
 
@@ -80,15 +102,42 @@ def quantize(
     if source.format != "onnx":
         raise EdgekitError(
             f"quantize takes an .onnx file, not {source.format}",
-            hint="use `edgekit convert MODEL --to onnx --precision ...` for other formats",
+            hint="use `edgekit convert MODEL --to ... --precision ...` for other formats",
         )
     opts = _options(
-        precision, None, calib, calib_samples, calib_method, preprocess, per_tensor, exclude, for_target, seed, random_calibration
+        precision=precision,
+        inputs=None,
+        calib=calib,
+        calib_samples=calib_samples,
+        calib_method=calib_method,
+        preprocess=preprocess,
+        per_tensor=per_tensor,
+        exclude=exclude,
+        for_target=for_target,
+        seed=seed,
+        random_calibration=random_calibration,
     )
     _run(source, "onnx", output, opts)
 
 
-def _options(precision, inputs, calib, calib_samples, calib_method, preprocess, per_tensor, exclude, for_target, seed, random_calibration):
+def _options(
+    *,
+    precision,
+    inputs,
+    calib,
+    calib_samples,
+    calib_method,
+    preprocess,
+    per_tensor,
+    exclude,
+    for_target,
+    seed,
+    random_calibration,
+    val=None,
+    val_samples=1000,
+    max_drop=None,
+    model_type=None,
+):
     from edgekit.converters import CalibrationOptions, ConvertOptions
     from edgekit.errors import EdgekitError
 
@@ -97,12 +146,25 @@ def _options(precision, inputs, calib, calib_samples, calib_method, preprocess, 
     if calib_method not in CALIB_METHODS:
         raise EdgekitError(f"unknown calibration method '{calib_method}'", hint=f"choose one of: {', '.join(CALIB_METHODS)}")
     calibration = CalibrationOptions(calib, calib_samples, calib_method, seed, preprocess, random_calibration)
-    return ConvertOptions(precision, options.input_specs(inputs), calibration, per_tensor, tuple(exclude or ()), for_target)
+    return ConvertOptions(
+        precision,
+        options.input_specs(inputs),
+        calibration,
+        per_tensor,
+        tuple(exclude or ()),
+        for_target,
+        model_type=model_type,
+        validation_data=val,
+        validation_samples=val_samples,
+        max_drop=max_drop,
+    )
 
 
 def _default_output(source, to: str, precision: str) -> Path:
+    from edgekit.converters import SUFFIXES
+
     base = Path(source.spec).parent if source.path else Path.cwd()
-    return base / f"{source.name}.{precision}.{to}"
+    return base / f"{source.name}.{precision}{SUFFIXES.get(to, '.' + to)}"
 
 
 def _run(source, to: str, output: Path, opts) -> None:

@@ -56,12 +56,13 @@ def print_artifact(artifact) -> None:
         )
     quant = prov.get("quantization")
     if quant:
-        detail = (
-            f"{quant.get('activations', '-')} activations x {quant.get('weights', 'int8')} weights"
-            if quant["mode"] == "static"
-            else quant.get("note", "")
-        )
-        console.print(f"  int8 {quant['mode']}: {detail}")
+        console.print(f"  int8 {quant['mode']}: {_quant_detail(quant)}")
+        control = quant.get("accuracy_control")
+        if control:
+            reverted = control["reverted_to_float"]
+            console.print(
+                f"  accuracy control (max drop {control['max_drop_points']} pts): {len(reverted)} layer(s) kept in float: {', '.join(reverted) or '-'}"
+            )
         if quant.get("reason"):
             console.print(f"  why: {quant['reason']}")
     calib = prov.get("calibration")
@@ -71,6 +72,14 @@ def print_artifact(artifact) -> None:
         )
         if calib.get("random"):
             console.print("  [bold red]calibrated on RANDOM data: accuracy of this model is not meaningful[/]")
+
+
+def _quant_detail(quant: dict) -> str:
+    if quant.get("tool") == "nncf":
+        return f"NNCF, {quant['model_type']} scheme, {quant['bias_correction']} bias correction, {quant['samples']} samples"
+    if "activations" in quant:
+        return f"{quant['activations']} activations x {quant['weights']} weights, {'per-channel' if quant['per_channel'] else 'per-tensor'}"
+    return quant.get("note", quant.get("weights", ""))
 
 
 def print_validation(report: dict) -> None:
@@ -152,6 +161,13 @@ def _print_latency_rows(results: list[dict], report: dict) -> None:
             fmt_size(r["size_bytes"]),
         )
     console.print(table)
+    for r in results:
+        if r.get("runtime_latency"):
+            own = r["runtime_latency"]
+            console.print(
+                f"{r['artifact']}: as {r['target'].split(':')[0]} measures itself (as its own benchmark tool reports): "
+                f"p50 {own['p50']:.3f} ms, p90 {own['p90']:.3f} ms; wall p50 includes the Python call"
+            )
     console.print(
         f"[dim]{machine_line(report, results[0]['threads'] if results else None)}; {results[0]['latency']['runs'] if results else 0} timed runs after warm-up[/]"
     )

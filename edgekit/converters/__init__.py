@@ -12,15 +12,19 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from edgekit.artifact import TensorSpec
+from edgekit.calibration.samples import Samples
 from edgekit.errors import EdgekitError, RuntimeMissingError
 
 # "source family -> format": "module:Class". Importing a converter module imports no framework.
 CONVERTERS = {
     ("torch", "onnx"): "edgekit.converters.torch_onnx:TorchToOnnx",
     ("onnx", "onnx"): "edgekit.converters.onnx_quantize:OnnxQuantizer",
+    ("torch", "openvino"): "edgekit.converters.any_openvino:ToOpenVino",
+    ("onnx", "openvino"): "edgekit.converters.any_openvino:ToOpenVino",
 }
-FORMATS = ("onnx",)
-PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic")
+FORMATS = ("onnx", "openvino")
+SUFFIXES = {"onnx": ".onnx", "openvino": ".xml"}
+PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic", "int8-weights")
 CALIB_METHODS = ("minmax", "entropy", "percentile")
 
 
@@ -47,13 +51,25 @@ class ConvertOptions:
     exclude: tuple[str, ...] = ()
     for_target: str = "onnxruntime:cpu"
     keep_io_types: bool = True
+    model_type: str | None = None  # "transformer" or None (detected)
+    validation_data: str | None = None  # labelled data for accuracy-controlled int8
+    validation_samples: int = 1000
+    max_drop: float | None = None  # accuracy points; with validation_data turns on accuracy control
+
+
+@dataclass(frozen=True)
+class ConversionData:
+    """Data a conversion consumes, loaded and checked against the model's inputs before any work."""
+
+    calibration: Samples | None = None
+    validation: Samples | None = None
 
 
 class Converter:
     """Capabilities on the class; `convert()` writes `out` and returns notes for the artifact's meta.
 
     `model` is what the source family loads to (a torch module, a path to an .onnx file, ...);
-    `specs` are its inputs; `samples` are bound calibration samples when a precision needs them.
+    `specs` are its inputs; `data` holds the bound calibration (and validation) samples.
     """
 
     sources: ClassVar[tuple[str, ...]]
@@ -61,13 +77,14 @@ class Converter:
     precisions: ClassVar[dict[str, bool]]  # precision -> needs calibration data
     package: ClassVar[str]
     import_name: ClassVar[str]
+    accuracy_control: ClassVar[bool] = False  # int8 that keeps sensitive layers in float to meet --max-drop
 
     @classmethod
     def require(cls) -> None:
         if importlib.util.find_spec(cls.import_name) is None:
             raise RuntimeMissingError(f"converting to {cls.target_format} needs {cls.package}", hint=f"pip install {cls.package}")
 
-    def convert(self, model, specs: list[TensorSpec], out, options: ConvertOptions, samples=None) -> dict:
+    def convert(self, model, specs: list[TensorSpec], out, options: ConvertOptions, data: ConversionData) -> dict:
         raise NotImplementedError
 
 

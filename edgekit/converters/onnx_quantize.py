@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from edgekit.converters import Converter, ConvertOptions
+from edgekit.converters import ConversionData, Converter, ConvertOptions
 from edgekit.errors import ConversionError, EdgekitError
 
 log = logging.getLogger("edgekit")
@@ -67,11 +67,11 @@ class OnnxQuantizer(Converter):
     package = "onnxruntime"
     import_name = "onnxruntime"
 
-    def convert(self, model: Path, specs, out: Path, options: ConvertOptions, samples=None) -> dict:
+    def convert(self, model: Path, specs, out: Path, options: ConvertOptions, data: ConversionData) -> dict:
         self.require()
         passes = {"fp32": _copy, "fp16": _to_fp16, "int8-dynamic": _int8_dynamic, "int8": _int8_static}
         try:
-            return passes[options.precision](Path(model), out, options, samples, specs)
+            return passes[options.precision](Path(model), out, options, data.calibration, specs)
         except EdgekitError:
             raise
         except Exception as exc:  # onnxruntime.quantization raises plain exceptions for unsupported graphs

@@ -11,7 +11,7 @@ from pathlib import Path
 from edgekit.artifact import Artifact, TensorSpec
 from edgekit.calibration import Samples, load_samples, random_samples
 from edgekit.calibration.samples import warn_if_few
-from edgekit.converters import ConvertOptions, needs_calibration, plan
+from edgekit.converters import ConversionData, ConvertOptions, needs_calibration, plan
 from edgekit.errors import EdgekitError
 from edgekit.fileio import atomic_output
 from edgekit.loaders import ModelSource
@@ -29,17 +29,18 @@ def convert(source: ModelSource, to: str, out: Path, options: ConvertOptions) ->
             f"--precision {options.precision} needs calibration data",
             hint="pass --calib DATA (.npz, image folder or module:function) with a few hundred real samples",
         )
+    _check_accuracy_control(steps, options)
     model, specs = load_for_conversion(source, list(options.inputs))
-    samples = calibration_samples(options, specs) if calibrate else None
+    data = ConversionData(calibration_samples(options, specs) if calibrate else None, validation_samples(options, specs))
     notes: dict = {}
     with atomic_output(Path(out)) as final, tempfile.TemporaryDirectory() as work:
         current = model
         for i, (converter, precision) in enumerate(steps):
             step_out = final if i == len(steps) - 1 else Path(work) / f"step{i}{final.suffix}"
-            notes |= converter().convert(current, specs, step_out, dataclasses.replace(options, precision=precision), samples)
+            notes |= converter().convert(current, specs, step_out, dataclasses.replace(options, precision=precision), data)
             current = step_out
         artifact = describe(final, to, options.precision)
-        sidecar = _provenance(source, options, steps, notes, samples, artifact)
+        sidecar = _provenance(source, options, steps, notes, data.calibration, artifact)
         final.with_name(final.name + SIDECAR_SUFFIX).write_text(json.dumps(sidecar, indent=2, default=str) + "\n")
     return describe(Path(out), to, options.precision, sidecar)
 
@@ -58,6 +59,33 @@ def load_for_conversion(source: ModelSource, given: list[TensorSpec]):
     raise EdgekitError(f"edgekit cannot convert {source.format} models yet", hint="convert from PyTorch or ONNX")
 
 
+def _check_accuracy_control(steps, options: ConvertOptions) -> None:
+    if options.validation_data is None and options.max_drop is None:
+        return
+    last, precision = steps[-1]
+    if not (last.accuracy_control and precision == "int8"):
+        raise EdgekitError(
+            f"accuracy-controlled quantization (--val with --max-drop) is not available for {precision} from {last.__name__}",
+            hint="use --to openvino --precision int8",
+        )
+    if options.validation_data is None or options.max_drop is None:
+        raise EdgekitError("accuracy control needs both --val DATA (with labels) and --max-drop POINTS", hint="pass both, or neither")
+
+
+def validation_samples(options: ConvertOptions, specs: list[TensorSpec]) -> Samples | None:
+    """Labelled validation data for accuracy-controlled quantization, or None."""
+    if options.validation_data is None:
+        return None
+    samples = load_samples(
+        options.validation_data, options.validation_samples, options.calibration.seed, options.calibration.preprocess, specs
+    )
+    if samples.labels is None:
+        raise EdgekitError(
+            f"{options.validation_data} has no labels", hint="accuracy control measures top-1 accuracy: add a `labels` array"
+        )
+    return samples
+
+
 def calibration_samples(options: ConvertOptions, specs: list[TensorSpec]) -> Samples:
     """The calibration set, checked against the model's inputs before any conversion work."""
     calib = options.calibration
@@ -71,13 +99,14 @@ def calibration_samples(options: ConvertOptions, specs: list[TensorSpec]) -> Sam
     return samples
 
 
-def describe(path: Path, fmt: str, precision: str, provenance: dict | None = None) -> Artifact:
-    """An Artifact for a file just written (or found on disk)."""
-    if fmt != "onnx":
-        raise EdgekitError(f"cannot describe {fmt} artifacts yet")
-    from edgekit.loaders.onnx import onnx_artifact
+DESCRIBERS = {"onnx": "edgekit.loaders.onnx:onnx_artifact", "openvino": "edgekit.loaders.openvino:openvino_artifact"}
 
-    artifact = onnx_artifact(path, precision)
+
+def describe(path: Path, fmt: str, precision: str | None, provenance: dict | None = None) -> Artifact:
+    """An Artifact for a file just written (or found on disk)."""
+    from edgekit.imports import import_attr
+
+    artifact = import_attr(DESCRIBERS[fmt])(path, precision)
     if provenance is None and path.with_name(path.name + SIDECAR_SUFFIX).exists():
         provenance = read_provenance(path)
     if provenance:

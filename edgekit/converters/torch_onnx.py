@@ -6,7 +6,7 @@ import logging
 import warnings
 from pathlib import Path
 
-from edgekit.converters import Converter, ConvertOptions
+from edgekit.converters import ConversionData, Converter, ConvertOptions
 from edgekit.errors import ConversionError
 
 log = logging.getLogger("edgekit")
@@ -23,7 +23,7 @@ class TorchToOnnx(Converter):
     package = "onnxscript"
     import_name = "onnxscript"
 
-    def convert(self, model, specs, out: Path, options: ConvertOptions, samples=None) -> dict:
+    def convert(self, model, specs, out: Path, options: ConvertOptions, data: ConversionData) -> dict:
         """Export the torch module `model` (inputs `specs`) to `out`; returns notes for the artifact's meta."""
         module = model
         from edgekit.loaders.torch import check_forward, example_tensors

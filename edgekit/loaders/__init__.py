@@ -9,7 +9,7 @@ from pathlib import Path
 from edgekit.errors import ModelLoadError
 
 TORCH_FORMATS = ("torch-export", "torchscript", "torch-factory", "torch-pickle")
-SUFFIX_FORMATS = {".onnx": "onnx", ".pt2": "torch-export"}
+SUFFIX_FORMATS = {".onnx": "onnx", ".pt2": "torch-export", ".xml": "openvino"}
 TORCH_SUFFIXES = (".pt", ".pth", ".ts", ".torchscript", ".jit")
 
 

@@ -12,8 +12,9 @@ from edgekit.loaders import ModelSource
 RUNNERS = {
     "onnxruntime": "edgekit.targets.onnxruntime:OnnxRuntimeRunner",
     "torch": "edgekit.targets.torch:TorchRunner",
+    "openvino": "edgekit.targets.openvino:OpenVinoRunner",
 }
-DEFAULT_TARGET = {"onnx": "onnxruntime:cpu", "torch": "torch:cpu"}
+DEFAULT_TARGET = {"onnx": "onnxruntime:cpu", "torch": "torch:cpu", "openvino": "openvino:cpu"}
 
 
 def runner_class(runtime: str):

@@ -107,6 +107,14 @@ class Runner:
     def synchronize(self) -> None:
         """Wait for queued device work (GPU runners); a no-op on the CPU."""
 
+    def runtime_ms(self) -> float | None:
+        """The last inference's time as the runtime itself measured it (no Python overhead), where it reports one."""
+        return None
+
+    def config(self) -> dict:
+        """Runtime settings that change speed, recorded in reports (threads are recorded separately)."""
+        return {}
+
 
 def check_array(spec: TensorSpec, array: np.ndarray) -> None:
     """An array fits a spec: same rank, equal static dims (the batch dim aside), same dtype."""

@@ -72,17 +72,19 @@ class BenchResult:
     threads: int
     load_ms: float
     first_inference_ms: float
-    latency: LatencyStats
+    latency: LatencyStats  # wall clock around each call: what the calling application sees
     peak_rss_mb: float
     size_bytes: int
     times_ms: list[float]
+    runtime_latency: LatencyStats | None = None  # as the runtime itself measured it, where it reports one
+    runtime_config: dict | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def measure(runner, feeds: dict[str, np.ndarray], warmup: int, runs: int) -> tuple[float, np.ndarray]:
-    """First-inference ms, then per-run ms after `warmup` untimed runs."""
+def measure(runner, feeds: dict[str, np.ndarray], warmup: int, runs: int) -> tuple[float, np.ndarray, np.ndarray | None]:
+    """First-inference ms, then per-run ms after `warmup` untimed runs (wall, and runtime-reported or None)."""
     start = time.perf_counter_ns()
     runner.infer(feeds)
     runner.synchronize()
@@ -90,13 +92,14 @@ def measure(runner, feeds: dict[str, np.ndarray], warmup: int, runs: int) -> tup
     for _ in range(warmup):
         runner.infer(feeds)
     runner.synchronize()
-    times = np.empty(runs)
+    times, reported = np.empty(runs), np.empty(runs)
     for i in range(runs):
         start = time.perf_counter_ns()
         runner.infer(feeds)
         runner.synchronize()
         times[i] = (time.perf_counter_ns() - start) / 1e6
-    return first, times
+        reported[i] = runner.runtime_ms() or np.nan
+    return first, times, None if np.isnan(reported).any() else reported
 
 
 def bench_in_process(
@@ -110,7 +113,7 @@ def bench_in_process(
     runner.load()
     if feeds is None:
         feeds = next(random_samples(runner.inputs, settings.batch).batches(settings.batch))
-    first, times = measure(runner, feeds, settings.warmup, settings.runs)
+    first, times, reported = measure(runner, feeds, settings.warmup, settings.runs)
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return BenchResult(
         source.spec,
@@ -123,16 +126,18 @@ def bench_in_process(
         peak_kb / 1024,
         _size(source),
         [round(t, 4) for t in times],
+        None if reported is None else LatencyStats.from_times(reported, settings.batch),
+        runner.config(),
     )
 
 
 def _size(source: ModelSource) -> int:
     if source.path is None:
         return 0
-    if source.format == "onnx":
-        from edgekit.loaders.onnx import onnx_artifact
+    from edgekit.converters.pipeline import DESCRIBERS, describe
 
-        return onnx_artifact(source.path).size_bytes()
+    if source.format in DESCRIBERS:
+        return describe(source.path, source.format, None).size_bytes()
     return file_size(source.path)
 
 

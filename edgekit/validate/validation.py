@@ -90,11 +90,11 @@ def _accuracy(ref_logits, art_logits, labels) -> dict | None:
 
 
 def _describe(source: ModelSource, target: str) -> dict:
-    described = {"spec": source.spec, "format": source.format, "target": target}
-    if source.format == "onnx":
-        from edgekit.converters.pipeline import describe
+    from edgekit.converters.pipeline import DESCRIBERS, describe
 
-        described.update(describe(source.path, "onnx", None).to_dict())
+    described = {"spec": source.spec, "format": source.format, "target": target}
+    if source.format in DESCRIBERS:
+        described.update(describe(source.path, source.format, None).to_dict())
     return described
 
 

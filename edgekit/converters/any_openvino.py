@@ -1,0 +1,158 @@
+"""PyTorch, ONNX and Keras -> OpenVINO IR: fp32, fp16, NNCF int8, weight-only int8, accuracy-controlled int8."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from pathlib import Path
+
+from edgekit.converters import ConversionData, Converter, ConvertOptions
+from edgekit.errors import ConversionError, EdgekitError
+
+log = logging.getLogger("edgekit")
+
+
+class ToOpenVino(Converter):
+    """openvino.convert_model + openvino.save_model (atomic through the pipeline); NNCF for int8."""
+
+    sources = ("torch", "onnx", "keras")
+    target_format = "openvino"
+    precisions = {"fp32": False, "fp16": False, "int8": True, "int8-weights": False}
+    package = "openvino"
+    import_name = "openvino"
+    accuracy_control = True
+
+    def convert(self, model, specs, out: Path, options: ConvertOptions, data: ConversionData) -> dict:
+        import openvino as ov
+
+        self.require()
+        ov_model = _name_tensors(_to_openvino(model, specs), specs)
+        notes: dict = {"openvino": {"compress_to_fp16": options.precision == "fp16"}}
+        if options.precision == "int8":
+            ov_model, notes["quantization"] = _nncf_int8(ov_model, data, options)
+        elif options.precision == "int8-weights":
+            ov_model, notes["quantization"] = _weights_int8(ov_model)
+        ov.save_model(ov_model, str(out), compress_to_fp16=options.precision == "fp16")
+        return notes
+
+
+def _to_openvino(model, specs):
+    """An ov.Model from a torch module, an .onnx path or a Keras SavedModel folder, batch dim dynamic."""
+    import openvino as ov
+
+    try:
+        if isinstance(model, (str, Path)):
+            return ov.convert_model(str(model))
+        from edgekit.loaders.torch import example_tensors
+
+        shapes = [(s.name, ov.PartialShape([-1, *s.concrete_shape(1)[1:]]), ov.Type(s.dtype)) for s in specs]
+        return ov.convert_model(model, example_input=example_tensors(specs, 2), input=shapes)
+    except EdgekitError:
+        raise
+    except Exception as exc:  # the frontends raise OpConversionFailure and friends
+        raise ConversionError(
+            f"OpenVINO cannot convert the model: {str(exc).strip().splitlines()[0][:300]}",
+            hint="an op may be unsupported; try converting through ONNX first",
+        ) from None
+
+
+def _name_tensors(ov_model, specs):
+    """Name inputs after `specs` and unnamed outputs `output`/`output_i`, as the ONNX path does."""
+    for port, spec in zip(ov_model.inputs, specs, strict=False):
+        port.get_tensor().set_names({spec.name})
+    for i, port in enumerate(ov_model.outputs):
+        if not port.get_names():
+            port.get_tensor().set_names({"output" if len(ov_model.outputs) == 1 else f"output_{i}"})
+    return ov_model
+
+
+def detect_model_type(ov_model) -> str | None:
+    """'transformer' when the graph has attention (Softmax fed by MatMul), else None (CNN defaults)."""
+    ops = Counter(op.get_type_name() for op in ov_model.get_ops())
+    return "transformer" if ops["Softmax"] and ops["MatMul"] >= 4 else None
+
+
+def _nncf_int8(ov_model, data: ConversionData, options: ConvertOptions):
+    import nncf
+
+    from edgekit.calibration.adapters import nncf_dataset
+
+    samples = data.calibration
+    model_type = options.model_type or detect_model_type(ov_model)
+    common = {
+        "subset_size": len(samples),
+        "fast_bias_correction": True,
+        "model_type": nncf.ModelType.TRANSFORMER if model_type == "transformer" else None,
+        "ignored_scope": nncf.IgnoredScope(names=list(options.exclude)) if options.exclude else None,
+    }
+    notes = {
+        "mode": "static",
+        "tool": "nncf",
+        "model_type": model_type or "cnn",
+        "bias_correction": "fast",
+        "samples": len(samples),
+        "excluded": list(options.exclude),
+    }
+    if data.validation is None:
+        return nncf.quantize(ov_model, nncf_dataset(samples), **common), notes
+    quantized = nncf.quantize(ov_model.clone(), nncf_dataset(samples), **common)
+    controlled = _accuracy_controlled(ov_model, data, options.max_drop, common)
+    notes |= {
+        "accuracy_control": {
+            "max_drop_points": options.max_drop,
+            "validation_samples": len(data.validation),
+            "reverted_to_float": reverted_layers(quantized, controlled),
+        }
+    }
+    return controlled, notes
+
+
+def _accuracy_controlled(ov_model, data: ConversionData, max_drop_points: float, common: dict):
+    import nncf
+
+    from edgekit.calibration.adapters import nncf_dataset, nncf_validation
+
+    return nncf.quantize_with_accuracy_control(
+        ov_model,
+        nncf_dataset(data.calibration),
+        nncf_validation(data.validation),
+        validation_fn=_top1_validation,
+        max_drop=max_drop_points / 100.0,
+        drop_type=nncf.DropType.ABSOLUTE,
+        **common,
+    )
+
+
+def _top1_validation(compiled_model, items) -> tuple[float, list[float]]:
+    """NNCF's validation_fn: (top-1 accuracy as a fraction, per-item correctness)."""
+    correct = []
+    output = compiled_model.output(0)
+    for feeds, label in items:
+        logits = compiled_model(feeds)[output]
+        correct.append(float(logits.reshape(len(label), -1).argmax(1)[0] == label[0]))
+    return (sum(correct) / len(correct) if correct else 0.0), correct
+
+
+def reverted_layers(quantized, controlled) -> list[str]:
+    """Ops fed by a FakeQuantize in plain int8 but not after accuracy control: the layers kept in float."""
+    return sorted(_quantized_consumers(quantized) - _quantized_consumers(controlled))
+
+
+def _quantized_consumers(ov_model) -> set[str]:
+    consumers = set()
+    for op in ov_model.get_ordered_ops():
+        if op.get_type_name() in ("Convolution", "GroupConvolution", "MatMul", "ConvolutionBackpropData"):
+            if any(inp.get_source_output().get_node().get_type_name() == "FakeQuantize" for inp in op.inputs()):
+                consumers.add(op.get_friendly_name())
+    return consumers
+
+
+def _weights_int8(ov_model):
+    import nncf
+
+    return nncf.compress_weights(ov_model, mode=nncf.CompressWeightsMode.INT8_ASYM), {
+        "mode": "weights-only",
+        "tool": "nncf.compress_weights",
+        "weights": "int8 asymmetric, per-channel",
+        "note": "activations stay float; for large (transformer) models where weights dominate memory",
+    }

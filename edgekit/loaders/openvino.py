@@ -1,0 +1,68 @@
+"""Read OpenVINO IR (.xml + .bin): signature, precision, op histogram."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from edgekit.artifact import Artifact, TensorSpec
+from edgekit.errors import ModelLoadError
+
+
+def read_ir(path: Path):
+    """Read an IR with one clear error for a missing .bin or a corrupt file."""
+    import openvino as ov
+
+    if not Path(path).with_suffix(".bin").exists():
+        raise ModelLoadError(
+            f"{Path(path).name}: weights file {Path(path).with_suffix('.bin').name} is missing", hint="keep the .bin next to the .xml"
+        )
+    try:
+        return ov.Core().read_model(str(path))
+    except RuntimeError as exc:
+        raise ModelLoadError(
+            f"{Path(path).name} is not a valid OpenVINO IR ({str(exc).splitlines()[0][:200]})",
+            hint="re-convert it with `edgekit convert --to openvino`",
+        ) from None
+
+
+def port_specs(ports) -> list[TensorSpec]:
+    """TensorSpecs of OpenVINO model inputs/outputs (dynamic dims as None)."""
+    specs = []
+    for i, port in enumerate(ports):
+        shape = port.get_partial_shape()
+        dims = tuple(d.get_length() if d.is_static else None for d in shape) if shape.rank.is_static else ()
+        name = port.get_any_name() if port.get_names() else f"output_{i}"
+        specs.append(TensorSpec(name, dims, port.get_element_type().to_dtype().name))
+    return specs
+
+
+def ir_precision(model) -> str:
+    """int8 (FakeQuantize or int8 weights), fp16 (f16 constants) or fp32."""
+    ops = Counter(op.get_type_name() for op in model.get_ops())
+    const_types = {op.get_output_element_type(0).get_type_name() for op in model.get_ops() if op.get_type_name() == "Constant"}
+    if ops["FakeQuantize"]:
+        return "int8"
+    if {"i8", "u8"} & const_types:
+        return "int8-weights"
+    return "fp16" if "f16" in const_types else "fp32"
+
+
+def openvino_artifact(path: Path, precision: str | None = None) -> Artifact:
+    model = read_ir(path)
+    meta = {"side_files": [str(Path(path).with_suffix(".bin"))]}
+    return Artifact(Path(path), "openvino", precision or ir_precision(model), port_specs(model.inputs), port_specs(model.outputs), meta)
+
+
+def openvino_summary(path: Path) -> dict:
+    model = read_ir(path)
+    params = sum(_numel(op.get_output_shape(0)) for op in model.get_ops() if op.get_type_name() == "Constant")
+    ops = Counter(op.get_type_name() for op in model.get_ops() if op.get_type_name() not in ("Constant", "Parameter", "Result"))
+    return {"parameters": params, "ops": dict(ops.most_common())}
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n

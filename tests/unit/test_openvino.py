@@ -1,0 +1,121 @@
+"""OpenVINO: conversion from PyTorch and ONNX, NNCF int8, accuracy control, the runtime on the CPU."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("openvino")
+pytest.importorskip("nncf")
+
+from edgekit.calibration import load_samples  # noqa: E402
+from edgekit.converters import CalibrationOptions, ConvertOptions  # noqa: E402
+from edgekit.converters.pipeline import convert  # noqa: E402
+from edgekit.errors import EdgekitError, RuntimeMissingError  # noqa: E402
+from edgekit.loaders import open_source  # noqa: E402
+from edgekit.targets import make_runner  # noqa: E402
+from edgekit.validate.compare import accuracy_percent, run_batches  # noqa: E402
+from tests.conftest import INPUTS  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def ir(tmp_path_factory, fashion_source, demo_data):
+    out = tmp_path_factory.mktemp("ir")
+    calib = CalibrationOptions(str(demo_data[1]), 300)
+    return {
+        p: convert(
+            fashion_source, "openvino", out / f"f.{p}.xml", ConvertOptions(p, INPUTS, calib if p == "int8" else CalibrationOptions())
+        )
+        for p in ("fp32", "fp16", "int8")
+    }
+
+
+@pytest.fixture(scope="module")
+def test2k(small_test_npz):
+    return load_samples(str(small_test_npz), specs=list(INPUTS))
+
+
+def _accuracy(path, samples, target=None):
+    return accuracy_percent(run_batches(make_runner(open_source(str(path)), target), samples, 250)[0], samples.labels)
+
+
+def test_ir_precisions_sizes_and_accuracy(ir, test2k, fashion_source):
+    reference = accuracy_percent(run_batches(make_runner(fashion_source, inputs=list(INPUTS)), test2k, 250)[0], test2k.labels)
+    assert [ir[p].precision for p in ("fp32", "fp16", "int8")] == ["fp32", "fp16", "int8"]
+    assert ir["fp16"].size_bytes() < 0.6 * ir["fp32"].size_bytes() and ir["int8"].size_bytes() < 0.4 * ir["fp32"].size_bytes()
+    assert ir["fp32"].path.with_suffix(".bin").exists() and ir["fp32"].inputs[0].name == "image"
+    assert abs(_accuracy(ir["fp32"].path, test2k) - reference) < 0.05
+    assert reference - _accuracy(ir["int8"].path, test2k) <= 0.5
+    assert ir["int8"].meta["provenance"]["quantization"]["tool"] == "nncf"
+
+
+def test_static_shapes_per_batch_give_stable_results(ir, test2k):
+    # OpenVINO 2026.4.1 gave wrong logits for batch 1 after a batch-360 call on a dynamic model.
+    runner = make_runner(open_source(str(ir["int8"].path)))
+    first = {k: v[:1] for k, v in test2k.arrays.items()}
+    before = runner.infer(first)[0]
+    runner.infer({k: v[:360] for k, v in test2k.arrays.items()})
+    np.testing.assert_array_equal(runner.infer(first)[0], before)
+    assert runner.config()["INFERENCE_NUM_THREADS"] == str(runner.threads) and runner.runtime_ms() > 0
+
+
+def test_onnx_to_ir_and_onnx_on_openvino(tmp_path, fashion_onnx, test2k):
+    artifact = convert(open_source(str(fashion_onnx["fp32"])), "openvino", tmp_path / "from_onnx.xml", ConvertOptions("int8-weights"))
+    assert artifact.precision == "int8-weights"
+    onnx_on_ov = _accuracy(fashion_onnx["fp32"], test2k, "openvino:cpu")
+    assert abs(onnx_on_ov - _accuracy(fashion_onnx["fp32"], test2k)) < 0.1
+
+
+def test_accuracy_control_reverts_layers_until_the_drop_fits(tmp_path, fashion_source, demo_data, small_test_npz, test2k):
+    garbage = tmp_path / "garbage.npz"  # ranges 100x too small: plain int8 loses several points
+    with np.load(demo_data[1]) as npz:
+        np.savez(garbage, image=npz["image"][:200] * 0.01)
+    calib = CalibrationOptions(str(garbage), 200)
+    plain = convert(fashion_source, "openvino", tmp_path / "plain.xml", ConvertOptions("int8", INPUTS, calib))
+    controlled = convert(
+        fashion_source,
+        "openvino",
+        tmp_path / "ac.xml",
+        ConvertOptions("int8", INPUTS, calib, validation_data=str(small_test_npz), validation_samples=500, max_drop=0.5),
+    )
+    control = controlled.meta["provenance"]["quantization"]["accuracy_control"]
+    assert control["reverted_to_float"] and control["max_drop_points"] == 0.5
+    assert _accuracy(controlled.path, test2k) - _accuracy(plain.path, test2k) > 2.0
+
+
+def test_accuracy_control_needs_labels_both_flags_and_openvino(tmp_path, fashion_source, demo_data, fashion_onnx):
+    calib = CalibrationOptions(str(demo_data[1]), 50)
+    with pytest.raises(EdgekitError, match="needs both --val"):
+        convert(fashion_source, "openvino", tmp_path / "a.xml", ConvertOptions("int8", INPUTS, calib, max_drop=0.5))
+    with pytest.raises(EdgekitError, match="not available"):
+        convert(
+            open_source(str(fashion_onnx["fp32"])),
+            "onnx",
+            tmp_path / "b.onnx",
+            ConvertOptions("int8", (), calib, validation_data=str(demo_data[0]), max_drop=1),
+        )
+    with pytest.raises(EdgekitError, match="has no labels"):
+        convert(
+            fashion_source,
+            "openvino",
+            tmp_path / "c.xml",
+            ConvertOptions("int8", INPUTS, calib, validation_data=_unlabelled(tmp_path, demo_data), max_drop=1),
+        )
+    assert not list(tmp_path.glob("*.xml"))
+
+
+def _unlabelled(tmp_path, demo_data):
+    path = tmp_path / "nolabels.npz"
+    with np.load(demo_data[1]) as npz:
+        np.savez(path, image=npz["image"][:50])
+    return str(path)
+
+
+def test_missing_device_and_missing_bin_are_clear(tmp_path, ir):
+    with pytest.raises(RuntimeMissingError, match="no NPU device"):
+        make_runner(open_source(str(ir["fp32"].path)), "openvino:npu").load()
+    lonely = tmp_path / "lonely.xml"
+    lonely.write_bytes(ir["fp32"].path.read_bytes())
+    from edgekit.errors import ModelLoadError
+    from edgekit.loaders.openvino import read_ir
+
+    with pytest.raises(ModelLoadError, match="weights file lonely.bin is missing"):
+        read_ir(lonely)
