@@ -37,6 +37,10 @@ class TensorSpec:
     def to_dict(self) -> dict:
         return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
 
+    @classmethod
+    def from_dict(cls, data: dict) -> TensorSpec:
+        return cls(data["name"], tuple(data["shape"]), data.get("dtype", "float32"))
+
 
 def parse_input_spec(text: str) -> TensorSpec:
     """Parse NAME:SHAPE[:DTYPE] as in `--input image:1x3x224x224:float32` (a dim may be a name)."""

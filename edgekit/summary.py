@@ -7,7 +7,11 @@ from collections import Counter
 from edgekit.artifact import file_size
 from edgekit.loaders import ModelSource
 
-GRAPH_SUMMARIES = {"onnx": "edgekit.loaders.onnx:onnx_summary", "openvino": "edgekit.loaders.openvino:openvino_summary"}
+GRAPH_SUMMARIES = {
+    "onnx": "edgekit.loaders.onnx:onnx_summary",
+    "openvino": "edgekit.loaders.openvino:openvino_summary",
+    "tflite": "edgekit.loaders.tflite:tflite_summary",
+}
 
 
 def model_info(source: ModelSource) -> dict:
@@ -26,9 +30,22 @@ def model_info(source: ModelSource) -> dict:
             **import_attr(GRAPH_SUMMARIES[source.format])(source.path),
             provenance=artifact.meta.get("provenance"),
         )
+    elif source.family == "keras":
+        summary.update(_keras_info(source))
     else:
         summary.update(_torch_info(source))
     return summary
+
+
+def _keras_info(source: ModelSource) -> dict:
+    from edgekit.loaders.keras import KerasModel
+
+    model = KerasModel(source)
+    info = {"inputs": [s.to_dict() for s in model.specs], "outputs": [{"name": n, "shape": "-"} for n in model.output_names]}
+    if model.keras is not None:
+        info["parameters"] = int(model.keras.count_params())
+        info["ops"] = dict(Counter(type(layer).__name__ for layer in model.keras.layers).most_common())
+    return info
 
 
 def _torch_info(source: ModelSource) -> dict:

@@ -35,3 +35,14 @@ def nncf_validation(samples: Samples):
 
     items = [(feeds, samples.labels[i : i + 1]) for i, feeds in enumerate(samples.batches(1))]
     return nncf.Dataset(items, lambda item: item[0])
+
+
+def tflite_representative(samples: Samples, specs):
+    """A TFLiteConverter representative_dataset: one list of arrays (input order) per sample."""
+    names = [s.name for s in specs]
+
+    def generate():
+        for feeds in samples.batches(1):
+            yield [feeds[name] for name in names]
+
+    return generate

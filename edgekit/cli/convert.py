@@ -28,6 +28,11 @@ SEED = typer.Option(0, "--seed", help="Seed of the calibration sampling.")
 VAL = typer.Option(None, "--val", help="Labelled validation data for accuracy-controlled int8 (with --max-drop; OpenVINO).")
 VAL_SAMPLES = typer.Option(1000, "--val-samples", help="Validation samples drawn for accuracy control.")
 MAX_DROP = typer.Option(None, "--max-drop", help="Accuracy control: keep layers in float until the top-1 drop is at most this many points.")
+IO_DTYPE = typer.Option(
+    None, "--io-dtype", help="TFLite full int8: float32, int8 or uint8 inputs/outputs (default float32; int8 with --device)."
+)
+LAYOUT = typer.Option("nchw", "--layout", help="PyTorch -> TFLite: nhwc gives the model channels-last inputs.")
+DEVICE = typer.Option(None, "--device", help="Compile the int8 TFLite for an NPU with Vela, e.g. ethos-u55-128 (see the README).")
 MODEL_TYPE = typer.Option(None, "--model-type", help="'transformer' for NNCF's transformer scheme (detected when not given).")
 RANDOM_CALIB = typer.Option(
     False, "--random-calibration", help="Calibrate on random data (plumbing only: the report marks the result as not meaningful)."
@@ -35,7 +40,7 @@ RANDOM_CALIB = typer.Option(
 
 
 def convert(
-    model: str = typer.Argument(..., help="Model file (.pt2, TorchScript, .onnx) or module:factory."),
+    model: str = typer.Argument(..., help="Model file (.pt2, TorchScript, .onnx, .keras, .h5, SavedModel) or module:factory."),
     to: str = typer.Option(..., "--to", help=f"Target format: {', '.join(FORMATS)}."),
     output: Path = typer.Option(None, "--output", "-o", help="Output file (default: next to the model, named by precision)."),
     inputs: list[str] = options.INPUT,
@@ -55,27 +60,29 @@ def convert(
     val_samples: int = VAL_SAMPLES,
     max_drop: float = MAX_DROP,
     model_type: str = MODEL_TYPE,
+    io_dtype: str = IO_DTYPE,
+    layout: str = LAYOUT,
+    device: str = DEVICE,
 ) -> None:
     """Convert a model to another format and precision, written atomically."""
+    from edgekit.converters import CalibrationOptions, ConvertOptions
     from edgekit.loaders import open_source
 
     source = open_source(model, weights, allow_pickle)
-    opts = _options(
-        precision=precision,
-        inputs=inputs,
-        calib=calib,
-        calib_samples=calib_samples,
-        calib_method=calib_method,
-        preprocess=preprocess,
-        per_tensor=per_tensor,
-        exclude=exclude,
-        for_target=for_target,
-        seed=seed,
-        random_calibration=random_calibration,
-        val=val,
-        val_samples=val_samples,
-        max_drop=max_drop,
+    opts = ConvertOptions(
+        precision,
+        options.input_specs(inputs),
+        CalibrationOptions(calib, calib_samples, calib_method, seed, preprocess, random_calibration),
+        per_tensor,
+        tuple(exclude or ()),
+        for_target,
         model_type=model_type,
+        validation_data=val,
+        validation_samples=val_samples,
+        max_drop=max_drop,
+        io_dtype=io_dtype or ("int8" if device else "float32"),
+        layout=layout,
+        device=device,
     )
     _run(source, to, output or _default_output(source, to, precision), opts)
 
@@ -95,6 +102,7 @@ def quantize(
     random_calibration: bool = RANDOM_CALIB,
 ) -> None:
     """Quantize an existing ONNX model (fp16, int8-dynamic, static int8 with --calib)."""
+    from edgekit.converters import CalibrationOptions, ConvertOptions
     from edgekit.errors import EdgekitError
     from edgekit.loaders import open_source
 
@@ -104,60 +112,23 @@ def quantize(
             f"quantize takes an .onnx file, not {source.format}",
             hint="use `edgekit convert MODEL --to ... --precision ...` for other formats",
         )
-    opts = _options(
-        precision=precision,
-        inputs=None,
-        calib=calib,
-        calib_samples=calib_samples,
-        calib_method=calib_method,
-        preprocess=preprocess,
-        per_tensor=per_tensor,
-        exclude=exclude,
-        for_target=for_target,
-        seed=seed,
-        random_calibration=random_calibration,
-    )
-    _run(source, "onnx", output, opts)
+    calibration = CalibrationOptions(calib, calib_samples, calib_method, seed, preprocess, random_calibration)
+    _run(source, "onnx", output, ConvertOptions(precision, (), calibration, per_tensor, tuple(exclude or ()), for_target))
 
 
-def _options(
-    *,
-    precision,
-    inputs,
-    calib,
-    calib_samples,
-    calib_method,
-    preprocess,
-    per_tensor,
-    exclude,
-    for_target,
-    seed,
-    random_calibration,
-    val=None,
-    val_samples=1000,
-    max_drop=None,
-    model_type=None,
-):
-    from edgekit.converters import CalibrationOptions, ConvertOptions
+def _check_choices(opts) -> None:
+    """Choices typer cannot check for us, against the lists the library declares."""
     from edgekit.errors import EdgekitError
 
-    if precision not in PRECISIONS:
-        raise EdgekitError(f"unknown precision '{precision}'", hint=f"choose one of: {', '.join(PRECISIONS)}")
-    if calib_method not in CALIB_METHODS:
-        raise EdgekitError(f"unknown calibration method '{calib_method}'", hint=f"choose one of: {', '.join(CALIB_METHODS)}")
-    calibration = CalibrationOptions(calib, calib_samples, calib_method, seed, preprocess, random_calibration)
-    return ConvertOptions(
-        precision,
-        options.input_specs(inputs),
-        calibration,
-        per_tensor,
-        tuple(exclude or ()),
-        for_target,
-        model_type=model_type,
-        validation_data=val,
-        validation_samples=val_samples,
-        max_drop=max_drop,
-    )
+    choices = {
+        "precision": (opts.precision, PRECISIONS),
+        "calibration method": (opts.calibration.method, CALIB_METHODS),
+        "I/O dtype": (opts.io_dtype, ("float32", "int8", "uint8")),
+        "layout": (opts.layout, ("nchw", "nhwc")),
+    }
+    for what, (value, allowed) in choices.items():
+        if value not in allowed:
+            raise EdgekitError(f"unknown {what} '{value}'", hint=f"choose one of: {', '.join(allowed)}")
 
 
 def _default_output(source, to: str, precision: str) -> Path:
@@ -171,4 +142,5 @@ def _run(source, to: str, output: Path, opts) -> None:
     from edgekit.cli.render import print_artifact
     from edgekit.converters.pipeline import convert as run_conversion
 
+    _check_choices(opts)
     print_artifact(run_conversion(source, to, Path(output), opts))

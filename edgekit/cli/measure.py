@@ -43,6 +43,9 @@ def validate(
     min_agreement: float = typer.Option(
         None, "--min-agreement", help="Gate: fail (exit 2) if top-1 agreement with the reference is below this percent."
     ),
+    max_npu_fallback: float = typer.Option(
+        None, "--max-npu-fallback", help="Gate: fail (exit 2) if more than this percent of ops fall back to the CPU on the NPU."
+    ),
 ) -> None:
     """Compare an artifact with its reference on the same inputs, time it, and gate the result."""
     from edgekit.cli.render import print_validation
@@ -62,7 +65,7 @@ def validate(
         preprocess,
         options.input_specs(inputs),
         latency=BenchSettings(target, threads, batch, warmup, runs),
-        thresholds=Thresholds(max_drop, min_cosine, min_agreement),
+        thresholds=Thresholds(max_drop, min_cosine, min_agreement, max_npu_fallback),
     )
     result = run_validation(request)
     if report:

@@ -32,6 +32,12 @@ def print_info(summary: dict) -> None:
             table.add_row(spec["name"], shape, spec.get("dtype", "?"))
         if summary.get(title):
             console.print(table)
+    delegate = summary.get("delegate")
+    if delegate:
+        cpu = ", ".join(f"{op} x{n}" for op, n in delegate["ops_on_cpu"].items()) or "none"
+        console.print(
+            f"{delegate['name']} delegate: {delegate['ops_on_delegate']} of {delegate['ops_total']} ops in {delegate['partitions']} partition(s); on the CPU: {cpu}"
+        )
     if summary.get("ops"):
         table = Table("op", "count", title="op histogram", title_justify="left")
         for op, count in summary["ops"].items():
@@ -65,6 +71,16 @@ def print_artifact(artifact) -> None:
             )
         if quant.get("reason"):
             console.print(f"  why: {quant['reason']}")
+    npu = prov.get("npu")
+    if npu:
+        console.print(
+            f"  {npu['device']} (Vela estimate, {npu['system_config']}): {npu['inference_time_ms']:.3f} ms, {npu['cycles_total']:,} cycles, "
+            f"SRAM {npu['sram_kib']:.1f} KiB, flash {npu['flash_kib']:.1f} KiB; {npu['operators_npu']} ops on the NPU, "
+            f"{npu['operators_cpu']} on the CPU ({npu['cpu_fallback_percent']:.1f}%) -> {npu['compiled_model']}"
+        )
+    layout = (prov.get("tflite") or {}).get("layout_transposes")
+    if layout:
+        console.print(f"  layout: {'; '.join(layout)}")
     calib = prov.get("calibration")
     if calib:
         console.print(
@@ -89,6 +105,8 @@ def print_validation(report: dict) -> None:
         f"[bold]{report['artifact']['spec']}[/] on {report['target']} vs {report['reference']['spec']} on {report['reference']['target']}, "
         f"{report['data']['samples']} samples from {report['data']['source']}"
     )
+    for note in report.get("input_alignment", []):
+        console.print(f"  input: {note}")
     table = Table("output", "max abs", "mean abs", "cosine (mean/min)", "SNR dB", "top-1 agree")
     for f in report["fidelity"]:
         table.add_row(

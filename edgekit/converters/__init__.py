@@ -21,9 +21,13 @@ CONVERTERS = {
     ("onnx", "onnx"): "edgekit.converters.onnx_quantize:OnnxQuantizer",
     ("torch", "openvino"): "edgekit.converters.any_openvino:ToOpenVino",
     ("onnx", "openvino"): "edgekit.converters.any_openvino:ToOpenVino",
+    ("keras", "onnx"): "edgekit.converters.keras_onnx:KerasToOnnx",
+    ("keras", "openvino"): "edgekit.converters.any_openvino:ToOpenVino",
+    ("keras", "tflite"): "edgekit.converters.keras_tflite:KerasToTflite",
+    ("torch", "tflite"): "edgekit.converters.torch_tflite:TorchToTflite",
 }
-FORMATS = ("onnx", "openvino")
-SUFFIXES = {"onnx": ".onnx", "openvino": ".xml"}
+FORMATS = ("onnx", "openvino", "tflite")
+SUFFIXES = {"onnx": ".onnx", "openvino": ".xml", "tflite": ".tflite"}
 PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic", "int8-weights")
 CALIB_METHODS = ("minmax", "entropy", "percentile")
 
@@ -55,6 +59,9 @@ class ConvertOptions:
     validation_data: str | None = None  # labelled data for accuracy-controlled int8
     validation_samples: int = 1000
     max_drop: float | None = None  # accuracy points; with validation_data turns on accuracy control
+    io_dtype: str = "float32"  # TFLite full int8: float32, int8 or uint8 model inputs/outputs
+    layout: str = "nchw"  # PyTorch -> TFLite: nhwc makes the model take channels-last inputs
+    device: str | None = None  # an NPU to compile for after conversion, e.g. ethos-u55-128
 
 
 @dataclass(frozen=True)

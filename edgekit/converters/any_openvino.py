@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -43,6 +44,9 @@ def _to_openvino(model, specs):
     try:
         if isinstance(model, (str, Path)):
             return ov.convert_model(str(model))
+        if hasattr(model, "export_saved_model"):  # a KerasModel: OpenVINO reads the SavedModel it exports
+            with tempfile.TemporaryDirectory() as tmp:
+                return ov.convert_model(str(model.export_saved_model(Path(tmp) / "saved_model")))
         from edgekit.loaders.torch import example_tensors
 
         shapes = [(s.name, ov.PartialShape([-1, *s.concrete_shape(1)[1:]]), ov.Type(s.dtype)) for s in specs]

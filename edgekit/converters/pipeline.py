@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -30,6 +31,7 @@ def convert(source: ModelSource, to: str, out: Path, options: ConvertOptions) ->
             hint="pass --calib DATA (.npz, image folder or module:function) with a few hundred real samples",
         )
     _check_accuracy_control(steps, options)
+    _check_device(to, options)
     model, specs = load_for_conversion(source, list(options.inputs))
     data = ConversionData(calibration_samples(options, specs) if calibrate else None, validation_samples(options, specs))
     notes: dict = {}
@@ -39,8 +41,10 @@ def convert(source: ModelSource, to: str, out: Path, options: ConvertOptions) ->
             step_out = final if i == len(steps) - 1 else Path(work) / f"step{i}{final.suffix}"
             notes |= converter().convert(current, specs, step_out, dataclasses.replace(options, precision=precision), data)
             current = step_out
+        if options.device:
+            notes["npu"] = _compile_for_npu(final, options.device, Path(work))
         artifact = describe(final, to, options.precision)
-        sidecar = _provenance(source, options, steps, notes, data.calibration, artifact)
+        sidecar = _provenance(source, specs, options, steps, notes, data.calibration, artifact)
         final.with_name(final.name + SIDECAR_SUFFIX).write_text(json.dumps(sidecar, indent=2, default=str) + "\n")
     return describe(Path(out), to, options.precision, sidecar)
 
@@ -52,11 +56,41 @@ def load_for_conversion(source: ModelSource, given: list[TensorSpec]):
 
         module, declared = load_torch(source)
         return module, resolve_input_specs(module, declared, given)
+    if source.family == "keras":
+        from edgekit.loaders.keras import KerasModel
+
+        model = KerasModel(source)
+        return model, given or model.specs
     if source.family == "onnx":
         from edgekit.loaders.onnx import onnx_artifact
 
         return source.path, onnx_artifact(source.path).inputs
     raise EdgekitError(f"edgekit cannot convert {source.format} models yet", hint="convert from PyTorch or ONNX")
+
+
+def _check_device(to: str, options: ConvertOptions) -> None:
+    if options.device is None:
+        return
+    if to != "tflite":
+        raise EdgekitError(
+            f"--device {options.device} compiles TFLite models for an NPU, not {to}", hint="use --to tflite --precision int8"
+        )
+    from edgekit.converters.ethos_u import check_device, vela_command
+
+    check_device(options.device, options.precision)
+    vela_command()
+
+
+def _compile_for_npu(tflite: Path, device: str, work: Path) -> dict:
+    """Vela next to the int8 model (in the same staging folder, so both land together)."""
+    from edgekit.converters.ethos_u import compile_vela
+
+    report = compile_vela(tflite, device, work / "vela")
+    compiled = next((work / "vela").glob("*_vela.tflite"))
+    target = tflite.with_name(f"{tflite.stem}.{device}.tflite")
+    shutil.copyfile(compiled, target)
+    report["compiled_model"] = target.name
+    return report
 
 
 def _check_accuracy_control(steps, options: ConvertOptions) -> None:
@@ -99,7 +133,11 @@ def calibration_samples(options: ConvertOptions, specs: list[TensorSpec]) -> Sam
     return samples
 
 
-DESCRIBERS = {"onnx": "edgekit.loaders.onnx:onnx_artifact", "openvino": "edgekit.loaders.openvino:openvino_artifact"}
+DESCRIBERS = {
+    "onnx": "edgekit.loaders.onnx:onnx_artifact",
+    "openvino": "edgekit.loaders.openvino:openvino_artifact",
+    "tflite": "edgekit.loaders.tflite:tflite_artifact",
+}
 
 
 def describe(path: Path, fmt: str, precision: str | None, provenance: dict | None = None) -> Artifact:
@@ -111,6 +149,7 @@ def describe(path: Path, fmt: str, precision: str | None, provenance: dict | Non
         provenance = read_provenance(path)
     if provenance:
         artifact.meta["provenance"] = provenance
+        artifact.precision = provenance.get("precision", artifact.precision)
     return artifact
 
 
@@ -123,7 +162,9 @@ def read_provenance(path: Path) -> dict | None:
         return None
 
 
-def _provenance(source: ModelSource, options: ConvertOptions, steps, notes: dict, samples: Samples | None, artifact: Artifact) -> dict:
+def _provenance(
+    source: ModelSource, specs: list[TensorSpec], options: ConvertOptions, steps, notes: dict, samples: Samples | None, artifact: Artifact
+) -> dict:
     from edgekit.machine import package_versions
 
     return {
@@ -131,6 +172,7 @@ def _provenance(source: ModelSource, options: ConvertOptions, steps, notes: dict
         "precision": options.precision,
         "steps": [f"{conv.__name__}({precision})" for conv, precision in steps],
         "inputs": [s.to_dict() for s in artifact.inputs],
+        "source_inputs": [s.to_dict() for s in specs],
         "calibration": samples.provenance if samples is not None else None,
         "versions": package_versions("torch", "onnx", "onnxruntime", "onnxscript", "onnxconverter-common"),
         **notes,

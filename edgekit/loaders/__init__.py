@@ -9,7 +9,16 @@ from pathlib import Path
 from edgekit.errors import ModelLoadError
 
 TORCH_FORMATS = ("torch-export", "torchscript", "torch-factory", "torch-pickle")
-SUFFIX_FORMATS = {".onnx": "onnx", ".pt2": "torch-export", ".xml": "openvino"}
+KERAS_FORMATS = ("keras", "keras-h5", "savedmodel")
+SUFFIX_FORMATS = {
+    ".onnx": "onnx",
+    ".pt2": "torch-export",
+    ".xml": "openvino",
+    ".keras": "keras",
+    ".h5": "keras-h5",
+    ".hdf5": "keras-h5",
+    ".tflite": "tflite",
+}
 TORCH_SUFFIXES = (".pt", ".pth", ".ts", ".torchscript", ".jit")
 
 
@@ -25,7 +34,9 @@ class ModelSource:
     @property
     def family(self) -> str:
         """The framework that runs it: 'torch', 'onnx', ..."""
-        return "torch" if self.format in TORCH_FORMATS else self.format
+        if self.format in TORCH_FORMATS:
+            return "torch"
+        return "keras" if self.format in KERAS_FORMATS else self.format
 
     @property
     def path(self) -> Path | None:
@@ -65,13 +76,19 @@ def _looks_like_factory(spec: str) -> bool:
 
 
 def _detect_file_format(path: Path, allow_pickle: bool) -> str:
+    if path.is_dir():
+        if (path / "saved_model.pb").exists():
+            return "savedmodel"
+        raise ModelLoadError(
+            f"{path} is a folder but not a SavedModel (no saved_model.pb)", hint="give a model file, or a folder written by model.export()"
+        )
     if path.suffix in SUFFIX_FORMATS:
         return SUFFIX_FORMATS[path.suffix]
     if path.suffix in TORCH_SUFFIXES:
         return _detect_torch_file(path, allow_pickle)
     raise ModelLoadError(
         f"cannot tell the format of {path.name}",
-        hint="edgekit reads .onnx, .pt2, TorchScript (.pt/.ts) and module:factory with --weights",
+        hint="edgekit reads .onnx, .pt2, TorchScript (.pt/.ts), module:factory with --weights, .keras, .h5, SavedModel folders, .tflite and OpenVINO .xml",
     )
 
 

@@ -13,8 +13,16 @@ RUNNERS = {
     "onnxruntime": "edgekit.targets.onnxruntime:OnnxRuntimeRunner",
     "torch": "edgekit.targets.torch:TorchRunner",
     "openvino": "edgekit.targets.openvino:OpenVinoRunner",
+    "tensorflow": "edgekit.targets.tensorflow:TensorFlowRunner",
+    "litert": "edgekit.targets.litert:LiteRtRunner",
 }
-DEFAULT_TARGET = {"onnx": "onnxruntime:cpu", "torch": "torch:cpu", "openvino": "openvino:cpu"}
+DEFAULT_TARGET = {
+    "onnx": "onnxruntime:cpu",
+    "torch": "torch:cpu",
+    "openvino": "openvino:cpu",
+    "keras": "tensorflow:cpu",
+    "tflite": "litert:cpu",
+}
 
 
 def runner_class(runtime: str):

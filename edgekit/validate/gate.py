@@ -12,6 +12,7 @@ class Thresholds:
     max_drop: float | None = None  # accuracy points, reference minus artifact
     min_cosine: float | None = None  # mean cosine similarity of every output
     min_agreement: float | None = None  # top-1 agreement with the reference, percent
+    max_npu_fallback: float | None = None  # percent of operators an NPU compiler left on the CPU
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -46,6 +47,16 @@ def check(report: dict, limits: Thresholds) -> list[GateFailure]:
                     f"accuracy fell {accuracy['drop_points']:.2f} points, more than {limits.max_drop}",
                 )
             )
+    npu = ((report.get("artifact") or {}).get("meta", {}).get("provenance") or {}).get("npu")
+    if limits.max_npu_fallback is not None and npu and npu["cpu_fallback_percent"] > limits.max_npu_fallback:
+        failures.append(
+            GateFailure(
+                "npu_cpu_fallback",
+                npu["cpu_fallback_percent"],
+                limits.max_npu_fallback,
+                f"{npu['operators_cpu']} of {npu['operators_cpu'] + npu['operators_npu']} ops fall back to the CPU on {npu['device']}",
+            )
+        )
     for out in report.get("fidelity", []):
         if limits.min_cosine is not None and out["cosine_mean"] < limits.min_cosine:
             failures.append(

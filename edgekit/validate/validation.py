@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from edgekit.artifact import TensorSpec
 from edgekit.calibration import Samples, load_samples, random_samples
 from edgekit.loaders import ModelSource
@@ -39,11 +41,14 @@ def validate(request: ValidationRequest) -> dict:
     """The validation report (see docs/report-schema.md); gate failures are listed, not raised."""
     artifact = make_runner(request.artifact, request.target, request.latency.threads, list(request.inputs))
     artifact.load()
-    reference = make_runner(request.reference, None, artifact.threads, list(request.inputs) or artifact.inputs)
+    reference = make_runner(
+        request.reference, None, artifact.threads, list(request.inputs) or _source_inputs(request.artifact) or artifact.inputs
+    )
     reference.load()
     samples = _samples(request, artifact.inputs)
     batch = _accuracy_batch(artifact.inputs, request.batch)
-    ref_out, art_out = run_batches(reference, samples, batch), run_batches(artifact, samples, batch)
+    ref_samples, alignment = align_inputs(samples, artifact.inputs, reference.inputs)
+    ref_out, art_out = run_batches(reference, ref_samples, batch), run_batches(artifact, samples, batch)
     fidelity = compare(ref_out, art_out, artifact.output_names)
     report = new_report("validate", (artifact.package, reference.package))
     report.update(
@@ -55,6 +60,7 @@ def validate(request: ValidationRequest) -> dict:
         fidelity=[f.to_dict() for f in fidelity],
         accuracy=_accuracy(ref_out[0], art_out[0], samples.labels),
     )
+    report["input_alignment"] = alignment
     if samples.provenance.get("random"):
         report["warnings"].append(RANDOM_WARNING)
     feeds = next(samples.batches(request.latency.batch)) if len(samples) >= request.latency.batch else None
@@ -63,6 +69,49 @@ def validate(request: ValidationRequest) -> dict:
     ).to_dict()
     report["gate"] = gate_section(report, request.thresholds)
     return report
+
+
+def align_inputs(samples: Samples, artifact_specs: list[TensorSpec], reference_specs: list[TensorSpec]) -> tuple[Samples, list[str]]:
+    """Feed the reference what the artifact gets: matched by position, NHWC data transposed for an NCHW reference."""
+    if [s.name for s in artifact_specs] == [s.name for s in reference_specs] and all(
+        _same_layout(a, r) for a, r in zip(artifact_specs, reference_specs, strict=True)
+    ):
+        return samples, []
+    if len(artifact_specs) != len(reference_specs):
+        from edgekit.errors import InputMismatchError
+
+        raise InputMismatchError(
+            f"the artifact has {len(artifact_specs)} inputs, the reference {len(reference_specs)}",
+            hint="check the artifact was converted from this reference",
+        )
+    arrays, notes = {}, []
+    for art, ref in zip(artifact_specs, reference_specs, strict=True):
+        array = samples.arrays[art.name]
+        if not _same_layout(art, ref) and array.ndim == 4 and tuple(array.shape[1:]) == _nhwc(ref.shape)[1:]:
+            array = np.ascontiguousarray(array.transpose(0, 3, 1, 2))
+            notes.append(f"{art.name}: NHWC data transposed to NCHW for the reference's '{ref.name}'")
+        elif art.name != ref.name:
+            notes.append(f"{art.name} -> reference input '{ref.name}' (matched by position)")
+        arrays[ref.name] = array
+    return Samples(arrays, samples.labels, samples.provenance), notes
+
+
+def _same_layout(a: TensorSpec, b: TensorSpec) -> bool:
+    return len(a.shape) != 4 or all(
+        not isinstance(x, int) or not isinstance(y, int) or x == y for x, y in zip(a.shape[1:], b.shape[1:], strict=True)
+    )
+
+
+def _nhwc(shape: tuple) -> tuple:
+    return (shape[0], shape[2], shape[3], shape[1])
+
+
+def _source_inputs(source: ModelSource) -> list[TensorSpec]:
+    """The inputs of the model an artifact was converted from, as its provenance recorded them."""
+    from edgekit.converters.pipeline import read_provenance
+
+    provenance = read_provenance(source.path) if source.path else None
+    return [TensorSpec.from_dict(d) for d in (provenance or {}).get("source_inputs", [])]
 
 
 def gate_section(report: dict, thresholds: Thresholds) -> dict:

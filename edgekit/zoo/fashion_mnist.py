@@ -11,6 +11,7 @@ from edgekit.errors import EdgekitError
 
 DATA_DIR = Path(__file__).parent / "data"
 WEIGHTS = DATA_DIR / "fashion_cnn.pt"
+KERAS_MODEL = DATA_DIR / "fashion_cnn.keras"
 TEST_NPZ = DATA_DIR / "fashion_mnist_test.npz"
 CALIB_NPZ = DATA_DIR / "fashion_mnist_calib.npz"
 IDX_DIR = Path("/usr/share/datasets/fashion-mnist")

@@ -1,0 +1,105 @@
+"""PyTorch -> TFLite with litert-torch: fp32, fp16, PT2E int8 (static with calibration, or dynamic).
+
+With --layout nhwc the model takes channels-last inputs (litert_torch.to_channel_last_io): the
+transposes to the model's NCHW then live inside the graph, and the provenance says where.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from edgekit.converters import ConversionData, Converter, ConvertOptions
+from edgekit.errors import ConversionError
+from edgekit.native import stderr_silenced
+
+log = logging.getLogger("edgekit")
+EXPORT_BATCH = 1  # TFLite models are converted at batch 1; the interpreter resizes where the graph allows
+
+
+class TorchToTflite(Converter):
+    """litert_torch.convert; int8 through torch.export + PT2E with litert's PT2EQuantizer."""
+
+    sources = ("torch",)
+    target_format = "tflite"
+    precisions = {"fp32": False, "fp16": False, "int8-dynamic": False, "int8": True}
+    package = "litert-torch"
+    import_name = "litert_torch"
+
+    def convert(self, model, specs, out: Path, options: ConvertOptions, data: ConversionData) -> dict:
+        import torch
+
+        with stderr_silenced():  # litert-torch imports TensorFlow and torchao, both chatty at import
+            import litert_torch
+        logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
+
+        from edgekit.loaders.torch import check_forward, example_tensors
+
+        self.require()
+        check_forward(model, specs)
+        args = example_tensors(specs, EXPORT_BATCH)
+        notes = {"precision": options.precision, "layout": options.layout}
+        module = model
+        if options.layout == "nhwc":
+            module = litert_torch.to_channel_last_io(model, args=list(range(len(specs))))
+            args = tuple(a.permute(0, 2, 3, 1).contiguous() if a.dim() == 4 else a for a in args)
+            notes["layout_transposes"] = [
+                f"{s.name}: NHWC input transposed to NCHW at the graph's entry" for s in specs if len(s.shape) == 4
+            ]
+        try:
+            with torch.no_grad():
+                edge = _convert(module, args, options, data, specs)
+        except ConversionError:
+            raise
+        except Exception as exc:  # litert-torch raises many types for unsupported ops
+            raise ConversionError(
+                f"litert-torch could not convert the model: {str(exc).strip().splitlines()[0][:300]}",
+                hint="an op may be unsupported; try --to onnx or --to openvino",
+            ) from None
+        edge.export(str(out))
+        return {"tflite": notes}
+
+
+def _convert(module, args, options: ConvertOptions, data: ConversionData, specs):
+    import litert_torch
+    from litert_torch.quantize.quant_config import QuantConfig
+
+    if options.precision == "fp32":
+        return litert_torch.convert(module.eval(), args)
+    if options.precision == "fp16":
+        from litert_torch.generative.quantize import quant_recipes
+
+        return litert_torch.convert(module.eval(), args, quant_config=QuantConfig(generative_recipe=quant_recipes.full_fp16_recipe()))
+    quantizer = _quantizer(dynamic=options.precision == "int8-dynamic")
+    prepared = _pt2e_prepare(module, args, quantizer)
+    if options.precision == "int8":
+        _calibrate(prepared, data.calibration, specs, options.layout)
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
+
+    converted = convert_pt2e(prepared, fold_quantize=False)
+    return litert_torch.convert(converted, args, quant_config=QuantConfig(pt2e_quantizer=quantizer))
+
+
+def _quantizer(dynamic: bool):
+    from litert_torch.quantize.pt2e_quantizer import PT2EQuantizer, get_symmetric_quantization_config
+
+    return PT2EQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=dynamic))
+
+
+def _pt2e_prepare(module, args, quantizer):
+    import torch
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
+
+    exported = torch.export.export(module.eval(), args).module()
+    return prepare_pt2e(exported, quantizer)
+
+
+def _calibrate(prepared, samples, specs, layout: str) -> None:
+    """One pass over the calibration samples through the observers (batch 1, as exported)."""
+    import torch
+
+    for feeds in samples.batches(1):
+        tensors = [torch.from_numpy(feeds[s.name]) for s in specs]
+        if layout == "nhwc":
+            tensors = [t.permute(0, 2, 3, 1).contiguous() if t.dim() == 4 else t for t in tensors]
+        prepared(*tensors)

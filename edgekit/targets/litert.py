@@ -1,0 +1,124 @@
+"""LiteRT (TFLite) target: ai-edge-litert's interpreter with XNNPACK and a thread count.
+
+Falls back to tflite_runtime or tf.lite where only those exist (older boards). Integer inputs and
+outputs are quantized/dequantized with each tensor's scale and zero-point, so validation feeds and
+compares float data whatever the model's I/O type.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+
+from edgekit.artifact import TensorSpec
+from edgekit.errors import ModelLoadError, RuntimeMissingError
+from edgekit.native import stderr_silenced
+from edgekit.targets.base import DeviceInfo, Runner
+
+INTERPRETERS = (
+    ("ai_edge_litert.interpreter", "ai-edge-litert"),
+    ("tflite_runtime.interpreter", "tflite-runtime"),
+    ("tensorflow.lite", "tensorflow"),
+)
+
+
+def interpreter_class():
+    """The first Interpreter class available, and the package it came from."""
+    import importlib
+
+    for module, package in INTERPRETERS:
+        if importlib.util.find_spec(module.split(".")[0]) is not None:
+            try:
+                return importlib.import_module(module).Interpreter, package
+            except (ImportError, AttributeError):
+                continue
+    raise RuntimeMissingError("no TFLite interpreter is installed", hint="pip install ai-edge-litert")
+
+
+def tensor_name(raw: str) -> str:
+    """'serving_default_image:0' -> 'image'."""
+    return raw.removeprefix("serving_default_").split(":")[0]
+
+
+class LiteRtRunner(Runner):
+    """Runs .tflite files; resizes the batch dim when the model allows it."""
+
+    runtime = "litert"
+    package = "ai-edge-litert"
+    import_name = "ai_edge_litert"
+    families = ("tflite",)
+
+    @classmethod
+    def installed(cls) -> bool:
+        return any(importlib.util.find_spec(m.split(".")[0]) is not None for m, _ in INTERPRETERS)
+
+    @classmethod
+    def devices(cls) -> list[DeviceInfo]:
+        _, package = interpreter_class()
+        return [DeviceInfo("litert:cpu", True, f"{package} interpreter, XNNPACK delegate")]
+
+    def _load_impl(self) -> None:
+        interpreter, self.interpreter_package = interpreter_class()
+        try:
+            with stderr_silenced():  # "Created TensorFlow Lite XNNPACK delegate for CPU."
+                self.interpreter = interpreter(model_path=str(self.source.path), num_threads=self.threads)
+                self.interpreter.allocate_tensors()
+        except (ValueError, RuntimeError) as exc:
+            raise ModelLoadError(
+                f"LiteRT cannot load {self.source.spec}: {str(exc).splitlines()[0][:200]}", hint="check it with `edgekit info`"
+            ) from None
+        self._in = self.interpreter.get_input_details()
+        self._out = self.interpreter.get_output_details()
+        self.inputs = [_spec(d) for d in self._in]
+        self.output_names = [tensor_name(d["name"]) for d in self._out]
+        self._shapes = {d["index"]: tuple(d["shape"]) for d in self._in}
+
+    def config(self) -> dict:
+        return {"interpreter": getattr(self, "interpreter_package", self.package), "delegate": "XNNPACK (default)"}
+
+    def _infer_impl(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        self._resize_for(feeds)
+        for detail, spec in zip(self._in, self.inputs, strict=True):
+            self.interpreter.set_tensor(detail["index"], quantize(feeds[spec.name], detail))
+        self.interpreter.invoke()
+        return [dequantize(self.interpreter.get_tensor(d["index"]), d) for d in self._out]
+
+    def _resize_for(self, feeds: dict[str, np.ndarray]) -> None:
+        changed = False
+        for detail, spec in zip(self._in, self.inputs, strict=True):
+            shape = tuple(feeds[spec.name].shape)
+            if self._shapes[detail["index"]] != shape:
+                self.interpreter.resize_tensor_input(detail["index"], list(shape), strict=True)
+                self._shapes[detail["index"]] = shape
+                changed = True
+        if changed:
+            self.interpreter.allocate_tensors()
+
+
+def _spec(detail: dict) -> TensorSpec:
+    signature = detail.get("shape_signature", detail["shape"])
+    dims = tuple(None if d < 0 else int(d) for d in signature)
+    dtype = "float32" if _quantized(detail) else np.dtype(detail["dtype"]).name  # validation feeds float; we quantize
+    return TensorSpec(tensor_name(detail["name"]), dims, dtype)
+
+
+def _quantized(detail: dict) -> bool:
+    scale, _ = detail["quantization"]
+    return np.dtype(detail["dtype"]).kind in "iu" and scale != 0
+
+
+def quantize(array: np.ndarray, detail: dict) -> np.ndarray:
+    """Float -> the tensor's integer type with its scale and zero-point (unchanged if not quantized)."""
+    if not _quantized(detail):
+        return array
+    scale, zero_point = detail["quantization"]
+    info = np.iinfo(detail["dtype"])
+    return np.clip(np.round(array / scale + zero_point), info.min, info.max).astype(detail["dtype"])
+
+
+def dequantize(array: np.ndarray, detail: dict) -> np.ndarray:
+    if not _quantized(detail):
+        return array
+    scale, zero_point = detail["quantization"]
+    return (array.astype(np.float32) - zero_point) * scale
