@@ -4,47 +4,46 @@ from __future__ import annotations
 
 from bench.common import CACHE, artifact, publish
 from edgekit.calibration import load_samples
-from edgekit.converters import CalibrationOptions, ConvertOptions
-from edgekit.converters.pipeline import convert
-from edgekit.demo import INPUTS, demo_source, write_demo_data
+from edgekit.demo import CELLS, run_demo
 from edgekit.loaders import open_source
 from edgekit.targets import make_runner
-from edgekit.validate.compare import accuracy_percent, compare_output, run_batches
+from edgekit.validate.compare import compare_output, run_batches
 
-FASHION_PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic")
+ACCURACY_CELLS = (*CELLS, ("onnx", "int8-dynamic"), ("tflite", "int8-dynamic"), ("openvino", "int8-weights"))
 
 
 def run() -> None:
-    rows = _fashion_rows() + _photo_rows()
+    rows = _fashion_rows(keras=False) + _fashion_rows(keras=True) + _photo_rows()
     publish(
         "accuracy",
         "Accuracy vs the fp32 original",
         ["model", "data", "runtime", "precision", "accuracy", "drop (pts)", "top-1 agreement"],
         rows,
         [
-            "Fashion-MNIST: the repo's trained FashionCNN, all 10,000 test images; int8 calibrated on 500 training images.",
+            "Fashion-MNIST: the repo's trained FashionCNN (PyTorch and Keras), all 10,000 test images; int8 calibrated on 500 training images.",
             "Photos: 600 crops/flips of 14 scikit-image photos (seed 1), disjoint from the 300 calibration crops (seed 0).",
             "Target: int8 drop <= 0.5 points.",
         ],
     )
 
 
-def _fashion_rows() -> list[list]:
-    CACHE.mkdir(parents=True, exist_ok=True)
-    test, calib = write_demo_data(CACHE)
-    samples = load_samples(str(test), specs=list(INPUTS))
-    reference = make_runner(demo_source(), inputs=list(INPUTS))
-    ref_logits = run_batches(reference, samples, 500)[0]
-    ref_acc = accuracy_percent(ref_logits, samples.labels)
-    rows = [["FashionCNN", "Fashion-MNIST test 10k", "torch:cpu", "fp32 (reference)", f"{ref_acc:.2f}%", "-", "-"]]
-    for precision in FASHION_PRECISIONS:
-        calibration = CalibrationOptions(str(calib), 500) if precision == "int8" else CalibrationOptions()
-        path = convert(demo_source(), "onnx", CACHE / f"fashion.{precision}.onnx", ConvertOptions(precision, INPUTS, calibration)).path
-        logits = run_batches(make_runner(open_source(str(path))), samples, 500)[0]
-        acc = accuracy_percent(logits, samples.labels)
-        agree = compare_output("logits", ref_logits, logits).top1_agreement
+def _fashion_rows(keras: bool) -> list[list]:
+    report = run_demo(CACHE / ("demo-keras" if keras else "demo-torch"), runs=10, keras=keras, cells=ACCURACY_CELLS)
+    rows = []
+    for r in report["rows"]:
+        if r["status"] != "ok":
+            rows.append([report["model"], "Fashion-MNIST test 10k", r["target"], r["precision"], r["status"], "-", "-"])
+            continue
         rows.append(
-            ["FashionCNN", "Fashion-MNIST test 10k", "onnxruntime:cpu", precision, f"{acc:.2f}%", f"{ref_acc - acc:+.2f}", f"{agree:.2f}%"]
+            [
+                report["model"],
+                "Fashion-MNIST test 10k",
+                r["target"],
+                r["precision"],
+                f"{r['accuracy']:.2f}% (ref {r['reference_accuracy']:.2f}%)",
+                f"{r['drop_points']:+.2f}",
+                f"{r['top1_agreement']:.2f}%",
+            ]
         )
     return rows
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.artifact import TensorSpec
-from edgekit.converters import CalibrationOptions, ConvertOptions
+from edgekit.converters import SUFFIXES, CalibrationOptions, ConvertOptions
 from edgekit.converters.pipeline import convert
 from edgekit.loaders import ModelSource, open_source
 from edgekit.validate.benchmark import BenchSettings, bench
@@ -36,21 +36,30 @@ def photo_calibration(count: int = 300, seed: int = 0) -> Path:
     return path
 
 
-def artifact(model: str, precision: str, calib_samples: int = 300) -> Path:
-    """The model converted to ONNX at `precision` (int8 calibrated on real photos), cached by name."""
+TARGETS = {"onnx": "onnxruntime:cpu", "openvino": "openvino:cpu", "tflite": "litert:cpu"}
+
+
+def artifact(model: str, precision: str, fmt: str = "onnx", calib_samples: int = 300) -> Path:
+    """The model converted to `fmt` at `precision` (int8 calibrated on real photos), cached by name."""
     spec, inputs = MODELS[model]
-    out = CACHE / f"{model}.{precision}.{calib_samples}.onnx"
+    out = CACHE / f"{model}.{precision}.{calib_samples}{SUFFIXES[fmt]}"
     if not out.exists():
         calibration = (
             CalibrationOptions(str(photo_calibration(calib_samples)), calib_samples) if precision == "int8" else CalibrationOptions()
         )
-        convert(ModelSource(spec, "torch-factory"), "onnx", out, ConvertOptions(precision, inputs, calibration))
+        convert(ModelSource(spec, "torch-factory"), fmt, out, ConvertOptions(precision, inputs, calibration))
     return out
 
 
+def measure(path: Path, threads: int, runs: int = 60, batch: int = 1):
+    """edgekit's bench result for one artifact on its format's CPU target, in a fresh process."""
+    fmt = open_source(str(path)).format
+    return bench(open_source(str(path)), BenchSettings(TARGETS[fmt], threads, batch, 10, runs))
+
+
 def p50(path: Path, threads: int, runs: int = 60, batch: int = 1) -> float:
-    """edgekit's p50 (ms) for one artifact, in a fresh process."""
-    return bench(open_source(str(path)), BenchSettings("onnxruntime:cpu", threads, batch, 10, runs)).latency.p50
+    """edgekit's wall-clock p50 (ms) for one artifact."""
+    return measure(path, threads, runs, batch).latency.p50
 
 
 def spread(values: list[float]) -> dict:

@@ -193,25 +193,35 @@ def _print_latency_rows(results: list[dict], report: dict) -> None:
 
 def print_demo(report: dict) -> None:
     console.print(f"[bold]{report['model']}[/] on {report['data']}")
+    print_matrix(report["rows"])
+    ok = [r for r in report["rows"] if r.get("status") == "ok"]
+    if ok:
+        console.print(
+            f"[dim]reference accuracy {ok[0]['reference_accuracy']:.2f}%; latency at batch 1; {machine_line(report, ok[0]['threads'])}[/]"
+        )
+
+
+def print_matrix(rows: list[dict]) -> None:
+    """One row per (format, precision, target): status, accuracy, drop, fidelity, latency, speed-up, size."""
     table = Table(
-        "format", "precision", "target", "accuracy", "drop (pts)", "top-1 agree", "cosine", "p50 ms", "p90 ms", "speed-up", "size"
+        "format", "precision", "target", "status", "accuracy", "drop (pts)", "top-1 agree", "cosine", "p50 ms", "p90 ms", "speed-up", "size"
     )
-    for r in report["rows"]:
+    for r in rows:
+        if r.get("status") != "ok":
+            table.add_row(r["format"], r["precision"], r["target"], f"[red]{r.get('status', 'failed')}[/]", *["-"] * 8)
+            continue
         table.add_row(
             r["format"],
             r["precision"],
             r["target"],
+            "[green]ok[/]",
             f"{r['accuracy']:.2f}%",
             f"{r['drop_points']:+.2f}",
             f"{r['top1_agreement']:.2f}%",
             f"{r['cosine']:.5f}",
             f"{r['p50_ms']:.3f}",
             f"{r['p90_ms']:.3f}",
-            f"{r['speedup']:.2f}x",
+            fmt(r.get("speedup"), ".2f") + ("x" if r.get("speedup") else ""),
             fmt_size(r["size_bytes"]),
         )
     console.print(table)
-    threads = report["rows"][0]["threads"] if report["rows"] else None
-    console.print(
-        f"[dim]reference (PyTorch fp32) accuracy {report['rows'][0]['reference_accuracy']:.2f}%; latency at batch 1; {machine_line(report, threads)}[/]"
-    )

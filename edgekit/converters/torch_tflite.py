@@ -69,7 +69,7 @@ def _convert(module, args, options: ConvertOptions, data: ConversionData, specs)
     if options.precision == "fp16":
         from litert_torch.generative.quantize import quant_recipes
 
-        return litert_torch.convert(module.eval(), args, quant_config=QuantConfig(generative_recipe=quant_recipes.full_fp16_recipe()))
+        return litert_torch.convert(module.eval(), args, quant_config=quant_recipes.full_fp16_recipe())  # a QuantConfig
     quantizer = _quantizer(dynamic=options.precision == "int8-dynamic")
     prepared = _pt2e_prepare(module, args, quantizer)
     if options.precision == "int8":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgekit.targets.base import DeviceInfo, Runner
+from edgekit.targets.base import DeviceInfo, Runner, default_threads
 
 
 class TensorFlowRunner(Runner):
@@ -29,8 +29,11 @@ class TensorFlowRunner(Runner):
         from edgekit.loaders.keras import KerasModel, quiet_tensorflow
 
         tf = quiet_tensorflow()
-        tf.config.threading.set_intra_op_parallelism_threads(self.threads)
-        tf.config.threading.set_inter_op_parallelism_threads(1)
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(self.threads)
+            tf.config.threading.set_inter_op_parallelism_threads(1)
+        except RuntimeError:  # TensorFlow fixes its pools at first use (e.g. a conversion earlier in this process)
+            self.threads = tf.config.threading.get_intra_op_parallelism_threads() or default_threads()
         self.model = KerasModel(self.source)
         self.inputs = self.model.specs
         self.output_names = self.model.output_names
