@@ -225,3 +225,48 @@ def print_matrix(rows: list[dict]) -> None:
             fmt_size(r["size_bytes"]),
         )
     console.print(table)
+
+
+def print_compression(report: dict) -> None:
+    stage = report["stage"]
+    console.print(f"[bold]{report['model']}[/] -> {report['output']} ({stage['method']})")
+    line = f"parameters {stage['parameters_before']:,} -> {stage['parameters_after']:,} (non-zero {stage['nonzero_after']:,})"
+    if stage.get("macs_before"):
+        line += f"; MACs {stage['macs_before']:,} -> {stage['macs_after']:,}"
+    console.print(line)
+    for note in stage["notes"]:
+        console.print(f"  {note}")
+    if stage["layers"]:
+        keys = [k for k in stage["layers"][0] if k != "layer"]
+        table = Table("layer", *keys, title="layers", title_justify="left")
+        for layer in stage["layers"]:
+            table.add_row(layer["layer"], *[f"{layer[k]:.4f}" if isinstance(layer[k], float) else str(layer[k]) for k in keys])
+        console.print(table)
+    if report["stages"]:
+        table = Table(
+            "stage",
+            "precision",
+            "parameters",
+            "size",
+            "gzip size",
+            "accuracy",
+            "drop (pts)",
+            "p50 ms",
+            "speed-up",
+            title="stages (ONNX Runtime)",
+            title_justify="left",
+        )
+        for r in report["stages"]:
+            table.add_row(
+                r["stage"],
+                r["precision"],
+                f"{r['parameters']:,}",
+                fmt_size(r["size_bytes"]),
+                fmt_size(r["gzip_bytes"]),
+                fmt(r["accuracy"], ".2f") + ("%" if r["accuracy"] is not None else ""),
+                fmt(r["drop_points"], "+.2f"),
+                f"{r['p50_ms']:.3f}",
+                f"{r['speedup']:.2f}x",
+            )
+        console.print(table)
+        console.print(f"[dim]{machine_line(report, report['stages'][0]['threads'])}[/]")

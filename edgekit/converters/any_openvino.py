@@ -47,17 +47,40 @@ def _to_openvino(model, specs):
         if hasattr(model, "export_saved_model"):  # a KerasModel: OpenVINO reads the SavedModel it exports
             with tempfile.TemporaryDirectory() as tmp:
                 return ov.convert_model(str(model.export_saved_model(Path(tmp) / "saved_model")))
-        from edgekit.loaders.torch import example_tensors
-
-        shapes = [(s.name, ov.PartialShape([-1, *s.concrete_shape(1)[1:]]), ov.Type(s.dtype)) for s in specs]
-        return ov.convert_model(model, example_input=example_tensors(specs, 2), input=shapes)
+        return _torch_to_openvino(model, specs)
     except EdgekitError:
         raise
     except Exception as exc:  # the frontends raise OpConversionFailure and friends
         raise ConversionError(
-            f"OpenVINO cannot convert the model: {str(exc).strip().splitlines()[0][:300]}",
+            f"OpenVINO cannot convert the model: {_openvino_reason(exc)}",
             hint="an op may be unsupported; try converting through ONNX first",
         ) from None
+
+
+def _torch_to_openvino(module, specs):
+    """Trace with example inputs; modules that cannot be traced (a .pt2's GraphModule) go through torch.export."""
+    import openvino as ov
+    import torch
+
+    from edgekit.converters.torch_onnx import _by_forward_names
+    from edgekit.loaders.torch import example_tensors
+
+    args = example_tensors(specs, 2)
+    # Positional (forward() argument names may differ from the specs'); _name_tensors names them after.
+    shapes = [(ov.PartialShape([-1, *s.concrete_shape(1)[1:]]), ov.Type(s.dtype)) for s in specs]
+    try:
+        return ov.convert_model(module, example_input=args, input=shapes)
+    except Exception as exc:  # tracing fails on GraphModules and some control flow
+        log.info("OpenVINO tracing failed (%s); converting through torch.export", _openvino_reason(exc))
+    batch = torch.export.Dim("batch", min=1)
+    program = torch.export.export(module, args, dynamic_shapes=_by_forward_names(module, specs, {s.name: {0: batch} for s in specs}))
+    return ov.convert_model(program)
+
+
+def _openvino_reason(exc: Exception) -> str:
+    """OpenVINO's messages start with 'Exception from src/...cpp:N:'; the reason is the next line."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip() and not ln.startswith("Exception from")]
+    return (lines[0] if lines else str(exc))[:300]
 
 
 def _name_tensors(ov_model, specs):

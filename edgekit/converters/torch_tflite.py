@@ -65,11 +65,11 @@ def _convert(module, args, options: ConvertOptions, data: ConversionData, specs)
     from litert_torch.quantize.quant_config import QuantConfig
 
     if options.precision == "fp32":
-        return litert_torch.convert(module.eval(), args)
+        return litert_torch.convert(_inference_mode(module), args)
     if options.precision == "fp16":
         from litert_torch.generative.quantize import quant_recipes
 
-        return litert_torch.convert(module.eval(), args, quant_config=quant_recipes.full_fp16_recipe())  # a QuantConfig
+        return litert_torch.convert(_inference_mode(module), args, quant_config=quant_recipes.full_fp16_recipe())  # a QuantConfig
     quantizer = _quantizer(dynamic=options.precision == "int8-dynamic")
     prepared = _pt2e_prepare(module, args, quantizer)
     if options.precision == "int8":
@@ -90,7 +90,7 @@ def _pt2e_prepare(module, args, quantizer):
     import torch
     from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
-    exported = torch.export.export(module.eval(), args).module()
+    exported = torch.export.export(_inference_mode(module), args).module()
     return prepare_pt2e(exported, quantizer)
 
 
@@ -103,3 +103,11 @@ def _calibrate(prepared, samples, specs, layout: str) -> None:
         if layout == "nhwc":
             tensors = [t.permute(0, 2, 3, 1).contiguous() if t.dim() == 4 else t for t in tensors]
         prepared(*tensors)
+
+
+def _inference_mode(module):
+    """eval() where allowed: a .pt2's GraphModule is already in inference form and refuses eval()."""
+    try:
+        return module.eval()
+    except (NotImplementedError, RuntimeError):
+        return module

@@ -140,7 +140,7 @@ def example_tensors(specs: list[TensorSpec], batch: int, seed: int = 0) -> tuple
     tensors = []
     for s in specs:
         dtype = getattr(torch, s.dtype)
-        shape = s.concrete_shape(batch)
+        shape = (batch, *s.concrete_shape(batch)[1:])  # the batch axis is exported dynamic, whatever --input said
         if dtype.is_floating_point:
             tensors.append(torch.rand(shape, generator=gen, dtype=torch.float32).to(dtype))
         else:

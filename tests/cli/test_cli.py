@@ -164,3 +164,42 @@ def test_int8_without_calibration_and_bad_calibration_write_nothing(tmp_path, fa
 
 def test_state_dict_without_factory_and_pickle_warning(weights_path, tmp_path):
     assert_clean_error(run_cli("convert", weights_path, "--to", "onnx", "-o", tmp_path / "x.onnx"), "--allow-pickle")
+
+
+def test_prune_writes_a_loadable_model_and_a_stage_table(tmp_path, weights_path, small_test_npz, demo_data):
+    report = tmp_path / "p.json"
+    result = run_cli(
+        "prune",
+        FACTORY,
+        "--weights",
+        weights_path,
+        "-i",
+        IMAGE,
+        "-m",
+        "magnitude",
+        "--sparsity",
+        "0.5",
+        "-o",
+        tmp_path / "m.pt2",
+        "-d",
+        small_test_npz,
+        "-p",
+        "int8",
+        "--calib",
+        demo_data[1],
+        "--report",
+        report,
+        "--threads",
+        "1",
+    )
+    assert result.code == 0, result.stderr
+    assert "stages" in result.stdout and "gzip size" in result.stdout
+    stages = json.loads(report.read_text())["stages"]
+    assert [s["stage"] for s in stages] == ["original", "pruned", "pruned + int8"]
+    assert stages[1]["gzip_bytes"] < stages[0]["gzip_bytes"] and stages[2]["size_bytes"] < stages[0]["size_bytes"] / 3
+    assert all(s["accuracy"] is not None and s["p50_ms"] > 0 for s in stages)
+    assert run_cli("info", tmp_path / "m.pt2").code == 0
+    assert_clean_error(
+        run_cli("prune", FACTORY, "--weights", weights_path, "-i", IMAGE, "-m", "magnitude", "--epochs", "2", "-o", tmp_path / "x.pt2"),
+        "--finetune",
+    )

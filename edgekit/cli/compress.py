@@ -1,0 +1,57 @@
+"""`edgekit prune`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from edgekit.cli import options
+
+
+def register(app: typer.Typer) -> None:
+    app.command("prune")(prune)
+
+
+def prune(
+    model: str = typer.Argument(..., help="PyTorch (.pt2, TorchScript, module:factory) or Keras model."),
+    method: str = typer.Option(..., "--method", "-m", help="magnitude (unstructured), channels (structured), lowrank (Linear/Dense SVD)."),
+    output: Path = typer.Option(..., "--output", "-o", help="The compressed model: .pt2 for PyTorch, .keras for Keras."),
+    inputs: list[str] = options.INPUT,
+    weights: str = options.WEIGHTS,
+    allow_pickle: bool = options.ALLOW_PICKLE,
+    sparsity: float = typer.Option(0.5, "--sparsity", help="magnitude: fraction of weights set to zero."),
+    scope: str = typer.Option("global", "--scope", help="magnitude: global (one threshold) or layer (per layer)."),
+    channels: float = typer.Option(0.3, "--channels", help="channels: fraction of channels removed per layer."),
+    energy: float = typer.Option(None, "--energy", help="lowrank: keep singular values holding this share of the energy (e.g. 0.9)."),
+    keep: float = typer.Option(0.5, "--keep", help="lowrank (without --energy): fraction of each layer's parameters to keep."),
+    data: str = typer.Option(None, "--data", "-d", help="Labelled data: batch-norm recalibration and the stage comparison."),
+    finetune: str = typer.Option(None, "--finetune", help="Labelled training data for fine-tuning (PyTorch)."),
+    epochs: int = typer.Option(0, "--epochs", help="Fine-tuning epochs (magnitude: a gradual sparsity schedule over them)."),
+    lr: float = typer.Option(1e-3, "--lr", help="Fine-tuning learning rate."),
+    precision: str = typer.Option(
+        None, "--precision", "-p", help="Also compare the pruned model at this precision (e.g. int8) in the stage table."
+    ),
+    calib: str = typer.Option(None, "--calib", help="Calibration data for --precision int8."),
+    threads: int = options.THREADS,
+    report: Path = typer.Option(None, "--report", help="Write the JSON report here."),
+) -> None:
+    """Compress a model (prune or factorize), save it, and compare original vs pruned (vs quantized) on data."""
+    from edgekit.cli.render import print_compression
+    from edgekit.compress import PruneOptions
+    from edgekit.compress.pipeline import compare_stages
+    from edgekit.compress.pipeline import prune as run_prune
+    from edgekit.loaders import open_source
+    from edgekit.validate.report import new_report, write_json
+
+    source = open_source(model, weights, allow_pickle)
+    prune_options = PruneOptions(method, sparsity, scope, channels, energy, None if energy else keep, epochs, lr)
+    specs = list(options.input_specs(inputs))
+    stage = run_prune(source, prune_options, output, specs, data, finetune)
+    result = new_report("prune", ("torch", "onnxruntime"))
+    result.update(model=model, output=str(output), options=prune_options.__dict__, stage=stage.to_dict(), stages=[])
+    if data and source.family == "torch":
+        result["stages"] = compare_stages(source, output, specs, data, output.parent / f"{output.stem}.stages", precision, calib, threads)
+    if report:
+        write_json(result, report)
+    print_compression(result)

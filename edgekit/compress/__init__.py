@@ -1,0 +1,45 @@
+"""Compression before conversion: magnitude pruning, structured channel pruning, low-rank factorization.
+
+Each stage takes a model and gives a model (same framework), with a `StageReport` of what it bought.
+Unstructured sparsity shrinks the compressed size, not the latency of dense kernels; structured
+pruning and factorization make the dense model itself smaller and faster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class PruneOptions:
+    """What to do: one method and its target."""
+
+    method: str  # "magnitude", "channels" or "lowrank"
+    sparsity: float = 0.5  # magnitude: fraction of weights set to zero
+    scope: str = "global"  # magnitude: one threshold for all layers, or one per layer
+    channel_ratio: float = 0.3  # channels: fraction of channels removed from each prunable layer
+    energy: float | None = None  # lowrank: keep singular values up to this share of the energy
+    compression: float | None = 0.5  # lowrank: parameter fraction to keep in each factorized layer (if energy is None)
+    epochs: int = 0  # fine-tuning epochs with labelled data (magnitude: a gradual sparsity schedule)
+    learning_rate: float = 1e-3
+    seed: int = 0
+
+
+@dataclass
+class StageReport:
+    """What a compression stage changed."""
+
+    method: str
+    parameters_before: int
+    parameters_after: int
+    nonzero_after: int
+    macs_before: int | None = None
+    macs_after: int | None = None
+    layers: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+METHODS = ("magnitude", "channels", "lowrank")

@@ -1,0 +1,129 @@
+"""Compression stages for Keras models: magnitude pruning and low-rank factorization of Dense layers.
+
+Structured channel pruning needs a dependency graph that Keras does not offer; it is PyTorch-only here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.compress import PruneOptions, StageReport
+from edgekit.errors import EdgekitError
+from edgekit.fileio import atomic_output
+from edgekit.loaders import ModelSource
+
+
+def prune_keras(source: ModelSource, options: PruneOptions, out: Path, data: str | None, finetune_data: str | None) -> StageReport:
+    from edgekit.loaders.keras import KerasModel
+
+    if options.method == "channels":
+        raise EdgekitError("structured channel pruning is available for PyTorch models", hint="use --method magnitude or lowrank for Keras")
+    if options.epochs:
+        raise EdgekitError(
+            "fine-tuning during pruning is available for PyTorch models", hint="drop --epochs, or fine-tune in Keras after pruning"
+        )
+    keras_model = KerasModel(source).keras
+    if keras_model is None:
+        raise EdgekitError("a SavedModel has no editable layers", hint="prune the .keras model it was exported from")
+    if options.method == "magnitude":
+        model, report = _magnitude(keras_model, options)
+    else:
+        model, report = _lowrank(keras_model, options)
+    with atomic_output(Path(out)) as tmp:
+        model.save(str(tmp))
+    return report
+
+
+def _kernels(model) -> list:
+    return [layer for layer in model.layers if type(layer).__name__ in ("Conv2D", "Conv1D", "Dense", "DepthwiseConv2D")]
+
+
+def _count(model) -> tuple[int, int]:
+    weights = [w for w in model.get_weights()]
+    return sum(w.size for w in weights), sum(int(np.count_nonzero(w)) for w in weights)
+
+
+def _magnitude(model, options: PruneOptions):
+    before = _count(model)
+    layers = _kernels(model)
+    kernels = [layer.get_weights()[0] for layer in layers]
+    if options.scope == "global":
+        threshold = np.quantile(np.abs(np.concatenate([k.ravel() for k in kernels])), options.sparsity)
+        thresholds = [threshold] * len(kernels)
+    else:
+        thresholds = [np.quantile(np.abs(k), options.sparsity) for k in kernels]
+    report_layers = []
+    for layer, kernel, threshold in zip(layers, kernels, thresholds, strict=True):
+        weights = layer.get_weights()
+        weights[0] = np.where(np.abs(kernel) > threshold, kernel, 0).astype(kernel.dtype)
+        layer.set_weights(weights)
+        report_layers.append({"layer": layer.name, "sparsity": float((weights[0] == 0).mean()), "parameters": int(kernel.size)})
+    after = _count(model)
+    return model, StageReport(
+        "magnitude",
+        before[0],
+        after[0],
+        after[1],
+        layers=report_layers,
+        notes=["dense kernels do not skip zeros: latency is unchanged; the gain is in compressed size"],
+    )
+
+
+def _lowrank(model, options: PruneOptions):
+    import keras
+
+    from edgekit.compress.torch_prune import _rank
+
+    before = _count(model)[0]
+    plans = {}
+    for layer in model.layers:
+        if type(layer).__name__ == "Dense":
+            kernel = layer.get_weights()[0]  # [in, out]
+            rank = _rank_numpy(kernel.T, options, _rank)
+            if rank is not None:
+                plans[layer.name] = rank
+
+    def clone(layer):
+        if layer.name not in plans:
+            return layer.__class__.from_config(layer.get_config())
+        rank = plans[layer.name]
+        config = layer.get_config()
+        return keras.Sequential(
+            [
+                keras.layers.Dense(rank, use_bias=False, name=f"{layer.name}_u"),
+                keras.layers.Dense(config["units"], activation=config["activation"], use_bias=config["use_bias"], name=f"{layer.name}_v"),
+            ],
+            name=layer.name,
+        )
+
+    factored = keras.models.clone_model(model, clone_function=clone)
+    report_layers = []
+    for layer in model.layers:
+        target = factored.get_layer(layer.name)
+        if layer.name in plans:
+            report_layers.append(_load_factors(layer, target, plans[layer.name]))
+        elif layer.get_weights():
+            target.set_weights(layer.get_weights())
+    after = _count(factored)
+    return factored, StageReport("lowrank", before, after[0], after[1], layers=report_layers)
+
+
+def _rank_numpy(weight_out_in: np.ndarray, options: PruneOptions, rank_fn) -> int | None:
+    import torch
+
+    return rank_fn(torch.from_numpy(np.ascontiguousarray(weight_out_in)), options)
+
+
+def _load_factors(layer, target, rank: int) -> dict:
+    weights = layer.get_weights()
+    kernel = weights[0]  # [in, out]
+    u, s, vh = np.linalg.svd(kernel, full_matrices=False)
+    root = np.sqrt(s[:rank])
+    first = (u[:, :rank] * root[None, :]).astype(kernel.dtype)  # [in, r]
+    second = (root[:, None] * vh[:rank]).astype(kernel.dtype)  # [r, out]
+    target.layers[0].set_weights([first])
+    target.layers[1].set_weights([second, *weights[1:]])
+    error = float(np.linalg.norm(first @ second - kernel) / np.linalg.norm(kernel))
+    return {"layer": layer.name, "shape": list(kernel.shape), "rank": rank, "relative_weight_error": error}

@@ -1,0 +1,235 @@
+"""Compression stages for PyTorch modules."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+
+from edgekit.calibration import Samples
+from edgekit.compress import PruneOptions, StageReport
+from edgekit.errors import EdgekitError
+
+
+def prunable(module) -> list[tuple[str, object]]:
+    """(name, layer) of the Conv and Linear layers whose weights magnitude pruning touches."""
+    import torch
+
+    return [(n, m) for n, m in module.named_modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Conv1d, torch.nn.Linear))]
+
+
+def count(module) -> tuple[int, int]:
+    """(parameters, non-zero parameters)."""
+    params = list(module.parameters())
+    return sum(p.numel() for p in params), sum(int((p != 0).sum()) for p in params)
+
+
+def magnitude_masks(module, sparsity: float, scope: str) -> dict[str, object]:
+    """Masks that zero the `sparsity` smallest-magnitude weights, globally or per layer."""
+    import torch
+
+    layers = prunable(module)
+    if scope == "global":
+        magnitudes = torch.cat([m.weight.detach().abs().flatten() for _, m in layers])
+        threshold = torch.quantile(magnitudes.float()[torch.randperm(len(magnitudes))[:2_000_000]], sparsity) if len(magnitudes) else 0
+        return {n: (m.weight.detach().abs() > threshold) for n, m in layers}
+    return {n: (m.weight.detach().abs() > torch.quantile(m.weight.detach().abs().flatten().float(), sparsity)) for n, m in layers}
+
+
+def apply_masks(module, masks: dict) -> None:
+    import torch
+
+    with torch.no_grad():
+        for name, layer in prunable(module):
+            if name in masks:
+                layer.weight.mul_(masks[name].to(layer.weight.dtype))
+
+
+def magnitude_prune(module, options: PruneOptions, train: Samples | None) -> tuple[object, StageReport]:
+    """Unstructured magnitude pruning, optionally gradual with fine-tuning between steps."""
+    model = copy.deepcopy(module).eval()
+    before = count(model)
+    steps = max(1, options.epochs)
+    for step in range(1, steps + 1):
+        target = options.sparsity * (1 - (1 - step / steps) ** 3)  # cubic schedule (Zhu & Gupta 2017)
+        masks = magnitude_masks(model, target, options.scope)
+        apply_masks(model, masks)
+        if options.epochs and train is not None:
+            finetune(model, train, 1, options.learning_rate, masks, options.seed + step)
+    after = count(model)
+    layers = [{"layer": n, "sparsity": float((m.weight == 0).float().mean()), "parameters": m.weight.numel()} for n, m in prunable(model)]
+    notes = ["dense kernels do not skip zeros: latency is unchanged; the gain is in compressed size (and in sparse runtimes)"]
+    if options.epochs:
+        notes.append(f"{options.epochs} fine-tuning epoch(s) with a cubic sparsity schedule")
+    return model, StageReport("magnitude", before[0], after[0], after[1], layers=layers, notes=notes)
+
+
+def channel_prune(module, options: PruneOptions, example, calibration: Samples | None, train: Samples | None) -> tuple[object, StageReport]:
+    """Structured channel pruning with torch-pruning's dependency graph; BN statistics recalibrated on data."""
+    import torch
+    import torch_pruning as tp
+
+    model = copy.deepcopy(module).eval()
+    macs_before, params_before = tp.utils.count_ops_and_params(model, example)
+    ignored = _output_layers(model, example)
+    pruner = tp.pruner.MetaPruner(
+        model,
+        example,
+        importance=tp.importance.GroupMagnitudeImportance(p=2),
+        pruning_ratio=options.channel_ratio,
+        ignored_layers=ignored,
+        global_pruning=False,
+    )
+    pruner.step()
+    with torch.no_grad():
+        out = model(example)
+    reference_shape = _output_shape(module, example)
+    if tuple(out.shape) != reference_shape:
+        raise EdgekitError(
+            f"channel pruning changed the output shape {reference_shape} -> {tuple(out.shape)}",
+            hint="report this model: its output layer was not protected",
+        )
+    notes = [f"{options.channel_ratio:.0%} of the channels of each prunable layer removed (L2 magnitude, dependency graph)"]
+    if calibration is not None:
+        recalibrate_batchnorm(model, calibration)
+        notes.append(f"batch-norm statistics recalibrated on {len(calibration)} samples")
+    if options.epochs and train is not None:
+        finetune(model, train, options.epochs, options.learning_rate, None, options.seed)
+        notes.append(f"fine-tuned {options.epochs} epoch(s)")
+    macs_after, params_after = tp.utils.count_ops_and_params(model.eval(), example)
+    return model, StageReport(
+        "channels", int(params_before), int(params_after), count(model)[1], int(macs_before), int(macs_after), notes=notes
+    )
+
+
+def _output_layers(model, example) -> list:
+    """The layers producing the model's output (their out-channels are the output shape: never pruned)."""
+    last = prunable(model)[-1][1] if prunable(model) else None
+    return [last] if last is not None else []
+
+
+def _output_shape(module, example) -> tuple:
+    import torch
+
+    with torch.no_grad():
+        return tuple(module.eval()(example).shape)
+
+
+def recalibrate_batchnorm(model, samples: Samples, batch: int = 64) -> None:
+    """Re-estimate BN running mean/var as exact averages over `samples` (weights unchanged)."""
+    import torch
+
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return
+    for bn in norms:
+        bn.reset_running_stats()
+        bn.momentum = None  # cumulative moving average: every batch counts equally
+    model.train()
+    with torch.no_grad():
+        for feeds in samples.batches(batch):
+            model(*[torch.from_numpy(v) for v in feeds.values()])
+    model.eval()
+
+
+def finetune(model, samples: Samples, epochs: int, learning_rate: float, masks: dict | None, seed: int, batch: int = 128) -> None:
+    """Cross-entropy fine-tuning on labelled samples; masks (if any) are re-applied after every step."""
+    import torch
+
+    if samples.labels is None:
+        raise EdgekitError("fine-tuning needs labels", hint="add a `labels` array to the --finetune data")
+    generator = torch.Generator().manual_seed(seed)
+    inputs = torch.from_numpy(next(iter(samples.arrays.values())))
+    labels = torch.from_numpy(samples.labels.astype(np.int64))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0)
+    model.train()
+    for _ in range(epochs):
+        order = torch.randperm(len(inputs), generator=generator)
+        for start in range(0, len(inputs), batch):
+            idx = order[start : start + batch]
+            loss = torch.nn.functional.cross_entropy(model(inputs[idx]), labels[idx])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if masks:
+                apply_masks(model, masks)
+    model.eval()
+
+
+def lowrank_factorize(module, options: PruneOptions, example, train: Samples | None = None) -> tuple[object, StageReport]:
+    """Replace Linear layers (not the output layer) by two thinner ones from a truncated SVD; rank by energy or target compression."""
+    import torch
+
+    model = copy.deepcopy(module).eval()
+    before = count(model)[0]
+    layers = []
+    protected = set(map(id, _output_layers(model, example)))
+    for name, layer in [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and id(m) not in protected]:
+        rank = _rank(layer.weight.detach(), options)
+        if rank is None:
+            continue
+        replacement, error = _factorized(layer, rank)
+        _set_module(model, name, replacement)
+        layers.append(
+            {
+                "layer": name,
+                "shape": list(layer.weight.shape),
+                "rank": rank,
+                "relative_weight_error": error,
+                "parameters": [layer.weight.numel(), rank * sum(layer.weight.shape)],
+            }
+        )
+    notes = [f"output layer kept whole; relative output error before fine-tuning: {_output_error(module, model, example):.4f}"]
+    if options.epochs and train is not None:
+        finetune(model, train, options.epochs, options.learning_rate, None, options.seed)
+        notes.append(f"fine-tuned {options.epochs} epoch(s); relative output error after: {_output_error(module, model, example):.4f}")
+    after = count(model)[0]
+    return model, StageReport("lowrank", before, after, count(model)[1], layers=layers, notes=notes)
+
+
+def _output_error(reference, model, example) -> float:
+    import torch
+
+    with torch.no_grad():
+        ref, out = reference.eval()(example), model.eval()(example)
+    return float(torch.linalg.norm(ref - out) / max(float(torch.linalg.norm(ref)), 1e-12))
+
+
+def _rank(weight, options: PruneOptions) -> int | None:
+    """The kept rank, or None when factorizing would not save parameters."""
+    import torch
+
+    out_f, in_f = weight.shape
+    full = min(out_f, in_f)
+    if options.energy is not None:
+        s = torch.linalg.svdvals(weight.float())
+        energy = torch.cumsum(s**2, 0) / (s**2).sum()
+        rank = int((energy < options.energy).sum()) + 1
+    else:
+        rank = int(options.compression * out_f * in_f / (out_f + in_f))
+    rank = max(1, min(rank, full))
+    return rank if rank * (out_f + in_f) < out_f * in_f else None
+
+
+def _factorized(layer, rank: int):
+    import torch
+
+    u, s, vh = torch.linalg.svd(layer.weight.detach().float(), full_matrices=False)
+    first = torch.nn.Linear(layer.in_features, rank, bias=False)
+    second = torch.nn.Linear(rank, layer.out_features, bias=layer.bias is not None)
+    with torch.no_grad():
+        root = s[:rank].sqrt()
+        first.weight.copy_(root[:, None] * vh[:rank])
+        second.weight.copy_(u[:, :rank] * root[None, :])
+        if layer.bias is not None:
+            second.bias.copy_(layer.bias)
+        approx = second.weight @ first.weight
+    weight = layer.weight.detach()
+    error = float(torch.linalg.norm(approx - weight) / torch.linalg.norm(weight))
+    return torch.nn.Sequential(first, second), error
+
+
+def _set_module(model, name: str, replacement) -> None:
+    parent_name, _, child = name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    setattr(parent, child, replacement)
