@@ -39,15 +39,32 @@ def photo_calibration(count: int = 300, seed: int = 0) -> Path:
 TARGETS = {"onnx": "onnxruntime:cpu", "openvino": "openvino:cpu", "tflite": "litert:cpu"}
 
 
+PRUNED = "resnet18_shape_channels30"
+
+
+def pruned_resnet() -> Path:
+    """ResNet-18 shape with 30% of channels pruned (BN recalibrated on real photos), as a cached .pt2."""
+    from edgekit.compress import PruneOptions
+    from edgekit.compress.pipeline import prune
+
+    out = CACHE / f"{PRUNED}.pt2"
+    if not out.exists():
+        spec, inputs = MODELS["resnet18_shape"]
+        prune(ModelSource(spec, "torch-factory"), PruneOptions("channels", channel_ratio=0.3), out, list(inputs), str(photo_calibration()))
+    return out
+
+
 def artifact(model: str, precision: str, fmt: str = "onnx", calib_samples: int = 300) -> Path:
     """The model converted to `fmt` at `precision` (int8 calibrated on real photos), cached by name."""
-    spec, inputs = MODELS[model]
     out = CACHE / f"{model}.{precision}.{calib_samples}{SUFFIXES[fmt]}"
     if not out.exists():
-        calibration = (
-            CalibrationOptions(str(photo_calibration(calib_samples)), calib_samples) if precision == "int8" else CalibrationOptions()
-        )
-        convert(ModelSource(spec, "torch-factory"), fmt, out, ConvertOptions(precision, inputs, calibration))
+        if model == PRUNED:
+            source, inputs = open_source(str(pruned_resnet())), ()
+        else:
+            source, inputs = ModelSource(MODELS[model][0], "torch-factory"), MODELS[model][1]
+        int8 = precision == "int8"
+        calibration = CalibrationOptions(str(photo_calibration(calib_samples)), calib_samples) if int8 else CalibrationOptions()
+        convert(source, fmt, out, ConvertOptions(precision, inputs, calibration))
     return out
 
 
