@@ -79,6 +79,8 @@ def load_samples(
     path = Path(spec)
     if path.is_dir():
         samples = sources.image_folder(path, limit, seed, preprocess, specs)
+    elif path.suffix in (".npz", ".npy") and not path.exists():
+        raise EdgekitError(f"data not found: {spec}", hint="check the path (recipes resolve it from the recipe's folder)")
     elif path.suffix in (".npz", ".npy"):
         samples = sources.numpy_file(path, limit, seed)
     elif ":" in spec and not path.exists():

@@ -30,9 +30,9 @@ def _options(
 
 
 def _register() -> None:
-    from edgekit.cli import compress, convert, demo, info, measure
+    from edgekit.cli import compress, convert, demo, info, measure, recipe
 
-    for module in (info, convert, compress, measure, demo):
+    for module in (info, convert, compress, measure, recipe, demo):
         module.register(app)
 
 

@@ -63,6 +63,7 @@ def convert(
     io_dtype: str = IO_DTYPE,
     layout: str = LAYOUT,
     device: str = DEVICE,
+    emit_recipe: Path = options.EMIT_RECIPE,
 ) -> None:
     """Convert a model to another format and precision, written atomically."""
     from edgekit.converters import CalibrationOptions, ConvertOptions
@@ -84,6 +85,18 @@ def convert(
         layout=layout,
         device=device,
     )
+    if emit_recipe:
+        from edgekit.recipe.write import emit
+
+        emit(
+            emit_recipe,
+            model=model,
+            weights=weights,
+            inputs=inputs or (),
+            formats=[to],
+            precisions=[precision],
+            calibration={"path": calib, "samples": calib_samples, "method": calib_method},
+        )
     _run(source, to, output or _default_output(source, to, precision), opts)
 
 

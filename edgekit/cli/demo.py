@@ -16,9 +16,17 @@ def demo(
     threads: int = typer.Option(None, "--threads", help="Threads for every runtime (default: all usable cores)."),
     runs: int = typer.Option(200, "--runs", help="Timed latency runs per artifact."),
     keras: bool = typer.Option(False, "--keras", help="Start from the Keras model instead of the PyTorch one."),
+    emit_recipe: Path = typer.Option(None, "--emit-recipe", help="Write the recipe this demo runs (then `edgekit run` it)."),
 ) -> None:
-    """A real Fashion-MNIST CNN to ONNX, OpenVINO and TFLite in fp32/fp16/int8, validated on 10k test images, timed, tabled."""
-    from edgekit.cli.render import print_demo
-    from edgekit.demo import run_demo
+    """Run the embedded recipe: a real Fashion-MNIST CNN to ONNX, OpenVINO and TFLite in fp32/fp16/int8, validated on 10k test images, timed, gated."""
+    from edgekit.cli.recipe import exit_code
+    from edgekit.cli.render import console, print_run
+    from edgekit.demo import RECIPES, run_demo
 
-    print_demo(run_demo(workdir, threads, runs, keras))
+    if emit_recipe:
+        from edgekit.recipe.write import write_text
+
+        write_text(emit_recipe, RECIPES[keras].read_text(), force=True)
+    report, written = run_demo(workdir, threads, runs, keras, progress=lambda text: console.print(f"[dim]... {text}[/]"))
+    print_run(report, written)
+    raise typer.Exit(exit_code(report))

@@ -27,6 +27,7 @@ def validate(
     ),
     target: str = options.TARGET,
     report: Path = typer.Option(None, "--report", help="Write the JSON report here."),
+    emit_recipe: Path = options.EMIT_RECIPE,
     inputs: list[str] = options.INPUT,
     weights: str = options.WEIGHTS,
     allow_pickle: bool = options.ALLOW_PICKLE,
@@ -65,8 +66,10 @@ def validate(
         preprocess,
         options.input_specs(inputs),
         latency=BenchSettings(target, threads, batch, warmup, runs),
-        thresholds=Thresholds(max_drop, min_cosine, min_agreement, max_npu_fallback),
+        thresholds=Thresholds(max_drop=max_drop, min_cosine=min_cosine, min_agreement=min_agreement, max_npu_fallback=max_npu_fallback),
     )
+    if emit_recipe:
+        _emit_validate(emit_recipe, request, reference, weights, inputs, data, limit)
     result = run_validation(request)
     if report:
         write_json(result, report)
@@ -84,6 +87,7 @@ def bench(
     runs: int = RUNS,
     inputs: list[str] = options.INPUT,
     report: Path = typer.Option(None, "--report", help="Write the JSON report here."),
+    emit_recipe: Path = options.EMIT_RECIPE,
 ) -> None:
     """Load time, first inference, then p50/p90/p99/mean/std/min latency after warm-up, throughput, peak RSS, size."""
     from edgekit.cli.render import print_bench
@@ -94,9 +98,60 @@ def bench(
 
     settings = BenchSettings(target, threads, batch, warmup, runs)
     specs = list(options.input_specs(inputs)) or None
+    if emit_recipe:
+        _emit_bench(emit_recipe, artifacts, settings, inputs)
     results = [run_bench(open_source(a), settings, specs).to_dict() for a in artifacts]
     result = new_report("bench", tuple({r["target"].split(":")[0] for r in results}))
     result["results"] = results
     if report:
         write_json(result, report)
     print_bench(result)
+
+
+def _emit_validate(path, request, reference, weights, inputs, data, limit) -> None:
+    """The recipe: the reference as the model, the artifact's format and precision, its calibration, these gates."""
+    from edgekit.converters.pipeline import describe, read_provenance
+    from edgekit.recipe.write import emit
+    from edgekit.targets import DEFAULT_TARGET
+
+    artifact = (
+        describe(request.artifact.path, request.artifact.format, None)
+        if request.artifact.format in ("onnx", "openvino", "tflite")
+        else None
+    )
+    fmt = request.artifact.format
+    calibration = (read_provenance(request.artifact.path) or {}).get("calibration") or {}
+    lat = request.latency
+    emit(
+        path,
+        model=reference,
+        weights=weights,
+        inputs=inputs or (),
+        formats=[fmt],
+        precisions=[artifact.precision if artifact else "fp32"],
+        targets={fmt: [request.target or DEFAULT_TARGET[fmt]]},
+        calibration={"path": calibration.get("source"), "samples": calibration.get("samples"), "method": calibration.get("method")},
+        validation={"path": data, "limit": limit},
+        latency={"threads": lat.threads, "batch": lat.batch, "warmup": lat.warmup, "runs": lat.runs},
+        gates=request.thresholds.to_dict(),
+    )
+
+
+def _emit_bench(path, artifacts, settings, inputs) -> None:
+    """The recipe: each artifact as a model run as it is (fp32 = no precision pass), with these latency settings."""
+    from edgekit.errors import EdgekitError
+    from edgekit.loaders import open_source
+    from edgekit.recipe.write import emit
+
+    if len(artifacts) != 1:
+        raise EdgekitError("--emit-recipe writes one recipe per artifact", hint="bench one artifact at a time to emit its recipe")
+    fmt = open_source(artifacts[0]).format
+    emit(
+        path,
+        model=artifacts[0],
+        inputs=inputs or (),
+        formats=[fmt],
+        precisions=["fp32"],
+        targets={fmt: [settings.target]} if settings.target else None,
+        latency={"threads": settings.threads, "batch": settings.batch, "warmup": settings.warmup, "runs": settings.runs},
+    )

@@ -24,3 +24,6 @@ PREPROCESS = typer.Option(
 
 def input_specs(values: list[str] | None) -> tuple[TensorSpec, ...]:
     return tuple(parse_input_spec(v) for v in values or [])
+
+
+EMIT_RECIPE = typer.Option(None, "--emit-recipe", help="Also write the recipe that reproduces this command (`edgekit run FILE`).")

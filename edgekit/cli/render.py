@@ -191,42 +191,6 @@ def _print_latency_rows(results: list[dict], report: dict) -> None:
     )
 
 
-def print_demo(report: dict) -> None:
-    console.print(f"[bold]{report['model']}[/] on {report['data']}")
-    print_matrix(report["rows"])
-    ok = [r for r in report["rows"] if r.get("status") == "ok"]
-    if ok:
-        console.print(
-            f"[dim]reference accuracy {ok[0]['reference_accuracy']:.2f}%; latency at batch 1; {machine_line(report, ok[0]['threads'])}[/]"
-        )
-
-
-def print_matrix(rows: list[dict]) -> None:
-    """One row per (format, precision, target): status, accuracy, drop, fidelity, latency, speed-up, size."""
-    table = Table(
-        "format", "precision", "target", "status", "accuracy", "drop (pts)", "top-1 agree", "cosine", "p50 ms", "p90 ms", "speed-up", "size"
-    )
-    for r in rows:
-        if r.get("status") != "ok":
-            table.add_row(r["format"], r["precision"], r["target"], f"[red]{r.get('status', 'failed')}[/]", *["-"] * 8)
-            continue
-        table.add_row(
-            r["format"],
-            r["precision"],
-            r["target"],
-            "[green]ok[/]",
-            f"{r['accuracy']:.2f}%",
-            f"{r['drop_points']:+.2f}",
-            f"{r['top1_agreement']:.2f}%",
-            f"{r['cosine']:.5f}",
-            f"{r['p50_ms']:.3f}",
-            f"{r['p90_ms']:.3f}",
-            fmt(r.get("speedup"), ".2f") + ("x" if r.get("speedup") else ""),
-            fmt_size(r["size_bytes"]),
-        )
-    console.print(table)
-
-
 def print_compression(report: dict) -> None:
     stage = report["stage"]
     console.print(f"[bold]{report['model']}[/] -> {report['output']} ({stage['method']})")
@@ -270,3 +234,37 @@ def print_compression(report: dict) -> None:
             )
         console.print(table)
         console.print(f"[dim]{machine_line(report, report['stages'][0]['threads'])}[/]")
+
+
+def print_run(result: dict, written) -> None:
+    from edgekit.recipe.reports import COLUMNS, cells
+
+    table = Table(*COLUMNS, title=f"{result['model']}: gates {'passed' if result['passed'] else 'FAILED'}", title_justify="left")
+    for row in result["rows"]:
+        style = "" if row.get("passed") else "red"
+        table.add_row(*cells(row), style=style)
+    console.print(table)
+    if result["rows"]:
+        from edgekit.recipe.reports import machine_text
+
+        console.print(f"[dim]measured on {machine_text(result)}; reports: {', '.join(str(p) for p in written)}[/]")
+
+
+def print_gate_check(result: dict) -> None:
+    table = Table("format", "precision", "target", "metric", "value", "limit", "result", "why")
+    for row in result["rows"]:
+        if row["status"] != "ok":
+            table.add_row(row["format"], row["precision"], row["target"], "run", "-", "-", "[red]error[/]", row["status"])
+        for g in row.get("gates", []):
+            table.add_row(
+                row["format"],
+                row["precision"],
+                row["target"],
+                g["metric"],
+                fmt(g["value"], ".4g"),
+                str(g["limit"]),
+                "[green]pass[/]" if g["passed"] else "[red]FAIL[/]",
+                g["reason"],
+            )
+    console.print(table)
+    console.print("[bold green]all gates passed[/]" if result["passed"] else "[bold red]gates failed[/]")

@@ -25,6 +25,8 @@ CONVERTERS = {
     ("keras", "openvino"): "edgekit.converters.any_openvino:ToOpenVino",
     ("keras", "tflite"): "edgekit.converters.keras_tflite:KerasToTflite",
     ("torch", "tflite"): "edgekit.converters.torch_tflite:TorchToTflite",
+    ("openvino", "openvino"): "edgekit.converters.passthrough:Passthrough",
+    ("tflite", "tflite"): "edgekit.converters.passthrough:Passthrough",
 }
 FORMATS = ("onnx", "openvino", "tflite")
 SUFFIXES = {"onnx": ".onnx", "openvino": ".xml", "tflite": ".tflite"}

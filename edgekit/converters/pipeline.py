@@ -65,7 +65,11 @@ def load_for_conversion(source: ModelSource, given: list[TensorSpec]):
         from edgekit.loaders.onnx import onnx_artifact
 
         return source.path, onnx_artifact(source.path).inputs
-    raise EdgekitError(f"edgekit cannot convert {source.format} models yet", hint="convert from PyTorch or ONNX")
+    if source.family in ("openvino", "tflite"):
+        from edgekit.converters.pipeline import describe
+
+        return source.path, describe(source.path, source.family, None).inputs
+    raise EdgekitError(f"edgekit cannot convert {source.format} models", hint="convert from PyTorch, Keras or ONNX")
 
 
 def _check_device(to: str, options: ConvertOptions) -> None:

@@ -6,6 +6,8 @@ transposes to the model's NCHW then live inside the graph, and the provenance sa
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 from pathlib import Path
 
@@ -47,7 +49,7 @@ class TorchToTflite(Converter):
                 f"{s.name}: NHWC input transposed to NCHW at the graph's entry" for s in specs if len(s.shape) == 4
             ]
         try:
-            with torch.no_grad():
+            with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):  # litert-torch prints progress bars
                 edge = _convert(module, args, options, data, specs)
         except ConversionError:
             raise
@@ -56,7 +58,8 @@ class TorchToTflite(Converter):
                 f"litert-torch could not convert the model: {str(exc).strip().splitlines()[0][:300]}",
                 hint="an op may be unsupported; try --to onnx or --to openvino",
             ) from None
-        edge.export(str(out))
+        with contextlib.redirect_stdout(io.StringIO()):
+            edge.export(str(out))
         return {"tflite": notes}
 
 

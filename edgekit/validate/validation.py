@@ -13,7 +13,7 @@ from edgekit.loaders import ModelSource
 from edgekit.targets import make_runner
 from edgekit.validate.benchmark import BenchSettings, bench
 from edgekit.validate.compare import accuracy_percent, compare, is_classifier_output, run_batches
-from edgekit.validate.gate import Thresholds, check
+from edgekit.validate.gate import Thresholds, check_row, failures
 from edgekit.validate.report import new_report
 
 log = logging.getLogger("edgekit")
@@ -115,8 +115,45 @@ def _source_inputs(source: ModelSource) -> list[TensorSpec]:
 
 
 def gate_section(report: dict, thresholds: Thresholds) -> dict:
-    failures = check(report, thresholds)
-    return {"thresholds": thresholds.to_dict(), "failures": [f.to_dict() for f in failures], "passed": not failures}
+    results = check_row(summary_row(report), thresholds)
+    return {
+        "thresholds": thresholds.to_dict(),
+        "results": [r.to_dict() for r in results],
+        "failures": [r.to_dict() for r in failures(results)],
+        "passed": not failures(results),
+    }
+
+
+def summary_row(result: dict) -> dict:
+    """One table row from a validation report: what the matrix, the demo and the gates read."""
+    accuracy = result.get("accuracy") or {}
+    fidelity = result.get("fidelity") or []
+    latency = result["latency"]["latency"] if result.get("latency") else {}
+    artifact = result.get("artifact") or {}
+    npu = (artifact.get("meta", {}).get("provenance") or {}).get("npu")
+    size = result["latency"]["size_bytes"] if result.get("latency") else artifact.get("size_bytes", 0)
+    reference = accuracy.get("reference")
+    return {
+        "format": artifact.get("format"),
+        "precision": artifact.get("precision"),
+        "target": result.get("target"),
+        "status": "ok",
+        "threads": result.get("threads"),
+        "accuracy": accuracy.get("artifact"),
+        "reference_accuracy": reference,
+        "drop_points": accuracy.get("drop_points"),
+        "drop_relative": 100 * accuracy["drop_points"] / reference if reference else None,
+        "top1_agreement": min((f["top1_agreement"] for f in fidelity if f["top1_agreement"] is not None), default=None),
+        "cosine": min((f["cosine_mean"] for f in fidelity), default=None),
+        "p50_ms": latency.get("p50"),
+        "p90_ms": latency.get("p90"),
+        "size_bytes": size,
+        "size_mb": size / 1e6,
+        "npu_fallback": npu["cpu_fallback_percent"] if npu else None,
+        "artifact": artifact.get("spec"),
+        "times_ms": result["latency"]["times_ms"] if result.get("latency") else [],
+        "random_data": bool((result.get("data") or {}).get("random")),
+    }
 
 
 def _samples(request: ValidationRequest, specs: list[TensorSpec]) -> Samples:

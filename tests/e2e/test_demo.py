@@ -12,15 +12,19 @@ pytestmark = pytest.mark.e2e
 def _rows(tmp_path, *extra):
     result = run_cli("demo", "--workdir", tmp_path, "--runs", "30", *extra)
     assert result.code == 0, result.stderr
-    for header in ("format", "precision", "status", "accuracy", "drop (pts)", "p50 ms", "speed-up", "size"):
+    for header in ("format", "precision", "status", "accuracy", "drop (pts)", "p50 ms", "speed-up", "size", "gates"):
         assert header in result.stdout
-    report = json.loads((tmp_path / "demo-report.json").read_text())
+    assert "gates passed" in result.stdout
+    for name in ("report.md", "report.html", "junit.xml"):
+        assert (tmp_path / name).exists()
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["kind"] == "matrix" and report["passed"]
     return {(r["format"], r["precision"]): r for r in report["rows"]}
 
 
 def _check(rows, reference_floor):
     assert set(rows) == {(f, p) for f in ("onnx", "openvino", "tflite") for p in ("fp32", "fp16", "int8")}
-    assert all(r["status"] == "ok" for r in rows.values()), [r["status"] for r in rows.values() if r["status"] != "ok"]
+    assert all(r["status"] == "ok" and r["passed"] for r in rows.values()), [r["status"] for r in rows.values() if r["status"] != "ok"]
     for (fmt, precision), row in rows.items():
         assert row["reference_accuracy"] > reference_floor  # the committed model is really trained
         limit = {"fp32": 0.02, "fp16": 0.1, "int8": 0.5}[precision]  # int8: within half a point on the 10k test set

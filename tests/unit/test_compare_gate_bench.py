@@ -6,7 +6,7 @@ import pytest
 from edgekit.loaders import open_source
 from edgekit.validate.benchmark import BenchSettings, LatencyStats, bench, bench_in_process
 from edgekit.validate.compare import accuracy_percent, compare, compare_output
-from edgekit.validate.gate import Thresholds, check
+from edgekit.validate.gate import Thresholds, check_row, compare_latency, failures
 
 
 def test_identical_outputs_are_perfect():
@@ -37,16 +37,43 @@ def test_compare_rejects_shape_changes():
         compare([np.zeros((2, 3))], [np.zeros((2, 4))], ["y"])
 
 
-def _report(drop, cosine, agreement):
-    return {"accuracy": {"drop_points": drop}, "fidelity": [{"name": "y", "cosine_mean": cosine, "top1_agreement": agreement}]}
+def _row(**values):
+    base = {
+        "precision": "int8",
+        "drop_points": 0.2,
+        "drop_relative": 0.2,
+        "cosine": 0.999,
+        "top1_agreement": 99.0,
+        "p50_ms": 1.0,
+        "p90_ms": 1.2,
+        "size_mb": 0.1,
+        "speedup": 2.0,
+        "npu_fallback": None,
+    }
+    return {**base, **values}
 
 
 def test_gate_reports_each_missed_threshold():
-    limits = Thresholds(max_drop=0.5, min_cosine=0.99, min_agreement=98.0)
-    assert check(_report(0.2, 0.999, 99.0), limits) == []
-    failures = check(_report(1.5, 0.9, 90.0), limits)
-    assert [f.metric for f in failures] == ["accuracy_drop", "cosine[y]", "top1_agreement[y]"]
-    assert check({"accuracy": None, "fidelity": []}, Thresholds(max_drop=1))[0].reason.startswith("no labels")
+    limits = Thresholds(max_drop=0.5, min_cosine=0.99, min_agreement=98.0, max_p50_ms=2, max_size_mb=1, min_speedup=1.5)
+    assert failures(check_row(_row(), limits)) == []
+    bad = _row(drop_points=1.5, cosine=0.9, top1_agreement=90.0, p50_ms=3.0, speedup=1.1)
+    assert [f.metric for f in failures(check_row(bad, limits))] == ["accuracy_drop", "cosine", "top1_agreement", "p50_ms", "speedup"]
+    missing = failures(check_row(_row(drop_points=None), Thresholds(max_drop=1)))
+    assert missing[0].value is None and "not measured" in missing[0].reason
+    assert check_row(_row(precision="fp32", speedup=1.0), Thresholds(min_speedup=1.5)) == []  # speed-up gates quantized rows
+
+
+def test_latency_regression_needs_more_than_the_noise(fashion_onnx):
+    from edgekit.loaders import open_source
+
+    source = open_source(str(fashion_onnx["fp32"]))
+    runs = [bench_in_process(source, BenchSettings(threads=1, warmup=5, runs=60)).times_ms for _ in range(2)]
+    assert not compare_latency(runs[1], runs[0])["regressed"]  # the same artifact twice: noise only
+    slower = compare_latency([t * 1.5 for t in runs[1]], runs[0])
+    assert slower["regressed"] and slower["ci95"][0] > 1.05
+    rng = np.random.default_rng(0)
+    noisy_old, noisy_new = rng.lognormal(0, 0.5, 40), rng.lognormal(0.03, 0.5, 40)
+    assert not compare_latency(list(noisy_new), list(noisy_old))["regressed"]  # 3% on a very noisy machine is not flagged
 
 
 def test_latency_stats_percentiles():

@@ -106,13 +106,13 @@ def test_ethos_u55_compile_reports_vela_estimates_and_gates_fallback(tmp_path, k
     npu = artifact.meta["provenance"]["npu"]
     assert (tmp_path / npu["compiled_model"]).exists() and npu["estimated"]
     assert npu["inference_time_ms"] > 0 and npu["cycles_total"] > 0 and npu["sram_kib"] > 0 and npu["operators_npu"] > 0
-    from edgekit.validate.gate import Thresholds, check
+    from edgekit.validate.gate import Thresholds, check_row, failures
+    from edgekit.validate.validation import summary_row
 
     report = {"artifact": artifact.to_dict(), "fidelity": []}
-    assert check(report, Thresholds(max_npu_fallback=npu["cpu_fallback_percent"])) == []
-    damaged = {**npu, "cpu_fallback_percent": 50.0, "operators_cpu": 7}
-    report["artifact"]["meta"]["provenance"]["npu"] = damaged
-    assert [f.metric for f in check(report, Thresholds(max_npu_fallback=10))] == ["npu_cpu_fallback"]
+    assert failures(check_row(summary_row(report), Thresholds(max_npu_fallback=npu["cpu_fallback_percent"]))) == []
+    report["artifact"]["meta"]["provenance"]["npu"] = {**npu, "cpu_fallback_percent": 50.0, "operators_cpu": 7}
+    assert [f.metric for f in failures(check_row(summary_row(report), Thresholds(max_npu_fallback=10)))] == ["npu_cpu_fallback"]
 
 
 def test_npu_needs_int8_tflite(tmp_path, keras_source):

@@ -1,0 +1,106 @@
+"""`edgekit run`, `edgekit init`, `edgekit report`, `edgekit gate`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from edgekit.cli import options
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)
+    app.command("init")(init)
+    app.command("report")(report)
+    app.command("gate")(gate)
+
+
+def run(
+    recipe: Path = typer.Argument(..., help="The recipe (edgekit.yaml)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Convert every cell again, even when a cached artifact matches."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress, only the table and errors (for CI logs)."),
+) -> None:
+    """Run a recipe's matrix; write the reports; exit 2 if a gate failed, 1 if a cell failed."""
+    from edgekit.cli.render import console, print_run
+    from edgekit.recipe.reports import write_reports
+    from edgekit.recipe.run import run_recipe
+    from edgekit.recipe.schema import load_recipe
+
+    parsed = load_recipe(recipe)
+    progress = None if quiet else (lambda text: console.print(f"[dim]... {text}[/]", highlight=False))
+    result = run_recipe(parsed, use_cache=not no_cache, progress=progress)
+    written = write_reports(result, Path(parsed.resolve(parsed.report.dir)), parsed.report.formats)
+    print_run(result, written)
+    raise typer.Exit(exit_code(result))
+
+
+def exit_code(result: dict) -> int:
+    """0 all passed; 2 a gate failed; 1 a cell could not run (and no gate failed)."""
+    if any(r["status"] == "ok" and not r["passed"] for r in result["rows"]):
+        return 2
+    return 0 if result["passed"] else 1
+
+
+def init(
+    model: str = typer.Argument(..., help="The model the recipe starts from (file or module:factory)."),
+    output: Path = typer.Option(Path("edgekit.yaml"), "--output", "-o", help="Where to write the recipe."),
+    inputs: list[str] = options.INPUT,
+    weights: str = options.WEIGHTS,
+    calib: str = typer.Option(None, "--calib", help="Calibration data to put in the recipe."),
+    val: str = typer.Option(None, "--val", help="Labelled validation data to put in the recipe."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing file."),
+) -> None:
+    """Write a commented starter recipe for MODEL."""
+    from edgekit.loaders import open_source
+    from edgekit.recipe.write import starter, write_text
+
+    open_source(model, weights)  # fail now on a model that cannot be found
+    write_text(output, starter(model, output.name, weights, inputs or [], calib, val), force)
+    print(f"wrote {output}: fill in the TODOs, then `edgekit run {output}`")
+
+
+def report(
+    saved: Path = typer.Argument(..., help="A JSON report from `edgekit run`."),
+    format: str = typer.Option("md", "--format", "-f", help="md, html or junit."),
+    output: Path = typer.Option(None, "--output", "-o", help="Write here instead of standard output."),
+) -> None:
+    """Render a saved matrix report."""
+    from edgekit.errors import EdgekitError
+    from edgekit.recipe.reports import RENDERERS, render
+    from edgekit.recipe.write import write_text
+    from edgekit.validate.report import load_json
+
+    data = load_json(saved)
+    if format not in RENDERERS:
+        raise EdgekitError(f"unknown report format '{format}'", hint=f"choose one of: {', '.join(RENDERERS)}")
+    if "rows" not in data:
+        raise EdgekitError(f"{saved} is a {data.get('kind')} report, not a matrix report", hint="render reports written by `edgekit run`")
+    text = render(data, format)
+    if output:
+        write_text(output, text, force=True)
+    else:
+        sys.stdout.write(text + "\n")
+
+
+def gate(
+    saved: Path = typer.Argument(..., help="A JSON report from `edgekit run`."),
+    baseline: Path = typer.Option(
+        None, "--baseline", help="An earlier report: flag latency regressions larger than the run-to-run spread."
+    ),
+    tolerance: float = typer.Option(0.05, "--tolerance", help="Latency regression allowed beyond noise (0.05 = 5%)."),
+    junit: Path = typer.Option(None, "--junit", help="Write the gate results as JUnit XML."),
+) -> None:
+    """Re-check a saved report's gates (and latency against a baseline); exit 2 if any fails."""
+    from edgekit.cli.render import print_gate_check
+    from edgekit.recipe.gating import regate
+    from edgekit.recipe.reports import to_junit
+    from edgekit.recipe.write import write_text
+    from edgekit.validate.report import load_json
+
+    result = regate(load_json(saved), load_json(baseline) if baseline else None, tolerance)
+    if junit:
+        write_text(junit, to_junit(result), force=True)
+    print_gate_check(result)
+    raise typer.Exit(exit_code(result))

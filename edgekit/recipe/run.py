@@ -1,0 +1,211 @@
+"""`edgekit run`: a recipe's matrix of formats x precisions x targets, each cell converted (or taken from
+the cache), validated, timed and gated; one failed cell does not stop the others."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+
+from edgekit.artifact import TensorSpec, parse_input_spec
+from edgekit.converters import SUFFIXES, CalibrationOptions, ConvertOptions
+from edgekit.errors import EdgekitError
+from edgekit.loaders import ModelSource, open_source
+from edgekit.recipe.schema import Recipe
+from edgekit.validate.benchmark import BenchSettings
+from edgekit.validate.gate import check_row, failures
+from edgekit.validate.report import new_report
+
+log = logging.getLogger("edgekit")
+SCHEMA = "matrix"
+
+
+def run_recipe(recipe: Recipe, use_cache: bool = True, progress=None) -> dict:
+    """Run every cell; returns the matrix report (rows with gate results)."""
+    workdir = Path(recipe.resolve(recipe.report.dir))
+    workdir.mkdir(parents=True, exist_ok=True)
+    source, inputs, layout = model_source(recipe)
+    validation = data_path(recipe.resolve(recipe.validation.path), workdir, layout)
+    calibration = data_path(recipe.resolve(recipe.calibration.path), workdir, layout)
+    source = apply_compression(recipe, source, inputs, validation, workdir / ".cache", progress)
+    rows = []
+    for fmt, precision, target in recipe.matrix.cells():
+        _say(progress, f"{fmt} {precision} on {target}")
+        rows.append(run_cell(recipe, source, inputs, fmt, precision, target, validation, calibration, workdir / ".cache", use_cache))
+    rows = with_speedups(rows)
+    for row in rows:
+        results = check_row(row, recipe.gates) if row["status"] == "ok" else []
+        row["gates"] = [r.to_dict() for r in results]
+        row["passed"] = row["status"] == "ok" and not failures(results)
+    report = new_report(SCHEMA, ("torch", "onnxruntime", "openvino", "ai-edge-litert", "tensorflow-cpu"))
+    report.update(
+        recipe=_recipe_dict(recipe),
+        model=recipe.model.path,
+        data={"validation": validation, "calibration": calibration},
+        thresholds=recipe.gates.to_dict(),
+        rows=rows,
+        passed=all(r["passed"] for r in rows),
+    )
+    return report
+
+
+def _say(progress, text: str) -> None:
+    if progress is not None:
+        progress(text)
+
+
+def model_source(recipe: Recipe) -> tuple[ModelSource, tuple[TensorSpec, ...], str]:
+    """The recipe's model (a zoo: name or a path/factory), its --input specs and input layout."""
+    from edgekit.zoo.fashion_mnist import KERAS_MODEL, WEIGHTS
+
+    zoo = {
+        "zoo:fashion-cnn": (ModelSource("edgekit.zoo.models:fashion_cnn", "torch-factory", WEIGHTS), ("image:1x1x28x28",), "nchw"),
+        "zoo:fashion-cnn-keras": (ModelSource(str(KERAS_MODEL), "keras"), (), "nhwc"),
+    }
+    if recipe.model.path in zoo:
+        source, inputs, layout = zoo[recipe.model.path]
+    elif recipe.model.path.startswith("zoo:"):
+        raise EdgekitError(f"unknown zoo model '{recipe.model.path}'", hint=f"known: {', '.join(zoo)}")
+    else:
+        source, inputs, layout = (
+            open_source(recipe.resolve(recipe.model.path), recipe.resolve(recipe.model.weights), recipe.model.allow_pickle),
+            recipe.model.inputs,
+            "nchw",
+        )
+    return source, tuple(parse_input_spec(i) for i in (recipe.model.inputs or inputs)), layout
+
+
+def data_path(path: str | None, workdir: Path, layout: str) -> str | None:
+    """A data path, with zoo:fashion-mnist-test / zoo:fashion-mnist-calib written out on first use."""
+    if path is None or not path.startswith("zoo:"):
+        return path
+    from edgekit.demo import write_demo_data
+
+    names = {"zoo:fashion-mnist-test": 0, "zoo:fashion-mnist-calib": 1}
+    if path not in names:
+        raise EdgekitError(f"unknown zoo data '{path}'", hint=f"known: {', '.join(names)}")
+    return str(write_demo_data(workdir, layout)[names[path]])
+
+
+def apply_compression(recipe: Recipe, source: ModelSource, inputs, validation: str | None, cache: Path, progress) -> ModelSource:
+    """Run the recipe's compression stages in order; each result is cached like an artifact."""
+    from edgekit.compress import PruneOptions
+    from edgekit.compress.pipeline import prune
+
+    for i, stage in enumerate(recipe.compress):
+        options = PruneOptions(
+            stage.method, stage.sparsity, stage.scope, stage.channels, stage.energy, None if stage.energy else stage.keep, stage.epochs
+        )
+        suffix = ".keras" if source.family == "keras" else ".pt2"
+        key = fingerprint({"source": source_fingerprint(source), "stage": stage.__dict__, "data": _file_hash(validation)})
+        out = cache / key / f"{source.name}.compress{i}{suffix}"
+        if not out.exists():
+            _say(progress, f"compress: {stage.method}")
+            prune(source, options, out, list(inputs), validation, recipe.resolve(stage.finetune))
+        source = open_source(str(out))
+    return source
+
+
+def run_cell(recipe, source, inputs, fmt, precision, target, validation, calibration, cache: Path, use_cache: bool) -> dict:
+    """Convert (or reuse), validate and time one cell; an EdgekitError becomes the row's status."""
+    from edgekit.converters.pipeline import convert, describe
+    from edgekit.validate.validation import ValidationRequest, summary_row, validate
+
+    base = {"format": fmt, "precision": precision, "target": target}
+    try:
+        options = ConvertOptions(
+            precision,
+            inputs,
+            CalibrationOptions(
+                calibration, recipe.calibration.samples, recipe.calibration.method, recipe.calibration.seed, recipe.calibration.preprocess
+            ),
+        )
+        key = cache_key(source, fmt, options)
+        out = cache / key / f"{source.name}.{precision}{SUFFIXES[fmt]}"
+        cached = use_cache and out.exists()
+        artifact = describe(out, fmt, None) if cached else convert(source, fmt, out, options)
+        lat = recipe.latency
+        request = ValidationRequest(
+            ModelSource(str(artifact.path), fmt),
+            source,
+            target,
+            validation,
+            recipe.validation.limit,
+            recipe.validation.preprocess,
+            inputs,
+            latency=BenchSettings(target, lat.threads, lat.batch, lat.warmup, lat.runs),
+        )
+        row = {**summary_row(validate(request)), **base, "cached": cached}
+        if row["random_data"]:
+            row["warning"] = "validated on random inputs: no accuracy"
+        return row
+    except EdgekitError as exc:
+        return {**base, "status": f"failed: {exc.one_line()}", "cached": False}
+
+
+def with_speedups(rows: list[dict]) -> list[dict]:
+    """Speed-up of each row vs the fp32 row of the same format and target (None where there is none)."""
+    base = {(r["format"], r["target"]): r["p50_ms"] for r in rows if r["status"] == "ok" and r["precision"] == "fp32"}
+    return [
+        {
+            **r,
+            "speedup": base[(r["format"], r["target"])] / r["p50_ms"]
+            if r["status"] == "ok" and (r["format"], r["target"]) in base
+            else None,
+        }
+        for r in rows
+    ]
+
+
+def cache_key(source: ModelSource, fmt: str, options: ConvertOptions) -> str:
+    """Hash of the source model's content, the conversion options (with the data's content) and tool versions."""
+    from edgekit.machine import package_versions
+
+    opts = {
+        "format": fmt,
+        "precision": options.precision,
+        "inputs": [s.to_dict() for s in options.inputs],
+        "calibration": {
+            **options.calibration.__dict__,
+            "data": _file_hash(options.calibration.data) if options.precision == "int8" else None,
+        },
+    }
+    tools = package_versions(
+        "torch", "onnx", "onnxruntime", "onnxscript", "openvino", "nncf", "tensorflow-cpu", "litert-torch", "ai-edge-litert"
+    )
+    return fingerprint({"source": source_fingerprint(source), "options": opts, "tools": tools})
+
+
+def fingerprint(data: dict) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def source_fingerprint(source: ModelSource) -> dict:
+    """What identifies a model's content: file hashes (a factory: its module file and the weights)."""
+    if source.format == "torch-factory":
+        import importlib.util
+
+        module = source.spec.rpartition(":")[0]
+        origin = module if module.endswith(".py") else getattr(importlib.util.find_spec(module), "origin", None)
+        return {"factory": source.spec, "code": _file_hash(origin), "weights": _file_hash(str(source.weights) if source.weights else None)}
+    return {"format": source.format, "content": _file_hash(source.spec)}
+
+
+def _file_hash(path: str | None) -> str | None:
+    from edgekit.fileio import sha256_of_file
+
+    if path is None or ":" in path and not Path(path).exists():
+        return path
+    p = Path(path)
+    if p.is_dir():
+        return fingerprint({str(f.relative_to(p)): sha256_of_file(f) for f in sorted(p.rglob("*")) if f.is_file()})
+    return sha256_of_file(p) if p.exists() else None
+
+
+def _recipe_dict(recipe: Recipe) -> dict:
+    from dataclasses import asdict
+
+    data = asdict(recipe)
+    data["base_dir"] = str(recipe.base_dir)
+    return data

@@ -1,0 +1,255 @@
+"""Parse and validate a recipe; every error names the bad key and its line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from edgekit.errors import EdgekitError
+from edgekit.validate.gate import Thresholds
+
+VERSION = 1
+DEFAULT_TARGETS = {"onnx": ["onnxruntime:cpu"], "openvino": ["openvino:cpu"], "tflite": ["litert:cpu"]}
+
+
+class RecipeError(EdgekitError):
+    """A recipe that does not validate: the message names the key and the line."""
+
+
+@dataclass(frozen=True)
+class ModelSection:
+    path: str
+    weights: str | None = None
+    inputs: tuple[str, ...] = ()
+    allow_pickle: bool = False
+
+
+@dataclass(frozen=True)
+class CalibrationSection:
+    path: str | None = None
+    samples: int = 300
+    method: str = "minmax"
+    preprocess: str | None = None
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class ValidationSection:
+    path: str | None = None
+    limit: int | None = None
+    preprocess: str | None = None
+
+
+@dataclass(frozen=True)
+class CompressSection:
+    method: str
+    sparsity: float = 0.5
+    scope: str = "global"
+    channels: float = 0.3
+    energy: float | None = None
+    keep: float = 0.5
+    epochs: int = 0
+    finetune: str | None = None
+
+
+@dataclass(frozen=True)
+class MatrixSection:
+    formats: tuple[str, ...] = ("onnx",)
+    precisions: tuple[str, ...] = ("fp32", "int8")
+    targets: dict = field(default_factory=dict)  # format -> [runtime:device, ...]
+
+    def cells(self) -> list[tuple[str, str, str]]:
+        """(format, precision, target) for every combination."""
+        return [(f, p, t) for f in self.formats for p in self.precisions for t in self.targets.get(f, DEFAULT_TARGETS.get(f, []))]
+
+
+@dataclass(frozen=True)
+class LatencySection:
+    threads: int | None = None
+    batch: int = 1
+    warmup: int = 20
+    runs: int = 100
+
+
+@dataclass(frozen=True)
+class ReportSection:
+    dir: str = "edgekit-report"
+    formats: tuple[str, ...] = ("json", "md", "html", "junit")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    model: ModelSection
+    calibration: CalibrationSection = CalibrationSection()
+    validation: ValidationSection = ValidationSection()
+    compress: tuple[CompressSection, ...] = ()
+    matrix: MatrixSection = MatrixSection()
+    latency: LatencySection = LatencySection()
+    gates: Thresholds = Thresholds()
+    report: ReportSection = ReportSection()
+    version: int = VERSION
+    base_dir: Path = Path(".")
+
+    def resolve(self, path: str | None) -> str | None:
+        """A data/model path relative to the recipe's folder (factories and zoo: names stay as they are)."""
+        if (
+            path is None
+            or path.startswith("zoo:")
+            or (":" in path and not Path(self.base_dir / path).exists() and not path.endswith(".py"))
+        ):
+            return path
+        candidate = Path(path)
+        return str(candidate if candidate.is_absolute() else self.base_dir / candidate)
+
+
+SECTIONS = {
+    "model": ModelSection,
+    "calibration": CalibrationSection,
+    "validation": ValidationSection,
+    "matrix": MatrixSection,
+    "latency": LatencySection,
+    "gates": Thresholds,
+    "report": ReportSection,
+}
+
+
+def load_recipe(path: Path) -> Recipe:
+    """Read and validate a recipe file."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise RecipeError(f"recipe not found: {path}", hint="write one with `edgekit init MODEL`")
+    try:
+        root = yaml.compose(path.read_text())
+    except yaml.YAMLError as exc:
+        raise RecipeError(
+            f"{path.name}: not valid YAML: {str(exc).splitlines()[0]}", hint="check indentation and quoting at that line"
+        ) from None
+    return parse(root, path.name, path.parent)
+
+
+def parse(root, name: str, base_dir: Path) -> Recipe:
+    """A Recipe from a composed YAML node tree."""
+    top = _mapping(root, name, "the recipe")
+    unknown = set(top) - set(SECTIONS) - {"version", "compress"}
+    _no_unknown(unknown, top, name, "top level", list(SECTIONS) + ["version", "compress"])
+    if "model" not in top:
+        raise RecipeError(f"{name}: missing required key 'model'", hint="add model: {path: your_model}")
+    values = {key: _section(SECTIONS[key], top[key][1], name, key) for key in SECTIONS if key in top}
+    if "compress" in top:
+        node = top["compress"][1]
+        items = node.value if hasattr(node, "value") and isinstance(node.value, list) else None
+        if items is None:
+            raise RecipeError(
+                f"{name}: line {node.start_mark.line + 1}: 'compress' must be a list of stages",
+                hint="e.g. compress: [{method: magnitude, sparsity: 0.5}]",
+            )
+        values["compress"] = tuple(_section(CompressSection, item, name, f"compress[{i}]") for i, item in enumerate(items))
+    version = int(_plain(top["version"][1])) if "version" in top else VERSION
+    if version != VERSION:
+        raise RecipeError(
+            f"{name}: line {top['version'][0] + 1}: recipe version {version} is not supported", hint=f"this edgekit reads version {VERSION}"
+        )
+    recipe = Recipe(**values, version=version, base_dir=base_dir)
+    _check_choices(recipe, top, name)
+    return recipe
+
+
+def _mapping(node, name: str, where: str) -> dict:
+    import yaml
+
+    if not isinstance(node, yaml.MappingNode):
+        line = node.start_mark.line + 1 if node is not None else 1
+        raise RecipeError(f"{name}: line {line}: {where} must be a mapping of keys", hint="write key: value pairs")
+    return {k.value: (k.start_mark.line, v) for k, v in node.value}
+
+
+def _no_unknown(unknown: set, keys: dict, name: str, where: str, allowed) -> None:
+    if unknown:
+        key = sorted(unknown, key=lambda k: keys[k][0])[0]
+        raise RecipeError(f"{name}: line {keys[key][0] + 1}: unknown key '{key}' in {where}", hint=f"allowed: {', '.join(allowed)}")
+
+
+def _section(cls, node, name: str, where: str):
+    keys = _mapping(node, name, f"'{where}'")
+    allowed = [f.name for f in fields(cls)]
+    _no_unknown(set(keys) - set(allowed), keys, name, f"'{where}'", allowed)
+    values = {}
+    for key, (line, value_node) in keys.items():
+        value = _value(value_node)
+        expected = next(f for f in fields(cls) if f.name == key).type
+        values[key] = _typed(value, expected, f"{name}: line {line + 1}: '{where}.{key}'")
+    missing = [f.name for f in fields(cls) if _required(f) and f.name not in values]
+    if missing:
+        raise RecipeError(f"{name}: line {node.start_mark.line + 1}: '{where}' needs '{missing[0]}'", hint=f"add {missing[0]}: ...")
+    return cls(**values)
+
+
+def _required(f) -> bool:
+    from dataclasses import MISSING
+
+    return f.default is MISSING and f.default_factory is MISSING
+
+
+def _value(node):
+    import yaml
+
+    if isinstance(node, yaml.SequenceNode):
+        return [_value(n) for n in node.value]
+    if isinstance(node, yaml.MappingNode):
+        return {k.value: _value(v) for k, v in node.value}
+    return _plain(node)
+
+
+def _plain(node):
+    import yaml
+
+    return yaml.safe_load(yaml.serialize(node))
+
+
+def _typed(value, expected: str, where: str):
+    """Coerce a YAML value to the field's declared type (as a string annotation)."""
+    try:
+        if value is None:
+            return None
+        if "tuple" in expected:
+            return tuple(value if isinstance(value, list) else [value])
+        if expected.startswith("dict"):
+            if not isinstance(value, dict):
+                raise TypeError("a mapping")
+            return {k: list(v) if isinstance(v, list) else [v] for k, v in value.items()}
+        if expected.startswith("int"):
+            return int(value)
+        if expected.startswith("float"):
+            return float(value)
+        if expected.startswith("bool"):
+            if not isinstance(value, bool):
+                raise TypeError("true or false")
+            return value
+        return str(value)
+    except (TypeError, ValueError) as exc:
+        raise RecipeError(
+            f"{where} has the wrong type ({value!r})",
+            hint=f"expected {expected.split(' |')[0]}{': ' + str(exc) if isinstance(exc, TypeError) else ''}",
+        ) from None
+
+
+def _check_choices(recipe: Recipe, top: dict, name: str) -> None:
+    from edgekit.compress import METHODS
+    from edgekit.converters import CALIB_METHODS, FORMATS, PRECISIONS
+
+    line = lambda key: top[key][0] + 1 if key in top else 1  # noqa: E731
+    checks = [
+        ("matrix", "formats", recipe.matrix.formats, FORMATS),
+        ("matrix", "precisions", recipe.matrix.precisions, PRECISIONS),
+        ("calibration", "method", (recipe.calibration.method,), CALIB_METHODS),
+        ("compress", "method", tuple(c.method for c in recipe.compress), METHODS),
+        ("report", "formats", recipe.report.formats, ("json", "md", "html", "junit")),
+    ]
+    for section, key, values, allowed in checks:
+        bad = [v for v in values if v not in allowed]
+        if bad:
+            raise RecipeError(
+                f"{name}: line {line(section)}: '{section}.{key}' has unknown value '{bad[0]}'", hint=f"choose from: {', '.join(allowed)}"
+            )

@@ -1,0 +1,185 @@
+"""Recipes: validation errors with lines, the matrix run, caching, reports, gates and baselines."""
+
+import json
+import textwrap
+from xml.etree import ElementTree as ET
+
+import numpy as np
+import pytest
+
+from edgekit.recipe.schema import RecipeError, load_recipe
+from tests.conftest import assert_clean_error, run_cli
+
+
+def _write(tmp_path, text, name="edgekit.yaml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("model: {path: m.onnx}\nmatrix:\n  formats: [onnx]\n  precison: [int8]\n", "line 4: unknown key 'precison' in 'matrix'"),
+        ("model: {path: m.onnx}\nlatency:\n  runs: many\n", "line 3: 'latency.runs' has the wrong type"),
+        ("matrix: {formats: [onnx]}\n", "missing required key 'model'"),
+        ("model: {path: m.onnx}\nmatrix: {formats: [coreml]}\n", "'matrix.formats' has unknown value 'coreml'"),
+        ("model: {path: m.onnx}\ngates:\n  max_dorp: 1\n", "line 3: unknown key 'max_dorp' in 'gates'"),
+        ("model: [1, 2]\n", "line 1: 'model' must be a mapping"),
+        ("model: {path: m.onnx\n", "not valid YAML"),
+    ],
+)
+def test_bad_recipes_name_the_key_and_line(tmp_path, text, needle):
+    with pytest.raises(RecipeError, match=None) as info:
+        load_recipe(_write(tmp_path, text))
+    assert needle in str(info.value)
+
+
+def test_recipe_defaults_and_cells(tmp_path):
+    recipe = load_recipe(_write(tmp_path, "model: {path: m.onnx}\nmatrix: {formats: [onnx, openvino], precisions: [fp32, int8]}\n"))
+    assert recipe.matrix.cells() == [
+        ("onnx", "fp32", "onnxruntime:cpu"),
+        ("onnx", "int8", "onnxruntime:cpu"),
+        ("openvino", "fp32", "openvino:cpu"),
+        ("openvino", "int8", "openvino:cpu"),
+    ]
+    assert recipe.resolve("data.npz") == str(tmp_path / "data.npz") and recipe.resolve("pkg.mod:fn") == "pkg.mod:fn"
+
+
+@pytest.fixture(scope="module")
+def damaged_run(tmp_path_factory, demo_data, small_test_npz):
+    """A recipe whose int8 is calibrated on garbage (ranges 100x too small): exactly that cell must fail the gate."""
+    folder = tmp_path_factory.mktemp("recipe")
+    with np.load(demo_data[1]) as npz:
+        np.savez(folder / "garbage.npz", image=npz["image"][:200] * 0.01)
+    recipe = _write(
+        folder,
+        f"""
+        version: 1
+        model: {{path: zoo:fashion-cnn}}
+        calibration: {{path: garbage.npz, samples: 200}}
+        validation: {{path: {small_test_npz}}}
+        matrix: {{formats: [onnx], precisions: [fp32, fp16, int8]}}
+        latency: {{threads: 1, runs: 20, warmup: 2}}
+        gates: {{max_drop: 0.5, min_agreement: 98}}
+        report: {{dir: out}}
+        """,
+    )
+    first = run_cli("run", recipe, "-q")
+    second = run_cli("run", recipe, "-q")
+    return folder, first, second
+
+
+def test_damaged_int8_fails_the_gate_and_junit_marks_exactly_it(damaged_run):
+    folder, first, _ = damaged_run
+    assert first.code == 2, first.stderr
+    suite = ET.parse(folder / "out" / "junit.xml").getroot()
+    failed = {(c.get("classname"), c.get("name")) for c in suite.iter("testcase") if c.find("failure") is not None}
+    assert failed and {cls for cls, _ in failed} == {"onnx.int8.onnxruntime:cpu"}
+    assert int(suite.get("tests")) == 6 and int(suite.get("failures")) == len(failed) == 2
+    report = json.loads((folder / "out" / "report.json").read_text())
+    assert report["schema_version"] and report["kind"] == "matrix" and not report["passed"]
+    rows = {(r["format"], r["precision"]): r for r in report["rows"]}
+    assert rows[("onnx", "int8")]["drop_points"] > 0.5 and rows[("onnx", "fp32")]["passed"]
+    assert "FAIL" in (folder / "out" / "report.md").read_text() and "<svg" in (folder / "out" / "report.html").read_text()
+
+
+def test_unchanged_recipe_reuses_artifacts(damaged_run):
+    _, first, second = damaged_run
+    assert second.code == 2 and second.stdout.count("(cached)") == 3 and "(cached)" not in first.stdout
+
+
+def test_report_and_gate_commands(damaged_run, tmp_path):
+    folder, _, _ = damaged_run
+    saved = folder / "out" / "report.json"
+    md = run_cli("report", saved, "--format", "md")
+    assert md.code == 0 and md.stdout.startswith("### edgekit") and "onnxruntime:cpu" in md.stdout
+    assert run_cli("report", saved, "--format", "junit", "-o", tmp_path / "j.xml").code == 0 and (tmp_path / "j.xml").exists()
+    gate = run_cli("gate", saved, "--baseline", saved)
+    assert gate.code == 2 and "latency_vs_baseline" in gate.stdout and "accuracy_drop" in gate.stdout
+    assert_clean_error(run_cli("report", saved, "--format", "pdf"), "unknown report format")
+
+
+def test_gate_flags_a_real_latency_regression(damaged_run, tmp_path):
+    folder, _, _ = damaged_run
+    report = json.loads((folder / "out" / "report.json").read_text())
+    for row in report["rows"]:
+        row["gates"], report["thresholds"] = [], {}
+    slower = json.loads(json.dumps(report))
+    for row in slower["rows"]:
+        if row["status"] == "ok":
+            row["times_ms"] = [t * 1.6 for t in row["times_ms"]]
+    (tmp_path / "old.json").write_text(json.dumps(report))
+    (tmp_path / "new.json").write_text(json.dumps(slower))
+    assert run_cli("gate", tmp_path / "old.json", "--baseline", tmp_path / "old.json").code == 0
+    regressed = run_cli("gate", tmp_path / "new.json", "--baseline", tmp_path / "old.json", "--junit", tmp_path / "g.xml")
+    assert regressed.code == 2 and regressed.stdout.count("FAIL") == 3
+
+
+def test_init_writes_a_recipe_that_validates(tmp_path, weights_path):
+    out = tmp_path / "edgekit.yaml"
+    result = run_cli(
+        "init",
+        "edgekit.zoo.models:fashion_cnn",
+        "--weights",
+        weights_path,
+        "-i",
+        "image:1x1x28x28",
+        "-o",
+        out,
+        "--calib",
+        "c.npz",
+        "--val",
+        "v.npz",
+    )
+    assert result.code == 0
+    recipe = load_recipe(out)
+    assert recipe.model.inputs == ("image:1x1x28x28",) and recipe.gates.max_drop == 0.5
+    assert_clean_error(run_cli("init", "edgekit.zoo.models:fashion_cnn", "-o", out), "exists")
+
+
+def test_convert_emits_a_recipe_that_reproduces_it(tmp_path, weights_path, demo_data):
+    recipe = tmp_path / "r.yaml"
+    result = run_cli(
+        "convert",
+        "edgekit.zoo.models:fashion_cnn",
+        "--weights",
+        weights_path,
+        "--to",
+        "onnx",
+        "-i",
+        "image:1x1x28x28",
+        "-p",
+        "int8",
+        "--calib",
+        demo_data[1],
+        "-o",
+        tmp_path / "m.onnx",
+        "--emit-recipe",
+        recipe,
+    )
+    assert result.code == 0
+    parsed = load_recipe(recipe)
+    assert parsed.matrix.cells() == [("onnx", "int8", "onnxruntime:cpu")] and parsed.calibration.path == str(demo_data[1])
+    assert parsed.model.weights == str(weights_path)
+
+
+def test_a_failed_cell_does_not_stop_the_others(tmp_path, small_test_npz):
+    recipe = _write(
+        tmp_path,
+        f"""
+        model: {{path: zoo:fashion-cnn}}
+        validation: {{path: {small_test_npz}}}
+        matrix: {{formats: [onnx], precisions: [fp32, int8], targets: {{onnx: [onnxruntime:cpu, onnxruntime:cuda]}}}}
+        latency: {{threads: 1, runs: 5, warmup: 1}}
+        report: {{dir: out, formats: [json]}}
+        """,
+    )
+    result = run_cli("run", recipe, "-q")
+    assert result.code == 1, result.stderr
+    rows = json.loads((tmp_path / "out" / "report.json").read_text())["rows"]
+    status = {(r["precision"], r["target"]): r["status"] for r in rows}
+    assert status[("fp32", "onnxruntime:cpu")] == "ok"
+    assert (
+        "needs calibration data" in status[("int8", "onnxruntime:cpu")] and "CUDAExecutionProvider" in status[("fp32", "onnxruntime:cuda")]
+    )
