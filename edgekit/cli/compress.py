@@ -35,6 +35,7 @@ def prune(
     calib: str = typer.Option(None, "--calib", help="Calibration data for --precision int8."),
     threads: int = options.THREADS,
     report: Path = typer.Option(None, "--report", help="Write the JSON report here."),
+    emit_recipe: Path = options.EMIT_RECIPE,
 ) -> None:
     """Compress a model (prune or factorize), save it, and compare original vs pruned (vs quantized) on data."""
     from edgekit.cli.render import print_compression
@@ -45,6 +46,31 @@ def prune(
     from edgekit.validate.report import new_report, write_json
 
     source = open_source(model, weights, allow_pickle)
+    if emit_recipe:
+        from edgekit.recipe.write import emit
+
+        stage = {
+            "method": method,
+            "sparsity": sparsity,
+            "scope": scope,
+            "channels": channels,
+            "energy": energy,
+            "keep": keep,
+            "epochs": epochs,
+            "finetune": finetune,
+        }
+        emit(
+            emit_recipe,
+            model=model,
+            weights=weights,
+            inputs=inputs or (),
+            formats=["onnx"],
+            precisions=["fp32", *([precision] if precision else [])],
+            calibration={"path": calib},
+            validation={"path": data},
+            latency={"threads": threads},
+            compress=[{k: v for k, v in stage.items() if v is not None}],
+        )
     prune_options = PruneOptions(method, sparsity, scope, channels, energy, None if energy else keep, epochs, lr)
     specs = list(options.input_specs(inputs))
     stage = run_prune(source, prune_options, output, specs, data, finetune)

@@ -113,6 +113,7 @@ def quantize(
     for_target: str = FOR_TARGET,
     seed: int = SEED,
     random_calibration: bool = RANDOM_CALIB,
+    emit_recipe: Path = options.EMIT_RECIPE,
 ) -> None:
     """Quantize an existing ONNX model (fp16, int8-dynamic, static int8 with --calib)."""
     from edgekit.converters import CalibrationOptions, ConvertOptions
@@ -126,6 +127,16 @@ def quantize(
             hint="use `edgekit convert MODEL --to ... --precision ...` for other formats",
         )
     calibration = CalibrationOptions(calib, calib_samples, calib_method, seed, preprocess, random_calibration)
+    if emit_recipe:
+        from edgekit.recipe.write import emit
+
+        emit(
+            emit_recipe,
+            model=str(model),
+            formats=["onnx"],
+            precisions=[precision],
+            calibration={"path": calib, "samples": calib_samples, "method": calib_method},
+        )
     _run(source, "onnx", output, ConvertOptions(precision, (), calibration, per_tensor, tuple(exclude or ()), for_target))
 
 

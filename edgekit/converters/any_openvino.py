@@ -74,7 +74,10 @@ def _torch_to_openvino(module, specs):
         log.info("OpenVINO tracing failed (%s); converting through torch.export", _openvino_reason(exc))
     batch = torch.export.Dim("batch", min=1)
     program = torch.export.export(module, args, dynamic_shapes=_by_forward_names(module, specs, {s.name: {0: batch} for s in specs}))
-    return ov.convert_model(program)
+    ov_model = ov.convert_model(program)
+    # The exported-program frontend leaves every dim dynamic; only the batch should be.
+    ov_model.reshape({port: shape for port, (shape, _) in zip(ov_model.inputs, shapes, strict=True)})
+    return ov_model
 
 
 def _openvino_reason(exc: Exception) -> str:

@@ -33,7 +33,8 @@ class KerasModel:
         self.signature = None
         try:
             if source.format == "savedmodel":
-                self.signature = tf.saved_model.load(str(source.spec)).signatures["serving_default"]
+                self._loaded = tf.saved_model.load(str(source.spec))  # the signature needs it alive (its variables)
+                self.signature = self._loaded.signatures["serving_default"]
             else:
                 import keras
 

@@ -87,6 +87,7 @@ def emit(
     validation: dict | None = None,
     latency: dict | None = None,
     gates: dict | None = None,
+    compress: list[dict] | None = None,
 ) -> None:
     """Write the recipe that reproduces a CLI command (`--emit-recipe FILE`)."""
     import yaml
@@ -98,6 +99,8 @@ def emit(
     for key, value in (("calibration", calibration), ("validation", validation)):
         if value and any(v is not None for v in value.values()):
             recipe[key] = {k: v for k, v in value.items() if v is not None}
+    if compress:
+        recipe["compress"] = compress
     recipe["matrix"] = {"formats": list(formats), "precisions": list(precisions), **({"targets": targets} if targets else {})}
     if latency:
         recipe["latency"] = {k: v for k, v in latency.items() if v is not None}

@@ -77,10 +77,14 @@ class LiteRtRunner(Runner):
     def config(self) -> dict:
         return {"interpreter": getattr(self, "interpreter_package", self.package), "delegate": "XNNPACK (default)"}
 
+    def _prepare_impl(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Float feeds quantized with each input's scale and zero-point (unchanged for float inputs)."""
+        return {spec.name: quantize(feeds[spec.name], detail) for detail, spec in zip(self._in, self.inputs, strict=True)}
+
     def _infer_impl(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         self._resize_for(feeds)
         for detail, spec in zip(self._in, self.inputs, strict=True):
-            self.interpreter.set_tensor(detail["index"], quantize(feeds[spec.name], detail))
+            self.interpreter.set_tensor(detail["index"], feeds[spec.name])
         self.interpreter.invoke()
         return [dequantize(self.interpreter.get_tensor(d["index"]), d) for d in self._out]
 

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -203,3 +204,15 @@ def test_prune_writes_a_loadable_model_and_a_stage_table(tmp_path, weights_path,
         run_cli("prune", FACTORY, "--weights", weights_path, "-i", IMAGE, "-m", "magnitude", "--epochs", "2", "-o", tmp_path / "x.pt2"),
         "--finetune",
     )
+
+
+def test_the_example_ci_recipe_runs_and_passes(tmp_path):
+    import shutil
+
+    recipe = tmp_path / "ci-gate.yaml"
+    shutil.copy(Path(__file__).parents[2] / "examples" / "ci-gate.yaml", recipe)
+    result = run_cli("run", recipe, "--quiet")
+    assert result.code == 0, result.stdout + result.stderr
+    report = json.loads((tmp_path / "edgekit-report" / "report.json").read_text())
+    assert report["passed"] and [(r["format"], r["precision"]) for r in report["rows"]] == [("onnx", "fp32"), ("onnx", "int8")]
+    assert all(g["passed"] for r in report["rows"] for g in r["gates"]) and len(report["rows"][1]["gates"]) == 3
