@@ -61,13 +61,9 @@ def save_exported(model, specs: list[TensorSpec], out: Path) -> None:
     """Save as a .pt2 exported program with a dynamic batch axis (loadable by edgekit and torch.export.load)."""
     import torch
 
-    from edgekit.converters.torch_onnx import _by_forward_names
-    from edgekit.loaders.torch import example_tensors
+    from edgekit.loaders.torch import batch_dynamic_shapes, example_tensors
 
-    batch = torch.export.Dim("batch", min=1)
-    program = torch.export.export(
-        model.eval(), example_tensors(specs, 2), dynamic_shapes=_by_forward_names(model, specs, {s.name: {0: batch} for s in specs})
-    )
+    program = torch.export.export(model.eval(), example_tensors(specs, 2), dynamic_shapes=batch_dynamic_shapes(model, specs))
     with atomic_output(Path(out)) as tmp:
         torch.export.save(program, str(tmp))
 

@@ -62,8 +62,7 @@ def _torch_to_openvino(module, specs):
     import openvino as ov
     import torch
 
-    from edgekit.converters.torch_onnx import _by_forward_names
-    from edgekit.loaders.torch import example_tensors
+    from edgekit.loaders.torch import batch_dynamic_shapes, example_tensors
 
     args = example_tensors(specs, 2)
     # Positional (forward() argument names may differ from the specs'); _name_tensors names them after.
@@ -72,8 +71,7 @@ def _torch_to_openvino(module, specs):
         return ov.convert_model(module, example_input=args, input=shapes)
     except Exception as exc:  # tracing fails on GraphModules and some control flow
         log.info("OpenVINO tracing failed (%s); converting through torch.export", _openvino_reason(exc))
-    batch = torch.export.Dim("batch", min=1)
-    program = torch.export.export(module, args, dynamic_shapes=_by_forward_names(module, specs, {s.name: {0: batch} for s in specs}))
+    program = torch.export.export(module, args, dynamic_shapes=batch_dynamic_shapes(module, specs))
     ov_model = ov.convert_model(program)
     # The exported-program frontend leaves every dim dynamic; only the batch should be.
     ov_model.reshape({port: shape for port, (shape, _) in zip(ov_model.inputs, shapes, strict=True)})

@@ -53,8 +53,8 @@ class TorchToOnnx(Converter):
 def _export_dynamo(module, args, specs, names, out: Path, external: bool) -> None:
     import torch
 
-    batch = torch.export.Dim("batch", min=1)
-    dynamic = {s.name: {0: batch} for s in specs}
+    from edgekit.loaders.torch import batch_dynamic_shapes
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
@@ -62,21 +62,12 @@ def _export_dynamo(module, args, specs, names, out: Path, external: bool) -> Non
             args,
             str(out),
             dynamo=True,
-            dynamic_shapes=_by_forward_names(module, specs, dynamic),
+            dynamic_shapes=batch_dynamic_shapes(module, specs),
             input_names=[s.name for s in specs],
             output_names=names,
             external_data=external,
             verbose=False,
         )
-
-
-def _by_forward_names(module, specs, dynamic: dict) -> dict | tuple:
-    from edgekit.loaders.torch import forward_input_names
-
-    params = forward_input_names(module)
-    if len(params) >= len(specs):
-        return {p: dynamic[s.name] for p, s in zip(params, specs, strict=False)}
-    return tuple(dynamic[s.name] for s in specs)
 
 
 def _export_torchscript(module, args, specs, names, out: Path) -> None:

@@ -161,3 +161,14 @@ def check_forward(module, specs: list[TensorSpec], batch: int = 1) -> int:
             f"the model does not accept inputs {shapes}: {_first_line(exc)}", hint="fix the shapes given with --input"
         ) from None
     return len(out) if isinstance(out, (tuple, list)) else 1
+
+
+def batch_dynamic_shapes(module, specs: list[TensorSpec]) -> dict | tuple:
+    """torch.export dynamic_shapes with dim 0 of every input dynamic, keyed by forward()'s argument names."""
+    import torch
+
+    batch = torch.export.Dim("batch", min=1)
+    params = forward_input_names(module)
+    if len(params) >= len(specs):
+        return {p: {0: batch} for p, _ in zip(params, specs, strict=False)}
+    return tuple({0: batch} for _ in specs)
