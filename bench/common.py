@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 
@@ -110,7 +109,3 @@ def publish(name: str, title: str, columns: list[str], rows: list[list], notes: 
     (RESULTS / f"{name}.md").write_text(text)
     print(text, flush=True)
     return text
-
-
-def save_json(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, indent=2))

@@ -43,3 +43,21 @@ class StageReport:
 
 
 METHODS = ("magnitude", "channels", "lowrank")
+
+
+def kept_rank(weight, options: PruneOptions) -> int | None:
+    """Rank to keep for a [out, in] weight matrix (numpy), or None when factorizing would not save parameters.
+
+    By energy (share of the squared singular values) when `options.energy` is set, else by the target
+    fraction of parameters. One rule for every framework.
+    """
+    import numpy as np
+
+    out_f, in_f = weight.shape
+    if options.energy is not None:
+        s2 = np.linalg.svd(np.asarray(weight, np.float64), compute_uv=False) ** 2
+        rank = int((np.cumsum(s2) / s2.sum() < options.energy).sum()) + 1
+    else:
+        rank = int(options.compression * out_f * in_f / (out_f + in_f))
+    rank = max(1, min(rank, out_f, in_f))
+    return rank if rank * (out_f + in_f) < out_f * in_f else None

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.compress import PruneOptions, StageReport
+from edgekit.compress import PruneOptions, StageReport, kept_rank
 from edgekit.errors import EdgekitError
 from edgekit.fileio import atomic_output
 from edgekit.loaders import ModelSource
@@ -74,14 +74,12 @@ def _magnitude(model, options: PruneOptions):
 def _lowrank(model, options: PruneOptions):
     import keras
 
-    from edgekit.compress.torch_prune import _rank
-
     before = _count(model)[0]
     plans = {}
     for layer in model.layers:
         if type(layer).__name__ == "Dense":
             kernel = layer.get_weights()[0]  # [in, out]
-            rank = _rank_numpy(kernel.T, options, _rank)
+            rank = kept_rank(kernel.T, options)
             if rank is not None:
                 plans[layer.name] = rank
 
@@ -108,12 +106,6 @@ def _lowrank(model, options: PruneOptions):
             target.set_weights(layer.get_weights())
     after = _count(factored)
     return factored, StageReport("lowrank", before, after[0], after[1], layers=report_layers)
-
-
-def _rank_numpy(weight_out_in: np.ndarray, options: PruneOptions, rank_fn) -> int | None:
-    import torch
-
-    return rank_fn(torch.from_numpy(np.ascontiguousarray(weight_out_in)), options)
 
 
 def _load_factors(layer, target, rank: int) -> dict:

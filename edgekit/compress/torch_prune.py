@@ -7,7 +7,7 @@ import copy
 import numpy as np
 
 from edgekit.calibration import Samples
-from edgekit.compress import PruneOptions, StageReport
+from edgekit.compress import PruneOptions, StageReport, kept_rank
 from edgekit.errors import EdgekitError
 
 
@@ -165,7 +165,7 @@ def lowrank_factorize(module, options: PruneOptions, example, train: Samples | N
     layers = []
     protected = set(map(id, _output_layers(model, example)))
     for name, layer in [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and id(m) not in protected]:
-        rank = _rank(layer.weight.detach(), options)
+        rank = kept_rank(layer.weight.detach().float().numpy(), options)
         if rank is None:
             continue
         replacement, error = _factorized(layer, rank)
@@ -193,22 +193,6 @@ def _output_error(reference, model, example) -> float:
     with torch.no_grad():
         ref, out = reference.eval()(example), model.eval()(example)
     return float(torch.linalg.norm(ref - out) / max(float(torch.linalg.norm(ref)), 1e-12))
-
-
-def _rank(weight, options: PruneOptions) -> int | None:
-    """The kept rank, or None when factorizing would not save parameters."""
-    import torch
-
-    out_f, in_f = weight.shape
-    full = min(out_f, in_f)
-    if options.energy is not None:
-        s = torch.linalg.svdvals(weight.float())
-        energy = torch.cumsum(s**2, 0) / (s**2).sum()
-        rank = int((energy < options.energy).sum()) + 1
-    else:
-        rank = int(options.compression * out_f * in_f / (out_f + in_f))
-    rank = max(1, min(rank, full))
-    return rank if rank * (out_f + in_f) < out_f * in_f else None
 
 
 def _factorized(layer, rank: int):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from pathlib import Path
 
@@ -85,13 +86,6 @@ def guess_precision(model) -> str:
 def onnx_summary(path: Path) -> dict:
     """What `edgekit info` shows for an ONNX file."""
     model = read_onnx(path)
-    params = sum(_numel(i.dims) for i in model.graph.initializer)
+    params = sum(math.prod(i.dims) for i in model.graph.initializer)
     histogram = Counter(n.op_type for n in model.graph.node)
     return {"parameters": params, "opset": _opset(model), "ops": dict(histogram.most_common())}
-
-
-def _numel(dims) -> int:
-    n = 1
-    for d in dims:
-        n *= d
-    return n

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from pathlib import Path
 
@@ -56,13 +57,6 @@ def openvino_artifact(path: Path, precision: str | None = None) -> Artifact:
 
 def openvino_summary(path: Path) -> dict:
     model = read_ir(path)
-    params = sum(_numel(op.get_output_shape(0)) for op in model.get_ops() if op.get_type_name() == "Constant")
+    params = sum(math.prod(op.get_output_shape(0)) for op in model.get_ops() if op.get_type_name() == "Constant")
     ops = Counter(op.get_type_name() for op in model.get_ops() if op.get_type_name() not in ("Constant", "Parameter", "Result"))
     return {"parameters": params, "ops": dict(ops.most_common())}
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n

@@ -57,10 +57,11 @@ def _say(progress, text: str) -> None:
 
 def model_source(recipe: Recipe) -> tuple[ModelSource, tuple[TensorSpec, ...], str]:
     """The recipe's model (a zoo: name or a path/factory), its --input specs and input layout."""
-    from edgekit.zoo.fashion_mnist import KERAS_MODEL, WEIGHTS
+    from edgekit.demo import demo_source
+    from edgekit.zoo.fashion_mnist import KERAS_MODEL
 
     zoo = {
-        "zoo:fashion-cnn": (ModelSource("edgekit.zoo.models:fashion_cnn", "torch-factory", WEIGHTS), ("image:1x1x28x28",), "nchw"),
+        "zoo:fashion-cnn": (demo_source(), ("image:1x1x28x28",), "nchw"),
         "zoo:fashion-cnn-keras": (ModelSource(str(KERAS_MODEL), "keras"), (), "nhwc"),
     }
     if recipe.model.path in zoo:
