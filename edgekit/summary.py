@@ -11,6 +11,7 @@ GRAPH_SUMMARIES = {
     "onnx": "edgekit.loaders.onnx:onnx_summary",
     "openvino": "edgekit.loaders.openvino:openvino_summary",
     "tflite": "edgekit.loaders.tflite:tflite_summary",
+    "tensorrt": "edgekit.loaders.tensorrt:tensorrt_summary",
 }
 
 
@@ -35,6 +36,25 @@ def model_info(source: ModelSource) -> dict:
     else:
         summary.update(_torch_info(source))
     return summary
+
+
+def target_findings(source: ModelSource, target: str) -> list[dict]:
+    """Will `target` take this model? Checks exist for TensorRT, on the ONNX it builds from."""
+    from edgekit.converters.onnx_quantize import for_tensorrt
+    from edgekit.errors import EdgekitError
+
+    if not for_tensorrt(target):
+        raise EdgekitError(
+            f"edgekit has no acceptance checks for {target}", hint="--for-target takes tensorrt:cuda (or onnxruntime:tensorrt)"
+        )
+    if source.format != "onnx":
+        raise EdgekitError(
+            f"TensorRT builds from ONNX; {source.spec} is {source.format}",
+            hint="convert first: edgekit convert MODEL --to onnx --precision int8 --for-target tensorrt:cuda --calib DATA",
+        )
+    from edgekit.converters.tensorrt_checks import check_for_tensorrt
+
+    return [f.to_dict() for f in check_for_tensorrt(source.path)]
 
 
 def _keras_info(source: ModelSource) -> dict:
@@ -85,5 +105,9 @@ def list_targets() -> list[dict]:
         if not cls.installed():
             rows.append({"target": f"{runtime}:*", "available": False, "version": "-", "detail": f"pip install {cls.package}"})
             continue
-        rows += [{"target": d.target, "available": d.available, "version": cls.version(), "detail": d.detail} for d in cls.devices()]
+        options = ", ".join(f"{key}={'|'.join(values)}" for key, values in cls.options.items())
+        rows += [
+            {"target": d.target, "available": d.available, "version": cls.version(), "detail": d.detail, "options": options}
+            for d in cls.devices()
+        ]
     return rows

@@ -34,6 +34,8 @@ IO_DTYPE = typer.Option(
 LAYOUT = typer.Option("nchw", "--layout", help="PyTorch -> TFLite: nhwc gives the model channels-last inputs.")
 DEVICE = typer.Option(None, "--device", help="Compile the int8 TFLite for an NPU with Vela, e.g. ethos-u55-128 (see the README).")
 MODEL_TYPE = typer.Option(None, "--model-type", help="'transformer' for NNCF's transformer scheme (detected when not given).")
+MAX_BATCH = typer.Option(64, "--max-batch", help="TensorRT: the largest batch the engine takes (its optimisation profile).")
+OPT_BATCH = typer.Option(1, "--opt-batch", help="TensorRT: the batch the engine is tuned for.")
 RANDOM_CALIB = typer.Option(
     False, "--random-calibration", help="Calibrate on random data (plumbing only: the report marks the result as not meaningful)."
 )
@@ -63,6 +65,8 @@ def convert(
     io_dtype: str = IO_DTYPE,
     layout: str = LAYOUT,
     device: str = DEVICE,
+    max_batch: int = MAX_BATCH,
+    opt_batch: int = OPT_BATCH,
     emit_recipe: Path = options.EMIT_RECIPE,
 ) -> None:
     """Convert a model to another format and precision, written atomically."""
@@ -84,6 +88,8 @@ def convert(
         io_dtype=io_dtype or ("int8" if device else "float32"),
         layout=layout,
         device=device,
+        max_batch=max_batch,
+        opt_batch=opt_batch,
     )
     if emit_recipe:
         from edgekit.recipe.write import emit

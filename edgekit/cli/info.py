@@ -17,19 +17,32 @@ def info(
     weights: str = options.WEIGHTS,
     allow_pickle: bool = options.ALLOW_PICKLE,
     json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    for_target: str = typer.Option(
+        None,
+        "--for-target",
+        help="Also check the ONNX for this target: tensorrt:cuda (symmetric int8 Q/DQ, per-channel, ops). Exit 2 if rejected.",
+    ),
 ) -> None:
     """Format, inputs/outputs, parameter count, size on disk, op histogram."""
-    from edgekit.cli.render import print_info
+    from edgekit.cli.render import print_info, print_tensorrt_findings
     from edgekit.loaders import open_source
-    from edgekit.summary import model_info
+    from edgekit.summary import model_info, target_findings
 
-    summary = model_info(open_source(model, weights, allow_pickle))
+    source = open_source(model, weights, allow_pickle)
+    summary = model_info(source)
+    findings = None if for_target is None else target_findings(source, for_target)
+    if findings is not None:
+        summary["tensorrt_checks"] = findings
     if json_out:
         import json
 
         print(json.dumps(summary, indent=2, default=str))
     else:
         print_info(summary)
+        if findings is not None:
+            print_tensorrt_findings(findings)
+    if findings and any(f["level"] == "error" for f in findings):
+        raise typer.Exit(2)
 
 
 def targets() -> None:

@@ -86,6 +86,8 @@ def bench(
     warmup: int = WARMUP,
     runs: int = RUNS,
     inputs: list[str] = options.INPUT,
+    weights: str = options.WEIGHTS,
+    allow_pickle: bool = options.ALLOW_PICKLE,
     report: Path = typer.Option(None, "--report", help="Write the JSON report here."),
     emit_recipe: Path = options.EMIT_RECIPE,
 ) -> None:
@@ -100,7 +102,7 @@ def bench(
     specs = list(options.input_specs(inputs)) or None
     if emit_recipe:
         _emit_bench(emit_recipe, artifacts, settings, inputs)
-    results = [run_bench(open_source(a), settings, specs).to_dict() for a in artifacts]
+    results = [run_bench(open_source(a, weights, allow_pickle), settings, specs).to_dict() for a in artifacts]
     result = new_report("bench", tuple({r["target"].split(":")[0] for r in results}))
     result["results"] = results
     if report:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from edgekit.validate.report import fmt, fmt_size
@@ -49,7 +50,8 @@ def print_targets(rows: list[dict]) -> None:
     table = Table("target", "status", "version", "note")
     for row in rows:
         status = "[green]available[/]" if row["available"] else "[yellow]unavailable[/]"
-        table.add_row(row["target"], status, row["version"], row["detail"])
+        note = "; ".join(filter(None, (row["detail"], f"options: {row['options']}" if row.get("options") else "")))
+        table.add_row(row["target"], status, row["version"], escape(note))
     console.print(table)
 
 
@@ -71,6 +73,8 @@ def print_artifact(artifact) -> None:
             )
         if quant.get("reason"):
             console.print(f"  why: {quant['reason']}")
+    if "tensorrt_checks" in prov:
+        print_tensorrt_findings(prov["tensorrt_checks"], indent="  ")
     npu = prov.get("npu")
     if npu:
         console.print(
@@ -90,6 +94,21 @@ def print_artifact(artifact) -> None:
             console.print("  [bold red]calibrated on RANDOM data: accuracy of this model is not meaningful[/]")
 
 
+def print_tensorrt_findings(findings: list[dict], indent: str = "") -> None:
+    """What TensorRT would reject (errors) or run worse (warnings), or a one-line all-clear."""
+    errors = sum(f["level"] == "error" for f in findings)
+    if not findings:
+        console.print(f"{indent}TensorRT checks: [green]pass[/] (ops, opset, Q/DQ zero-points and weight scales)")
+        return
+    head = "[red]TensorRT would reject it[/]" if errors else "[yellow]TensorRT takes it, with warnings[/]"
+    console.print(f"{indent}TensorRT checks: {head} ({errors} error(s), {len(findings) - errors} warning(s))")
+    for f in findings[:12]:
+        colour = "red" if f["level"] == "error" else "yellow"
+        console.print(f"{indent}  [{colour}]{f['level']}[/] {f['check']}: {escape(f['message'])}")
+    if len(findings) > 12:
+        console.print(f"{indent}  ... {len(findings) - 12} more (--json lists all)")
+
+
 def _quant_detail(quant: dict) -> str:
     if quant.get("tool") == "nncf":
         return f"NNCF, {quant['model_type']} scheme, {quant['bias_correction']} bias correction, {quant['samples']} samples"
@@ -102,7 +121,7 @@ def print_validation(report: dict) -> None:
     for warning in report["warnings"]:
         console.print(f"[bold red]WARNING: {warning}[/]")
     console.print(
-        f"[bold]{report['artifact']['spec']}[/] on {report['target']} vs {report['reference']['spec']} on {report['reference']['target']}, "
+        f"[bold]{report['artifact']['spec']}[/] on {escape(report['target'])} vs {report['reference']['spec']} on {escape(report['reference']['target'])}, "
         f"{report['data']['samples']} samples from {report['data']['source']}"
     )
     for note in report.get("input_alignment", []):
@@ -164,7 +183,7 @@ def _print_latency_rows(results: list[dict], report: dict) -> None:
         lat = r["latency"]
         table.add_row(
             r["artifact"],
-            r["target"],
+            escape(r["target"]),
             str(r["threads"]),
             str(lat["batch"]),
             f"{r['load_ms']:.0f}",
@@ -180,10 +199,17 @@ def _print_latency_rows(results: list[dict], report: dict) -> None:
         )
     console.print(table)
     for r in results:
+        if r.get("compile_ms") is not None:
+            console.print(f"{r['artifact']} on {escape(r['target'])}: compiled in {r['compile_ms'] / 1000:.1f} s (not in any time above)")
         if r.get("runtime_latency"):
             own = r["runtime_latency"]
+            how = (
+                "with CUDA events"
+                if (r.get("runtime_config") or {}).get("timing") == "CUDA events"
+                else "as its own benchmark tool reports"
+            )
             console.print(
-                f"{r['artifact']}: as {r['target'].split(':')[0]} measures itself (as its own benchmark tool reports): "
+                f"{r['artifact']}: as {r['target'].split(':')[0]} measures itself ({how}): "
                 f"p50 {own['p50']:.3f} ms, p90 {own['p90']:.3f} ms; wall p50 includes the Python call"
             )
     console.print(
@@ -254,12 +280,12 @@ def print_gate_check(result: dict) -> None:
     table = Table("format", "precision", "target", "metric", "value", "limit", "result", "why")
     for row in result["rows"]:
         if row["status"] != "ok":
-            table.add_row(row["format"], row["precision"], row["target"], "run", "-", "-", "[red]error[/]", row["status"])
+            table.add_row(row["format"], row["precision"], escape(row["target"]), "run", "-", "-", "[red]error[/]", row["status"])
         for g in row.get("gates", []):
             table.add_row(
                 row["format"],
                 row["precision"],
-                row["target"],
+                escape(row["target"]),
                 g["metric"],
                 fmt(g["value"], ".4g"),
                 str(g["limit"]),

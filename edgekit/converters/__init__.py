@@ -27,9 +27,12 @@ CONVERTERS = {
     ("torch", "tflite"): "edgekit.converters.torch_tflite:TorchToTflite",
     ("openvino", "openvino"): "edgekit.converters.passthrough:Passthrough",
     ("tflite", "tflite"): "edgekit.converters.passthrough:Passthrough",
+    ("onnx", "tensorrt"): "edgekit.converters.onnx_tensorrt:OnnxToTensorrt",
 }
-FORMATS = ("onnx", "openvino", "tflite")
-SUFFIXES = {"onnx": ".onnx", "openvino": ".xml", "tflite": ".tflite"}
+# Formats reached through another: a TensorRT engine is built from the ONNX edgekit makes (QDQ for int8).
+VIA = {"tensorrt": "onnx"}
+FORMATS = ("onnx", "openvino", "tflite", "tensorrt")
+SUFFIXES = {"onnx": ".onnx", "openvino": ".xml", "tflite": ".tflite", "tensorrt": ".engine"}
 PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic", "int8-weights")
 CALIB_METHODS = ("minmax", "entropy", "percentile")
 
@@ -64,6 +67,8 @@ class ConvertOptions:
     io_dtype: str = "float32"  # TFLite full int8: float32, int8 or uint8 model inputs/outputs
     layout: str = "nchw"  # PyTorch -> TFLite: nhwc makes the model take channels-last inputs
     device: str | None = None  # an NPU to compile for after conversion, e.g. ethos-u55-128
+    max_batch: int = 64  # TensorRT: the largest batch of the engine's optimisation profile
+    opt_batch: int = 1  # TensorRT: the batch the profile is tuned for
 
 
 @dataclass(frozen=True)
@@ -108,7 +113,13 @@ def converter_for(family: str, to: str) -> type[Converter]:
 
 
 def plan(family: str, to: str, precision: str) -> list[tuple[type[Converter], str]]:
-    """Steps (converter, precision) from `family` to `to` at `precision`: direct, or fp32 then a pass on `to`."""
+    """Steps (converter, precision) from `family` to `to` at `precision`: direct, or fp32 then a pass on `to`,
+    or (TensorRT) the steps to its ONNX at `precision`, then the build."""
+    if to in VIA:
+        last = converter_for(VIA[to], to)
+        if precision not in last.precisions:
+            raise EdgekitError(f"{to} does not support precision {precision}", hint=f"choose one of: {', '.join(last.precisions)}")
+        return plan(family, VIA[to], precision) + [(last, precision)]
     first = converter_for(family, to)
     if precision in first.precisions:
         return [(first, precision)]

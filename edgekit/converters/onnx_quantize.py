@@ -29,18 +29,26 @@ class Int8Scheme:
     weights: str
     symmetric_activations: bool
     reason: str
+    quantize_bias: bool = True  # int32 bias DequantizeLinear (ONNX Runtime fuses it); TensorRT keeps float biases
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def for_tensorrt(target: str) -> bool:
+    """tensorrt:cuda, or ONNX Runtime's TensorRT provider (onnxruntime:tensorrt)."""
+    runtime, _, device = target.partition(":")
+    return runtime == "tensorrt" or device == "tensorrt"
 
 
 def choose_scheme(for_target: str) -> Int8Scheme:
     """The int8 scheme for a target such as onnxruntime:cpu or tensorrt:cuda."""
     from edgekit.machine import has_vnni, machine_info
 
-    runtime, _, device = for_target.partition(":")
-    if runtime == "tensorrt" or device == "tensorrt":
-        return Int8Scheme("int8", "int8", True, "TensorRT's explicit quantization takes symmetric int8 Q/DQ (zero-point 0) only")
+    if for_tensorrt(for_target):
+        return Int8Scheme(
+            "int8", "int8", True, "TensorRT's explicit quantization takes symmetric int8 Q/DQ (zero-point 0) only, biases in float", False
+        )
     if machine_info()["arch"] in ("aarch64", "arm64"):
         return Int8Scheme("int8", "int8", False, "on Arm64 ONNX Runtime's s8s8 kernels (SDOT/I8MM) are the fast path")
     if has_vnni():
@@ -164,9 +172,10 @@ def _int8_static(model: Path, out: Path, options: ConvertOptions, samples, specs
                 "ActivationSymmetric": scheme.symmetric_activations,
                 "WeightSymmetric": True,
                 "CalibTensorRangeSymmetric": scheme.symmetric_activations,
+                "QuantizeBias": scheme.quantize_bias,
             },
         )
-    return {
+    notes = {
         "quantization": {
             "mode": "static",
             "format": "QDQ",
@@ -177,6 +186,11 @@ def _int8_static(model: Path, out: Path, options: ConvertOptions, samples, specs
             **scheme.to_dict(),
         }
     }
+    if for_tensorrt(options.for_target):  # say whether TensorRT would take it
+        from edgekit.converters.tensorrt_checks import check_for_tensorrt
+
+        notes["tensorrt_checks"] = [f.to_dict() for f in check_for_tensorrt(out)]
+    return notes
 
 
 @contextlib.contextmanager

@@ -24,6 +24,10 @@ SIDECAR_SUFFIX = ".edgekit.json"
 def convert(source: ModelSource, to: str, out: Path, options: ConvertOptions) -> Artifact:
     """Convert `source` to format `to` at `options.precision`, written to `out`."""
     steps = plan(source.family, to, options.precision)
+    if to == "tensorrt":
+        steps, options = _tensorrt_steps(source, steps, options)
+    for converter, _ in steps:
+        converter.require()  # a missing backend is reported before any work
     calibrate = needs_calibration(steps)
     if calibrate and not options.calibration.data and not options.calibration.allow_random:
         raise EdgekitError(
@@ -70,6 +74,17 @@ def load_for_conversion(source: ModelSource, given: list[TensorSpec]):
 
         return source.path, describe(source.path, source.family, None).inputs
     raise EdgekitError(f"edgekit cannot convert {source.format} models", hint="convert from PyTorch, Keras or ONNX")
+
+
+def _tensorrt_steps(source: ModelSource, steps, options: ConvertOptions):
+    """TensorRT int8 takes symmetric s8 Q/DQ; an ONNX that already has Q/DQ nodes is built as it is."""
+    options = dataclasses.replace(options, for_target="tensorrt:cuda")
+    if source.family == "onnx" and options.precision == "int8":
+        from edgekit.loaders.onnx import has_qdq
+
+        if has_qdq(source.path):
+            steps = steps[-1:]
+    return steps, options
 
 
 def _check_device(to: str, options: ConvertOptions) -> None:
@@ -141,6 +156,7 @@ DESCRIBERS = {
     "onnx": "edgekit.loaders.onnx:onnx_artifact",
     "openvino": "edgekit.loaders.openvino:openvino_artifact",
     "tflite": "edgekit.loaders.tflite:tflite_artifact",
+    "tensorrt": "edgekit.loaders.tensorrt:tensorrt_artifact",
 }
 
 

@@ -18,6 +18,8 @@ SUFFIX_FORMATS = {
     ".h5": "keras-h5",
     ".hdf5": "keras-h5",
     ".tflite": "tflite",
+    ".engine": "tensorrt",
+    ".plan": "tensorrt",
 }
 TORCH_SUFFIXES = (".pt", ".pth", ".ts", ".torchscript", ".jit")
 
@@ -88,7 +90,7 @@ def _detect_file_format(path: Path, allow_pickle: bool) -> str:
         return _detect_torch_file(path, allow_pickle)
     raise ModelLoadError(
         f"cannot tell the format of {path.name}",
-        hint="edgekit reads .onnx, .pt2, TorchScript (.pt/.ts), module:factory with --weights, .keras, .h5, SavedModel folders, .tflite and OpenVINO .xml",
+        hint="edgekit reads .onnx, .pt2, TorchScript (.pt/.ts), module:factory with --weights, .keras, .h5, SavedModel folders, .tflite, OpenVINO .xml and TensorRT .engine",
     )
 
 

@@ -83,6 +83,11 @@ def guess_precision(model) -> str:
     return "fp32"
 
 
+def has_qdq(path: Path) -> bool:
+    """Already statically quantized (Q/DQ or QOperator nodes)."""
+    return guess_precision(read_onnx(path, load_weights=False)) == "int8"
+
+
 def onnx_summary(path: Path) -> dict:
     """What `edgekit info` shows for an ONNX file."""
     model = read_onnx(path)

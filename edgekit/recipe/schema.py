@@ -9,7 +9,7 @@ from edgekit.errors import EdgekitError
 from edgekit.validate.gate import Thresholds
 
 VERSION = 1
-DEFAULT_TARGETS = {"onnx": ["onnxruntime:cpu"], "openvino": ["openvino:cpu"], "tflite": ["litert:cpu"]}
+DEFAULT_TARGETS = {"onnx": ["onnxruntime:cpu"], "openvino": ["openvino:cpu"], "tflite": ["litert:cpu"], "tensorrt": ["tensorrt:cuda"]}
 
 
 class RecipeError(EdgekitError):

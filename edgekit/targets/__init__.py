@@ -15,6 +15,7 @@ RUNNERS = {
     "openvino": "edgekit.targets.openvino:OpenVinoRunner",
     "tensorflow": "edgekit.targets.tensorflow:TensorFlowRunner",
     "litert": "edgekit.targets.litert:LiteRtRunner",
+    "tensorrt": "edgekit.targets.tensorrt:TensorRtRunner",
 }
 DEFAULT_TARGET = {
     "onnx": "onnxruntime:cpu",
@@ -22,6 +23,7 @@ DEFAULT_TARGET = {
     "openvino": "openvino:cpu",
     "keras": "tensorflow:cpu",
     "tflite": "litert:cpu",
+    "tensorrt": "tensorrt:cuda",
 }
 
 
@@ -33,10 +35,24 @@ def runner_class(runtime: str):
     return getattr(importlib.import_module(module_name), cls)
 
 
-def parse_target(target: str) -> tuple[str, str]:
-    """'onnxruntime:cpu' -> ('onnxruntime', 'cpu'); a bare runtime means its CPU."""
-    runtime, _, device = target.partition(":")
-    return runtime, device or "cpu"
+def parse_target(target: str) -> tuple[str, str, dict[str, str]]:
+    """'torch:cuda[compile=reduce-overhead,dtype=fp16]' -> ('torch', 'cuda', {'compile': ..., 'dtype': ...}).
+
+    A bare runtime means its CPU; the bracket holds the runner's options (see `edgekit targets`).
+    """
+    base, bracket, rest = target.partition("[")
+    if bracket and not rest.endswith("]"):
+        raise EdgekitError(f"target '{target}' has an unclosed '['", hint="write options as runtime:device[key=value,...]")
+    options = {}
+    for item in filter(None, (part.strip() for part in rest[:-1].split(","))):
+        key, equals, value = item.partition("=")
+        if not equals or not key.strip() or not value.strip():
+            raise EdgekitError(
+                f"target option '{item}' in '{target}' is not key=value", hint="e.g. torch:cuda[compile=reduce-overhead,dtype=fp16]"
+            )
+        options[key.strip()] = value.strip()
+    runtime, _, device = base.strip().partition(":")
+    return runtime, device or "cpu", options
 
 
 def make_runner(source: ModelSource, target: str | None = None, threads: int | None = None, inputs: list[TensorSpec] | None = None):
@@ -44,11 +60,11 @@ def make_runner(source: ModelSource, target: str | None = None, threads: int | N
     target = target or DEFAULT_TARGET.get(source.family)
     if target is None:
         raise EdgekitError(f"no default target for {source.format} models", hint="pass --target (see `edgekit targets`)")
-    runtime, device = parse_target(target)
+    runtime, device, runner_options = parse_target(target)
     cls = runner_class(runtime)
     if source.family not in cls.families:
         raise EdgekitError(
             f"{runtime} cannot run a {source.format} model",
             hint=f"{runtime} runs {', '.join(cls.families)} models; convert first with `edgekit convert`",
         )
-    return cls(source, device, threads, inputs)
+    return cls(source, device, threads, inputs, runner_options)

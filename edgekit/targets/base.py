@@ -12,7 +12,7 @@ from typing import ClassVar
 import numpy as np
 
 from edgekit.artifact import TensorSpec
-from edgekit.errors import InputMismatchError, RuntimeMissingError
+from edgekit.errors import EdgekitError, InputMismatchError, RuntimeMissingError
 from edgekit.loaders import ModelSource
 
 
@@ -37,9 +37,15 @@ class Runner:
     package: ClassVar[str]  # what to pip install
     import_name: ClassVar[str]
     families: ClassVar[tuple[str, ...]]  # model families it runs
+    options: ClassVar[dict[str, tuple[str, ...]]] = {}  # target options it takes -> allowed values (first = default)
 
     def __init__(
-        self, source: ModelSource, device: str = "cpu", threads: int | None = None, inputs: list[TensorSpec] | None = None
+        self,
+        source: ModelSource,
+        device: str = "cpu",
+        threads: int | None = None,
+        inputs: list[TensorSpec] | None = None,
+        options: dict[str, str] | None = None,
     ) -> None:
         self.source = source
         self.device = device
@@ -47,10 +53,26 @@ class Runner:
         self.inputs: list[TensorSpec] = list(inputs or [])
         self.output_names: list[str] = []
         self.load_seconds: float | None = None
+        self.compile_seconds: float | None = None  # set by runners that compile on first use (torch.compile)
+        self.settings = self._check_options(options or {})
 
     @property
     def target(self) -> str:
-        return f"{self.runtime}:{self.device}"
+        """runtime:device, with the options given (so a report's target reproduces the run)."""
+        given = {k: v for k, v in self.settings.items() if v != self.options[k][0]}
+        return f"{self.runtime}:{self.device}" + (f"[{','.join(f'{k}={v}' for k, v in given.items())}]" if given else "")
+
+    def _check_options(self, given: dict[str, str]) -> dict[str, str]:
+        """Every option this runner takes, set to the given or default value; unknown keys or values are errors."""
+        for key, value in given.items():
+            if key not in self.options:
+                takes = ", ".join(self.options) or "no options"
+                raise EdgekitError(f"{self.runtime} targets take no option '{key}'", hint=f"{self.runtime} takes: {takes}")
+            if value not in self.options[key]:
+                raise EdgekitError(
+                    f"{self.runtime} option {key}={value} is not one of {', '.join(self.options[key])}", hint="see `edgekit targets`"
+                )
+        return {key: given.get(key, values[0]) for key, values in self.options.items()}
 
     @classmethod
     def installed(cls) -> bool:
