@@ -58,7 +58,8 @@ def validate(
     from edgekit.validate.validation import validate as run_validation
 
     request = ValidationRequest(
-        open_source(artifact),
+        # The reference itself on another target (torch:cuda, compile, fp16) takes the same weights.
+        open_source(artifact, weights if artifact == reference else None, allow_pickle),
         open_source(reference, weights, allow_pickle),
         target,
         data,

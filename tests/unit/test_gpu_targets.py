@@ -197,3 +197,30 @@ def test_tensorrt_engine_builds_runs_and_keeps_accuracy(precision, tmp_path, fas
     runner = make_runner(open_source(str(engine.path)), "tensorrt:cuda")
     assert reference - accuracy_percent(run_batches(runner, test2k, 64)[0], test2k.labels) <= 0.5
     assert runner.runtime_ms() > 0
+
+
+def test_cli_validates_the_reference_on_another_torch_target(small_test_npz, weights_path, tmp_path):
+    report = tmp_path / "r.json"
+    args = ["validate", "edgekit.zoo.models:fashion_cnn", "-r", "edgekit.zoo.models:fashion_cnn", "--weights", weights_path]
+    result = run_cli(
+        *args,
+        "-i",
+        "image:1x1x28x28",
+        "-d",
+        small_test_npz,
+        "-t",
+        "torch:cpu[dtype=bf16]",
+        "--runs",
+        "10",
+        "--max-drop",
+        "0.5",
+        "--report",
+        report,
+    )
+    assert result.code == 0, result.stdout + result.stderr
+    assert "torch:cpu[dtype=bf16]" in result.stdout
+    import json
+
+    saved = json.loads(report.read_text())
+    assert saved["target"] == "torch:cpu[dtype=bf16]" and saved["latency"]["runtime_config"]["dtype"] == "bf16"
+    assert abs(saved["accuracy"]["drop_points"]) <= 0.5
