@@ -20,13 +20,13 @@ def demo(
 ) -> None:
     """Run the embedded recipe: a real Fashion-MNIST CNN to ONNX, OpenVINO and TFLite in fp32/fp16/int8, validated on 10k test images, timed, gated."""
     from edgekit.cli.recipe import exit_code
-    from edgekit.cli.render import console, print_run
+    from edgekit.cli.render import console, escape, print_run
     from edgekit.demo import RECIPES, run_demo
 
     if emit_recipe:
         from edgekit.recipe.write import write_text
 
         write_text(emit_recipe, RECIPES[keras].read_text(), force=True)
-    report, written = run_demo(workdir, threads, runs, keras, progress=lambda text: console.print(f"[dim]... {text}[/]"))
+    report, written = run_demo(workdir, threads, runs, keras, progress=lambda text: console.print(f"[dim]... {escape(text)}[/]"))
     print_run(report, written)
     raise typer.Exit(exit_code(report))

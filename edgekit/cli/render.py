@@ -268,7 +268,7 @@ def print_run(result: dict, written) -> None:
     table = Table(*COLUMNS, title=f"{result['model']}: gates {'passed' if result['passed'] else 'FAILED'}", title_justify="left")
     for row in result["rows"]:
         style = "" if row.get("passed") else "red"
-        table.add_row(*cells(row), style=style)
+        table.add_row(*map(escape, cells(row)), style=style)
     console.print(table)
     if result["rows"]:
         from edgekit.recipe.reports import machine_text

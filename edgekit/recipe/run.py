@@ -12,7 +12,7 @@ from edgekit.artifact import TensorSpec, parse_input_spec
 from edgekit.converters import SUFFIXES, CalibrationOptions, ConvertOptions
 from edgekit.errors import EdgekitError
 from edgekit.loaders import ModelSource, open_source
-from edgekit.recipe.schema import Recipe
+from edgekit.recipe.schema import SOURCE_FORMATS, Recipe
 from edgekit.validate.benchmark import BenchSettings
 from edgekit.validate.gate import check_row, failures
 from edgekit.validate.report import new_report
@@ -122,13 +122,16 @@ def run_cell(recipe, source, inputs, fmt, precision, target, validation, calibra
                 calibration, recipe.calibration.samples, recipe.calibration.method, recipe.calibration.seed, recipe.calibration.preprocess
             ),
         )
-        key = cache_key(source, fmt, options)
-        out = cache / key / f"{source.name}.{precision}{SUFFIXES[fmt]}"
-        cached = use_cache and out.exists()
-        artifact = describe(out, fmt, None) if cached else convert(source, fmt, out, options)
+        if fmt in SOURCE_FORMATS:
+            artifact, cached = _source_itself(source, fmt), False
+        else:
+            key = cache_key(source, fmt, options)
+            out = cache / key / f"{source.name}.{precision}{SUFFIXES[fmt]}"
+            cached = use_cache and out.exists()
+            artifact = ModelSource(str((describe(out, fmt, None) if cached else convert(source, fmt, out, options)).path), fmt)
         lat = recipe.latency
         request = ValidationRequest(
-            ModelSource(str(artifact.path), fmt),
+            artifact,
             source,
             target,
             validation,
@@ -145,18 +148,24 @@ def run_cell(recipe, source, inputs, fmt, precision, target, validation, calibra
         return {**base, "status": f"failed: {exc.one_line()}", "cached": False}
 
 
+def _source_itself(source: ModelSource, fmt: str) -> ModelSource:
+    if source.family != fmt:
+        raise EdgekitError(
+            f"matrix format {fmt} is the model itself, but the model is {source.format}", hint=f"list {source.family} instead"
+        )
+    return source
+
+
 def with_speedups(rows: list[dict]) -> list[dict]:
-    """Speed-up of each row vs the fp32 row of the same format and target (None where there is none)."""
+    """Speed-up of each row vs the fp32 row of the same format and target without options (torch:cpu for
+    torch:cpu[compile=default]); None where there is none."""
     base = {(r["format"], r["target"]): r["p50_ms"] for r in rows if r["status"] == "ok" and r["precision"] == "fp32"}
-    return [
-        {
-            **r,
-            "speedup": base[(r["format"], r["target"])] / r["p50_ms"]
-            if r["status"] == "ok" and (r["format"], r["target"]) in base
-            else None,
-        }
-        for r in rows
-    ]
+
+    def speedup(row: dict) -> float | None:
+        reference = base.get((row["format"], row["target"].partition("[")[0]))
+        return reference / row["p50_ms"] if row["status"] == "ok" and reference else None
+
+    return [{**r, "speedup": speedup(r)} for r in rows]
 
 
 def cache_key(source: ModelSource, fmt: str, options: ConvertOptions) -> str:

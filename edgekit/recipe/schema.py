@@ -9,7 +9,17 @@ from edgekit.errors import EdgekitError
 from edgekit.validate.gate import Thresholds
 
 VERSION = 1
-DEFAULT_TARGETS = {"onnx": ["onnxruntime:cpu"], "openvino": ["openvino:cpu"], "tflite": ["litert:cpu"], "tensorrt": ["tensorrt:cuda"]}
+DEFAULT_TARGETS = {
+    "onnx": ["onnxruntime:cpu"],
+    "openvino": ["openvino:cpu"],
+    "tflite": ["litert:cpu"],
+    "tensorrt": ["tensorrt:cuda"],
+    "torch": ["torch:cpu"],
+    "keras": ["tensorflow:cpu"],
+}
+# The model itself as a matrix row, on its own runtime (e.g. torch:cuda[compile=reduce-overhead,dtype=fp16]):
+# it runs at fp32, its dtype set by the target's options.
+SOURCE_FORMATS = ("torch", "keras")
 
 
 class RecipeError(EdgekitError):
@@ -59,8 +69,13 @@ class MatrixSection:
     targets: dict = field(default_factory=dict)  # format -> [runtime:device, ...]
 
     def cells(self) -> list[tuple[str, str, str]]:
-        """(format, precision, target) for every combination."""
-        return [(f, p, t) for f in self.formats for p in self.precisions for t in self.targets.get(f, DEFAULT_TARGETS.get(f, []))]
+        """(format, precision, target) for every combination (the model itself only at fp32)."""
+        return [
+            (f, p, t)
+            for f in self.formats
+            for p in (("fp32",) if f in SOURCE_FORMATS else self.precisions)
+            for t in self.targets.get(f, DEFAULT_TARGETS.get(f, []))
+        ]
 
 
 @dataclass(frozen=True)
@@ -241,7 +256,7 @@ def _check_choices(recipe: Recipe, top: dict, name: str) -> None:
 
     line = lambda key: top[key][0] + 1 if key in top else 1  # noqa: E731
     checks = [
-        ("matrix", "formats", recipe.matrix.formats, FORMATS),
+        ("matrix", "formats", recipe.matrix.formats, FORMATS + SOURCE_FORMATS),
         ("matrix", "precisions", recipe.matrix.precisions, PRECISIONS),
         ("calibration", "method", (recipe.calibration.method,), CALIB_METHODS),
         ("compress", "method", tuple(c.method for c in recipe.compress), METHODS),

@@ -183,3 +183,24 @@ def test_a_failed_cell_does_not_stop_the_others(tmp_path, small_test_npz):
     assert (
         "needs calibration data" in status[("int8", "onnxruntime:cpu")] and "CUDAExecutionProvider" in status[("fp32", "onnxruntime:cuda")]
     )
+
+
+def test_the_model_itself_is_a_matrix_row_on_its_own_targets(tmp_path, small_test_npz):
+    recipe = _write(
+        tmp_path,
+        f"""
+        model: {{path: zoo:fashion-cnn}}
+        validation: {{path: {small_test_npz}, limit: 1000}}
+        matrix: {{formats: [torch], precisions: [fp32, int8], targets: {{torch: ["torch:cpu", "torch:cpu[dtype=bf16]"]}}}}
+        latency: {{threads: 1, runs: 5, warmup: 1}}
+        gates: {{max_drop: 0.5}}
+        report: {{dir: out, formats: [json]}}
+        """,
+    )
+    assert load_recipe(recipe).matrix.cells() == [("torch", "fp32", "torch:cpu"), ("torch", "fp32", "torch:cpu[dtype=bf16]")]
+    result = run_cli("run", recipe, "-q")
+    assert result.code == 0, result.stdout + result.stderr
+    rows = json.loads((tmp_path / "out" / "report.json").read_text())["rows"]
+    assert [(r["target"], r["status"]) for r in rows] == [("torch:cpu", "ok"), ("torch:cpu[dtype=bf16]", "ok")]
+    assert rows[0]["drop_points"] == 0 and abs(rows[1]["drop_points"]) <= 0.5
+    assert rows[0]["speedup"] == 1.0 and rows[1]["speedup"] == rows[0]["p50_ms"] / rows[1]["p50_ms"]  # vs plain torch:cpu
