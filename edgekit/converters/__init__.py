@@ -95,6 +95,7 @@ class Converter:
 
     @classmethod
     def require(cls) -> None:
+        """Fail clearly when the backend is not installed; `pipeline.convert` calls it for every step before any work."""
         if importlib.util.find_spec(cls.import_name) is None:
             raise RuntimeMissingError(f"converting to {cls.target_format} needs {cls.package}", hint=f"pip install {cls.package}")
 

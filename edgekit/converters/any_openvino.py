@@ -26,7 +26,6 @@ class ToOpenVino(Converter):
     def convert(self, model, specs, out: Path, options: ConvertOptions, data: ConversionData) -> dict:
         import openvino as ov
 
-        self.require()
         ov_model = _name_tensors(_to_openvino(model, specs), specs)
         notes: dict = {"openvino": {"compress_to_fp16": options.precision == "fp16"}}
         if options.precision == "int8":

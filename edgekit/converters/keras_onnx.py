@@ -22,7 +22,6 @@ class KerasToOnnx(Converter):
     def convert(self, model, specs, out: Path, options: ConvertOptions, data: ConversionData) -> dict:
         from edgekit.loaders.keras import quiet_tensorflow
 
-        self.require()
         quiet_tensorflow()
         import tf2onnx
 

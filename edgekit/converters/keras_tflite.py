@@ -23,7 +23,6 @@ class KerasToTflite(Converter):
 
         from edgekit.loaders.keras import quiet_tensorflow
 
-        self.require()
         tf = quiet_tensorflow()
         with tempfile.TemporaryDirectory() as tmp:
             # An NPU needs constant shapes: a dynamic batch leaves SHAPE ops it cannot run.

@@ -76,7 +76,6 @@ class OnnxQuantizer(Converter):
     import_name = "onnxruntime"
 
     def convert(self, model: Path, specs, out: Path, options: ConvertOptions, data: ConversionData) -> dict:
-        self.require()
         passes = {"fp32": _copy, "fp16": _to_fp16, "int8-dynamic": _int8_dynamic, "int8": _int8_static}
         try:
             return passes[options.precision](Path(model), out, options, data.calibration, specs)

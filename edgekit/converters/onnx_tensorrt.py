@@ -36,7 +36,7 @@ class OnnxToTensorrt(Converter):
         if errors:
             raise ConversionError(
                 f"TensorRT would reject this ONNX: {errors[0].message} ({len(errors)} problem(s))",
-                hint=f"see them all with `edgekit info {model} --for-target tensorrt:cuda`",
+                hint="see them all: convert with --to onnx (same precision), then `edgekit info MODEL.onnx --for-target tensorrt:cuda`",
             )
         import tensorrt as trt
 
@@ -54,9 +54,9 @@ class OnnxToTensorrt(Converter):
             )
         config = builder.create_builder_config()
         config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, WORKSPACE_BYTES)
-        profile = _profile(builder, network, specs, options)
-        if profile is not None:
-            config.add_optimization_profile(profile)
+        shapes = _profile_shapes(network, specs, options)
+        if shapes:
+            config.add_optimization_profile(_profile(builder, shapes))
         serialized = builder.build_serialized_network(network, config)
         if serialized is None:
             raise ConversionError(
@@ -65,7 +65,7 @@ class OnnxToTensorrt(Converter):
         Path(out).write_bytes(bytes(serialized))
         return {
             "tensorrt": identity,
-            "build": {"strongly_typed": True, "workspace_bytes": WORKSPACE_BYTES, "profile": _profile_text(network, specs, options)},
+            "build": {"strongly_typed": True, "workspace_bytes": WORKSPACE_BYTES, "profile": _profile_text(shapes)},
             "tensorrt_checks": [f.to_dict() for f in findings],
         }
 
@@ -99,15 +99,12 @@ def _profile_shapes(network, specs: list[TensorSpec], options: ConvertOptions) -
     return shapes
 
 
-def _profile(builder, network, specs, options):
-    shapes = _profile_shapes(network, specs, options)
-    if not shapes:
-        return None
+def _profile(builder, shapes: dict):
     profile = builder.create_optimization_profile()
     for name, (low, opt, high) in shapes.items():
         profile.set_shape(name, low, opt, high)
     return profile
 
 
-def _profile_text(network, specs, options) -> dict:
-    return {name: ["x".join(map(str, s)) for s in shapes] for name, shapes in _profile_shapes(network, specs, options).items()}
+def _profile_text(shapes: dict) -> dict:
+    return {name: ["x".join(map(str, s)) for s in bounds] for name, bounds in shapes.items()}

@@ -28,7 +28,6 @@ class TorchToOnnx(Converter):
         module = model
         from edgekit.loaders.torch import check_forward, example_tensors
 
-        self.require()
         _quiet_exporter_logs()
         n_outputs = check_forward(module, specs)
         names = ["output"] if n_outputs == 1 else [f"output_{i}" for i in range(n_outputs)]

@@ -37,7 +37,6 @@ class TorchToTflite(Converter):
 
         from edgekit.loaders.torch import check_forward, example_tensors
 
-        self.require()
         check_forward(model, specs)
         args = example_tensors(specs, EXPORT_BATCH)
         notes = {"precision": options.precision, "layout": options.layout}

@@ -50,13 +50,14 @@ def check_engine_identity(path: Path, built: dict | None, here: dict) -> None:
         )
 
 
-def load_engine(path: Path):
-    """(trt runtime, ICudaEngine) after the identity check; a file TensorRT cannot read is one clear error."""
+def load_engine(path: Path, here: dict):
+    """(trt runtime, ICudaEngine) after checking the engine against `here` (engine_identity()); a file TensorRT
+    cannot read is one clear error."""
     import tensorrt as trt
 
     from edgekit.converters.pipeline import read_provenance
 
-    check_engine_identity(path, (read_provenance(path) or {}).get("tensorrt"), engine_identity())
+    check_engine_identity(path, (read_provenance(path) or {}).get("tensorrt"), here)
     runtime = trt.Runtime(trt.Logger(trt.Logger.ERROR))
     engine = runtime.deserialize_cuda_engine(Path(path).read_bytes())
     if engine is None:
@@ -87,7 +88,7 @@ def tensorrt_artifact(path: Path, precision: str | None = None) -> Artifact:
 
     provenance = read_provenance(path) or {}
     if TensorRtRunner.installed():
-        _, engine = load_engine(path)
+        _, engine = load_engine(path, engine_identity())
         inputs, outputs = engine_specs(engine)
     else:
         inputs, outputs = [TensorSpec.from_dict(s) for s in provenance.get("inputs", [])], []

@@ -110,25 +110,11 @@ def apply_compression(recipe: Recipe, source: ModelSource, inputs, validation: s
 
 def run_cell(recipe, source, inputs, fmt, precision, target, validation, calibration, cache: Path, use_cache: bool) -> dict:
     """Convert (or reuse), validate and time one cell; an EdgekitError becomes the row's status."""
-    from edgekit.converters.pipeline import convert, describe
     from edgekit.validate.validation import ValidationRequest, summary_row, validate
 
     base = {"format": fmt, "precision": precision, "target": target}
     try:
-        options = ConvertOptions(
-            precision,
-            inputs,
-            CalibrationOptions(
-                calibration, recipe.calibration.samples, recipe.calibration.method, recipe.calibration.seed, recipe.calibration.preprocess
-            ),
-        )
-        if fmt in SOURCE_FORMATS:
-            artifact, cached = _source_itself(source, fmt), False
-        else:
-            key = cache_key(source, fmt, options)
-            out = cache / key / f"{source.name}.{precision}{SUFFIXES[fmt]}"
-            cached = use_cache and out.exists()
-            artifact = ModelSource(str((describe(out, fmt, None) if cached else convert(source, fmt, out, options)).path), fmt)
+        artifact, cached = _artifact(recipe, source, inputs, fmt, precision, calibration, cache, use_cache)
         lat = recipe.latency
         request = ValidationRequest(
             artifact,
@@ -148,12 +134,22 @@ def run_cell(recipe, source, inputs, fmt, precision, target, validation, calibra
         return {**base, "status": f"failed: {exc.one_line()}", "cached": False}
 
 
-def _source_itself(source: ModelSource, fmt: str) -> ModelSource:
-    if source.family != fmt:
-        raise EdgekitError(
-            f"matrix format {fmt} is the model itself, but the model is {source.format}", hint=f"list {source.family} instead"
-        )
-    return source
+def _artifact(recipe, source, inputs, fmt, precision, calibration, cache: Path, use_cache: bool) -> tuple[ModelSource, bool]:
+    """The cell's artifact and whether it came from the cache: converted (or reused), or the model itself."""
+    from edgekit.converters.pipeline import convert, describe
+
+    if fmt in SOURCE_FORMATS:
+        if source.family != fmt:
+            raise EdgekitError(
+                f"matrix format {fmt} is the model itself, but the model is {source.format}", hint=f"list {source.family} instead"
+            )
+        return source, False
+    calib = recipe.calibration
+    options = ConvertOptions(precision, inputs, CalibrationOptions(calibration, calib.samples, calib.method, calib.seed, calib.preprocess))
+    out = cache / cache_key(source, fmt, options) / f"{source.name}.{precision}{SUFFIXES[fmt]}"
+    cached = use_cache and out.exists()
+    artifact = describe(out, fmt, None) if cached else convert(source, fmt, out, options)
+    return ModelSource(str(artifact.path), fmt), cached
 
 
 def with_speedups(rows: list[dict]) -> list[dict]:

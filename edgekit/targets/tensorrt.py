@@ -54,10 +54,10 @@ class TensorRtRunner(Runner):
         if not torch.cuda.is_available():
             raise RuntimeMissingError("tensorrt:cuda needs a CUDA GPU and none is visible", hint="run on a machine with an NVIDIA GPU")
         self.identity = engine_identity()
-        self._trt_runtime, self.engine = load_engine(self.source.path)
+        self._trt_runtime, self.engine = load_engine(self.source.path, self.identity)
         self.context = self.engine.create_execution_context()
-        self.inputs, outputs = engine_specs(self.engine)
-        self.output_names = [s.name for s in outputs]
+        self.inputs, self._outputs = engine_specs(self.engine)
+        self.output_names = [s.name for s in self._outputs]
         self.stream = torch.cuda.Stream()
         self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
         self._buffers: dict[tuple, Bindings] = {}
@@ -70,11 +70,11 @@ class TensorRtRunner(Runner):
         key = tuple((name, feeds[name].shape) for name in sorted(feeds))
         if key not in self._buffers:
             self._buffers[key] = self._allocate(feeds)
+            self._bound = None  # allocating set the context's input shapes: bind again before the next run
         bindings = self._buffers[key]
         with torch.cuda.stream(self.stream):
             for name, array in feeds.items():
                 bindings.inputs[name].copy_(torch.from_numpy(np.ascontiguousarray(array)), non_blocking=False)
-        self._bound = None  # shapes and addresses are set again before the next run
         return bindings
 
     def _allocate(self, feeds: dict[str, np.ndarray]) -> Bindings:
@@ -89,15 +89,10 @@ class TensorRtRunner(Runner):
                 )
             inputs[name] = torch.empty(array.shape, dtype=_torch_dtype(array.dtype), device="cuda")
         outputs = {
-            name: torch.empty(tuple(self.context.get_tensor_shape(name)), dtype=_torch_dtype(np.dtype(spec_dtype)), device="cuda")
-            for name, spec_dtype in ((s.name, s.dtype) for s in self._output_specs())
+            s.name: torch.empty(tuple(self.context.get_tensor_shape(s.name)), dtype=_torch_dtype(np.dtype(s.dtype)), device="cuda")
+            for s in self._outputs
         }
         return Bindings(inputs, outputs)
-
-    def _output_specs(self):
-        from edgekit.loaders.tensorrt import engine_specs
-
-        return engine_specs(self.engine)[1]
 
     def _bind(self, bindings: Bindings) -> None:
         for name, tensor in bindings.inputs.items():
