@@ -11,12 +11,17 @@ from functools import lru_cache
 @lru_cache(maxsize=1)
 def machine_info() -> dict:
     """CPU model, cores and ISA features that change quantized speed."""
-    flags = _cpu_flags()
+    from edgekit.isa import host_class, host_flags
+
+    flags = host_flags()
     return {
         "cpu": _cpu_model(),
         "logical_cores": os.cpu_count(),
         "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "isa": [f for f in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "asimd") if f in flags],
+        "isa": [
+            f for f in ("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8", "asimd", "asimddp", "i8mm") if f in flags
+        ],
+        "isa_class": host_class().name,
         "os": f"{platform.system()} {platform.release()}",
         "arch": platform.machine(),
         "python": platform.python_version(),
@@ -30,7 +35,8 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _cpu_flags() -> set[str]:
+def cpu_flags() -> set[str]:
+    """The CPU's flags as the kernel lists them (/proc/cpuinfo `flags` on x86, `Features` on Arm)."""
     for line in _cpuinfo_lines():
         if line.startswith(("flags", "Features")):
             return set(line.split(":", 1)[1].split())
@@ -44,11 +50,6 @@ def _cpuinfo_lines() -> tuple[str, ...]:
             return tuple(f)
     except OSError:
         return ()
-
-
-def has_vnni() -> bool:
-    """AVX-512 VNNI or AVX-VNNI: u8 x s8 dot products are fast."""
-    return bool({"avx512_vnni", "avx_vnni"} & _cpu_flags())
 
 
 def package_versions(*names: str) -> dict[str, str]:

@@ -22,7 +22,11 @@ CALIB_METHOD = typer.Option("minmax", "--calib-method", help=f"Range estimation:
 PER_TENSOR = typer.Option(False, "--per-tensor", help="Per-tensor weight scales instead of per-channel.")
 EXCLUDE = typer.Option(None, "--exclude", help="Node name to keep in float (repeatable).")
 FOR_TARGET = typer.Option(
-    "onnxruntime:cpu", "--for-target", help="Where the model will run; picks the int8 scheme (e.g. tensorrt:cuda wants symmetric s8)."
+    "onnxruntime:cpu",
+    "--for-target",
+    help="Where the model will run; picks the int8 scheme: a target on this host (onnxruntime:cpu), tensorrt:cuda (symmetric s8), "
+    "an ISA class (x86-avx2, x86-vnni, x86-amx, arm64-dotprod, ... see docs/int8-schemes.md), a device preset (raspberry-pi-5) "
+    "or an inventory device (NAME, runtime:device@NAME).",
 )
 SEED = typer.Option(0, "--seed", help="Seed of the calibration sampling.")
 VAL = typer.Option(None, "--val", help="Labelled validation data for accuracy-controlled int8 (with --max-drop; OpenVINO).")

@@ -15,7 +15,10 @@ console = Console(highlight=False, width=None if Console().is_terminal else 200)
 def machine_line(report: dict, threads: int | None = None) -> str:
     m = report["machine"]
     thread_text = f", {threads} thread(s)" if threads else ""
-    return f"measured on {m['cpu']} ({m['usable_cores']} usable cores{thread_text}; {', '.join(m['isa']) or 'no SIMD flags read'})"
+    isa_class = f", ISA class {m['isa_class']}" if m.get("isa_class") else ""
+    return (
+        f"measured on {m['cpu']} ({m['usable_cores']} usable cores{thread_text}; {', '.join(m['isa']) or 'no SIMD flags read'}{isa_class})"
+    )
 
 
 def print_info(summary: dict) -> None:
@@ -270,6 +273,10 @@ def print_run(result: dict, written) -> None:
         style = "" if row.get("passed") else "red"
         table.add_row(*map(escape, cells(row)), style=style)
     console.print(table)
+    from edgekit.recipe.reports import speedup_notes
+
+    for note in speedup_notes(result):
+        console.print(f"[yellow]{escape(note)}[/]")
     if result["rows"]:
         from edgekit.recipe.reports import machine_text
 

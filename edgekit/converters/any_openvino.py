@@ -99,6 +99,23 @@ def detect_model_type(ov_model) -> str | None:
     return "transformer" if ops["Softmax"] and ops["MatMul"] >= 4 else None
 
 
+def _overflow_fix(for_target: str):
+    """NNCF's overflow fix for the ISA class: 7-bit weights where u8 x s8 sums saturate (x86 without VNNI)."""
+    from nncf.quantization.advanced_parameters import OverflowFix
+
+    from edgekit.isa import class_for
+
+    isa, source = class_for(for_target)
+    saturates = isa.name in ("x86-avx2", "x86-avx512", "x86-sse")
+    fix = OverflowFix.ENABLE if saturates else OverflowFix.FIRST_LAYER
+    why = (
+        "no VNNI: 7-bit weights in every layer keep VPMADDUBSW's int16 sums from saturating"
+        if saturates
+        else "VNNI/AMX/Arm accumulate in int32; NNCF's default (7-bit weights in the first layer only)"
+    )
+    return fix, {"isa_class": isa.name, "isa_from": source, "overflow_fix": fix.value, "overflow_fix_reason": why}
+
+
 def _nncf_int8(ov_model, data: ConversionData, options: ConvertOptions):
     import nncf
 
@@ -106,12 +123,14 @@ def _nncf_int8(ov_model, data: ConversionData, options: ConvertOptions):
 
     samples = data.calibration
     model_type = options.model_type or detect_model_type(ov_model)
+    overflow_fix, isa_notes = _overflow_fix(options.for_target)
     common = {
         "subset_size": len(samples),
         "fast_bias_correction": True,
         "model_type": nncf.ModelType.TRANSFORMER if model_type == "transformer" else None,
         "ignored_scope": nncf.IgnoredScope(names=list(options.exclude)) if options.exclude else None,
     }
+    advanced = nncf.AdvancedQuantizationParameters(overflow_fix=overflow_fix)
     notes = {
         "mode": "static",
         "tool": "nncf",
@@ -119,11 +138,12 @@ def _nncf_int8(ov_model, data: ConversionData, options: ConvertOptions):
         "bias_correction": "fast",
         "samples": len(samples),
         "excluded": list(options.exclude),
+        **isa_notes,
     }
     if data.validation is None:
-        return nncf.quantize(ov_model, nncf_dataset(samples), **common), notes
-    quantized = nncf.quantize(ov_model.clone(), nncf_dataset(samples), **common)
-    controlled = _accuracy_controlled(ov_model, data, options.max_drop, common)
+        return nncf.quantize(ov_model, nncf_dataset(samples), advanced_parameters=advanced, **common), notes
+    quantized = nncf.quantize(ov_model.clone(), nncf_dataset(samples), advanced_parameters=advanced, **common)
+    controlled = _accuracy_controlled(ov_model, data, options.max_drop, common, advanced)
     notes |= {
         "accuracy_control": {
             "max_drop_points": options.max_drop,
@@ -134,7 +154,7 @@ def _nncf_int8(ov_model, data: ConversionData, options: ConvertOptions):
     return controlled, notes
 
 
-def _accuracy_controlled(ov_model, data: ConversionData, max_drop_points: float, common: dict):
+def _accuracy_controlled(ov_model, data: ConversionData, max_drop_points: float, common: dict, advanced):
     import nncf
 
     from edgekit.calibration.adapters import nncf_dataset, nncf_validation
@@ -146,6 +166,7 @@ def _accuracy_controlled(ov_model, data: ConversionData, max_drop_points: float,
         validation_fn=_top1_validation,
         max_drop=max_drop_points / 100.0,
         drop_type=nncf.DropType.ABSOLUTE,
+        advanced_quantization_parameters=advanced,
         **common,
     )
 

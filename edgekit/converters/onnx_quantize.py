@@ -1,8 +1,8 @@
 """ONNX -> ONNX precision passes: fp16, dynamic int8, static int8 (QDQ) with calibration.
 
-The int8 scheme is chosen for the target the model is meant for, and the reason is recorded:
-on x86 with VNNI, u8 activations x s8 weights hit the fast u8s8 dot-product kernels (3-4x fp32
-here) while ONNX Runtime's s8s8 default was no faster than fp32; TensorRT wants symmetric s8.
+The int8 scheme is chosen for the CPU class (edgekit.isa) or accelerator the model is meant for, and
+the reason is recorded: u8 x s8 where VNNI/AMX accumulate it in int32 (the fast path), u8 x u8 where
+u8 x s8 would saturate (x86 without VNNI), s8 x s8 on Arm, symmetric s8 for TensorRT.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ class Int8Scheme:
     symmetric_activations: bool
     reason: str
     quantize_bias: bool = True  # int32 bias DequantizeLinear (ONNX Runtime fuses it); TensorRT keeps float biases
+    isa_class: str | None = None  # the CPU class the scheme was chosen for (None: not a CPU target)
+    isa_from: str | None = None  # where that class came from: this host, --for-target, a device
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -42,28 +44,16 @@ def for_tensorrt(target: str) -> bool:
 
 
 def choose_scheme(for_target: str) -> Int8Scheme:
-    """The int8 scheme for a target such as onnxruntime:cpu or tensorrt:cuda."""
-    from edgekit.machine import has_vnni, machine_info
+    """The int8 scheme for `--for-target`: TensorRT's, or the one for the ISA class the model will run on
+    (a target on this host, a class name, a device preset or an inventory device; see edgekit.isa)."""
+    from edgekit.isa import class_for
 
     if for_tensorrt(for_target):
         return Int8Scheme(
             "int8", "int8", True, "TensorRT's explicit quantization takes symmetric int8 Q/DQ (zero-point 0) only, biases in float", False
         )
-    if machine_info()["arch"] in ("aarch64", "arm64"):
-        return Int8Scheme("int8", "int8", False, "on Arm64 ONNX Runtime's s8s8 kernels (SDOT/I8MM) are the fast path")
-    if has_vnni():
-        return Int8Scheme(
-            "uint8",
-            "int8",
-            False,
-            "x86 with VNNI: u8 activations x s8 weights use the VPDPBUSD kernels (3-4x fp32 here); s8s8 was no faster than fp32",
-        )
-    return Int8Scheme(
-        "uint8",
-        "int8",
-        False,
-        "x86 without VNNI: u8s8 is ONNX Runtime's fastest int8 path (watch for saturation on AVX2; --per-tensor off helps)",
-    )
+    isa, source = class_for(for_target)
+    return Int8Scheme(isa.activations, isa.weights, False, f"{isa.name}: {isa.reason}", isa_class=isa.name, isa_from=source)
 
 
 class OnnxQuantizer(Converter):

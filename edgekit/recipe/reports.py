@@ -46,22 +46,29 @@ def cells(row: dict) -> list[str]:
         fmt(row["cosine"], ".5f"),
         f"{row['p50_ms']:.3f}",
         f"{row['p90_ms']:.3f}",
-        fmt(row.get("speedup"), ".2f") + ("x" if row.get("speedup") else ""),
+        fmt(row.get("speedup"), ".2f") + ("x" if row.get("speedup") else "") + (" (size only)" if row.get("speedup_note") else ""),
         fmt_size(row["size_bytes"]),
         gates if row.get("gates") else "-",
     ]
 
 
+def speedup_notes(report: dict) -> list[str]:
+    """One line per row whose int8 is not faster than fp32 where it was timed."""
+    return [f"{r['format']} {r['precision']} on {r['target']}: {r['speedup_note']}" for r in report["rows"] if r.get("speedup_note")]
+
+
 def machine_text(report: dict) -> str:
     m = report["machine"]
     threads = next((r["threads"] for r in report["rows"] if r.get("threads")), "-")
-    return f"{m['cpu']}, {m['usable_cores']} cores ({', '.join(m['isa'])}), {threads} thread(s); {report['created']}"
+    isa_class = f"; ISA class {m['isa_class']}" if m.get("isa_class") else ""
+    return f"{m['cpu']}, {m['usable_cores']} cores ({', '.join(m['isa'])}{isa_class}), {threads} thread(s); {report['created']}"
 
 
 def to_markdown(report: dict) -> str:
     verdict = "passed" if report["passed"] else "FAILED"
     lines = [f"### edgekit: {report['model']} - gates {verdict}", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(c.replace("|", "/") for c in cells(r)) + " |" for r in report["rows"]]
+    lines += [f"\n{note}" for note in speedup_notes(report)]
     lines += [
         "",
         f"Thresholds: {', '.join(f'{k}={v}' for k, v in report['thresholds'].items()) or 'none'}. Measured on {machine_text(report)}.",
@@ -107,7 +114,7 @@ body{{font-family:system-ui,sans-serif;margin:2em;color:#222}} table{{border-col
 th{{background:#f3f3f3}} tr.fail td{{background:#fde8e8}} .plots{{display:flex;gap:2em;flex-wrap:wrap;margin-top:1.5em}} small{{color:#666}}
 </style></head><body><h2>edgekit: {html.escape(str(report["model"]))} &mdash; gates {verdict}</h2>
 <table><tr>{head}</tr>{body}</table><p><small>Thresholds: {html.escape(", ".join(f"{k}={v}" for k, v in report["thresholds"].items()) or "none")}.
-Measured on {html.escape(machine_text(report))}.</small></p>
+Measured on {html.escape(machine_text(report))}.</small></p>{"".join(f"<p class='note'>{html.escape(n)}</p>" for n in speedup_notes(report))}
 <div class="plots"><div><h3>Accuracy vs p50 latency</h3>{_scatter(ok)}</div><div><h3>Latency distributions (ms)</h3>{_boxes(ok)}</div></div>
 </body></html>"""
 

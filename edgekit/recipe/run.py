@@ -11,6 +11,7 @@ from pathlib import Path
 from edgekit.artifact import TensorSpec, parse_input_spec
 from edgekit.converters import SUFFIXES, CalibrationOptions, ConvertOptions
 from edgekit.errors import EdgekitError
+from edgekit.isa import class_for, host_class, speedup_note
 from edgekit.loaders import ModelSource, open_source
 from edgekit.recipe.schema import SOURCE_FORMATS, Recipe
 from edgekit.validate.benchmark import BenchSettings
@@ -114,7 +115,7 @@ def run_cell(recipe, source, inputs, fmt, precision, target, validation, calibra
 
     base = {"format": fmt, "precision": precision, "target": target}
     try:
-        artifact, cached = _artifact(recipe, source, inputs, fmt, precision, calibration, cache, use_cache)
+        artifact, cached = _artifact(recipe, source, inputs, fmt, precision, target, calibration, cache, use_cache)
         lat = recipe.latency
         request = ValidationRequest(
             artifact,
@@ -134,7 +135,7 @@ def run_cell(recipe, source, inputs, fmt, precision, target, validation, calibra
         return {**base, "status": f"failed: {exc.one_line()}", "cached": False}
 
 
-def _artifact(recipe, source, inputs, fmt, precision, calibration, cache: Path, use_cache: bool) -> tuple[ModelSource, bool]:
+def _artifact(recipe, source, inputs, fmt, precision, target, calibration, cache: Path, use_cache: bool) -> tuple[ModelSource, bool]:
     """The cell's artifact and whether it came from the cache: converted (or reused), or the model itself."""
     from edgekit.converters.pipeline import convert, describe
 
@@ -145,7 +146,8 @@ def _artifact(recipe, source, inputs, fmt, precision, calibration, cache: Path, 
             )
         return source, False
     calib = recipe.calibration
-    options = ConvertOptions(precision, inputs, CalibrationOptions(calibration, calib.samples, calib.method, calib.seed, calib.preprocess))
+    calibration_options = CalibrationOptions(calibration, calib.samples, calib.method, calib.seed, calib.preprocess)
+    options = ConvertOptions(precision, inputs, calibration_options, for_target=target)
     out = cache / cache_key(source, fmt, options) / f"{source.name}.{precision}{SUFFIXES[fmt]}"
     cached = use_cache and out.exists()
     artifact = describe(out, fmt, None) if cached else convert(source, fmt, out, options)
@@ -161,7 +163,9 @@ def with_speedups(rows: list[dict]) -> list[dict]:
         reference = base.get((row["format"], row["target"].partition("[")[0]))
         return reference / row["p50_ms"] if row["status"] == "ok" and reference else None
 
-    return [{**r, "speedup": speedup(r)} for r in rows]
+    isa_class = host_class().name
+    rows = [{**r, "speedup": speedup(r)} for r in rows]
+    return [{**r, "speedup_note": speedup_note(r["precision"], r["speedup"], isa_class)} for r in rows]
 
 
 def cache_key(source: ModelSource, fmt: str, options: ConvertOptions) -> str:
@@ -176,11 +180,20 @@ def cache_key(source: ModelSource, fmt: str, options: ConvertOptions) -> str:
             **options.calibration.__dict__,
             "data": _file_hash(options.calibration.data) if options.precision == "int8" else None,
         },
+        # the int8 scheme depends on where the cell runs: a cache made on a VNNI host is not an AVX2 host's
+        "int8_for": _int8_for(options.for_target) if options.precision == "int8" else None,
     }
     tools = package_versions(
         "torch", "onnx", "onnxruntime", "onnxscript", "openvino", "nncf", "tensorflow-cpu", "litert-torch", "ai-edge-litert"
     )
     return fingerprint({"source": source_fingerprint(source), "options": opts, "tools": tools})
+
+
+def _int8_for(for_target: str) -> str:
+    """What the int8 scheme depends on: TensorRT's, or the CPU class of the target."""
+    from edgekit.converters.onnx_quantize import for_tensorrt
+
+    return "tensorrt" if for_tensorrt(for_target) else class_for(for_target)[0].name
 
 
 def fingerprint(data: dict) -> str:

@@ -23,6 +23,9 @@ class OnnxRuntimeRunner(Runner):
     package = "onnxruntime"
     import_name = "onnxruntime"
     families = ("onnx",)
+    # optimization=disable runs a Q/DQ model as written (Dequantize -> float op -> Quantize): the exact
+    # numerics of int32-accumulating hardware (TensorRT, NPUs), free of x86 kernels' int16 saturation.
+    options = {"optimization": ("all", "basic", "disable")}
 
     @classmethod
     def devices(cls) -> list[DeviceInfo]:
@@ -42,7 +45,11 @@ class OnnxRuntimeRunner(Runner):
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.graph_optimization_level = {
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        }[self.settings["optimization"]]
         options.log_severity_level = 3
         try:
             self.session = ort.InferenceSession(str(self.source.spec), options, providers=[provider])

@@ -72,7 +72,10 @@ def check_row(row: dict, limits: Thresholds) -> list[GateResult]:
             continue
         passed = value <= limit if kind == "max" else value >= limit
         word = "at most" if kind == "max" else "at least"
-        results.append(GateResult(metric, value, limit, passed, f"{metric} {value:.4g}{unit}, {word} {limit}{unit} allowed"))
+        reason = f"{metric} {value:.4g}{unit}, {word} {limit}{unit} allowed"
+        if not passed and row.get("speedup_note") and name == "min_speedup":
+            reason += f": {row['speedup_note']}"
+        results.append(GateResult(metric, value, limit, passed, reason))
     return results
 
 

@@ -59,9 +59,12 @@ def test_tensorrt_scheme_passes_the_checks_and_keeps_accuracy(trt_int8, fashion_
     zero_points = [inits[n.input[2]] for n in qdq]
     assert qdq and all(z.dtype == np.int8 and not z.any() for z in zero_points)
     assert not any(inits[n.input[0]].dtype == np.int32 for n in qdq if n.input[0] in inits), "biases must stay float for TensorRT"
-    # The symmetric scheme still classifies real images like fp32 (run here on ONNX Runtime).
+    # The symmetric scheme still classifies real images like fp32. Run on ONNX Runtime with the Q/DQ
+    # nodes as written: TensorRT accumulates in int32, while x86 CPUs without VNNI run s8 x s8 through
+    # saturating int16 sums (92.45% -> 89.10% on an AVX2 EPYC), which says nothing about TensorRT.
     fp32 = accuracy_percent(run_batches(make_runner(open_source(str(fashion_onnx["fp32"]))), test2k, 500)[0], test2k.labels)
-    int8 = accuracy_percent(run_batches(make_runner(open_source(str(trt_int8.path))), test2k, 500)[0], test2k.labels)
+    exact = make_runner(open_source(str(trt_int8.path)), "onnxruntime:cpu[optimization=disable]")
+    int8 = accuracy_percent(run_batches(exact, test2k, 500)[0], test2k.labels)
     assert fp32 - int8 <= 0.5, (fp32, int8)
 
 

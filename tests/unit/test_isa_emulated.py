@@ -1,0 +1,77 @@
+"""int8 numerics of an AVX2-only CPU, checked on any x86 host: the int8 models run in ONNX Runtime
+under `qemu-x86_64 -cpu Haswell`, whose CPUID offers AVX2 and no AVX-512/VNNI, so ONNX Runtime takes
+the same VPMADDUBSW kernels as on an AVX2 EPYC. Latency under emulation means nothing; numerics do."""
+
+import json
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgekit.converters import CalibrationOptions, ConvertOptions
+from edgekit.converters.pipeline import convert
+from edgekit.loaders import open_source
+
+pytestmark = pytest.mark.skipif(
+    platform.machine() != "x86_64" or shutil.which("qemu-x86_64") is None,
+    reason="needs an x86-64 host with qemu-user (apt-get install qemu-user; .ci/run installs it)",
+)
+SAMPLES = 1000
+EMULATED = """
+import json, sys
+import numpy as np, onnxruntime as ort
+from edgekit.isa import host_class
+images = np.load(sys.argv[1])["image"][:{n}]
+def run(path):
+    options = ort.SessionOptions(); options.intra_op_num_threads = 1
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    return np.concatenate([session.run(None, {{"image": images[i:i + 250]}})[0] for i in range(0, len(images), 250)]).argmax(1).tolist()
+print(json.dumps({{"class": host_class().name, "top1": {{p: run(p) for p in sys.argv[2:]}}}}))
+"""
+
+
+def _emulated(cpu: str, data: Path, *models: Path) -> dict:
+    code = EMULATED.format(n=SAMPLES)
+    proc = subprocess.run(
+        ["qemu-x86_64", "-cpu", cpu, sys.executable, "-c", code, str(data), *map(str, models)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def int8_for(tmp_path_factory, fashion_onnx, demo_data):
+    out = tmp_path_factory.mktemp("isa")
+
+    def make(isa_class: str) -> Path:
+        options = ConvertOptions("int8", (), CalibrationOptions(str(demo_data[1]), 300), for_target=isa_class)
+        return convert(open_source(str(fashion_onnx["fp32"])), "onnx", out / f"{isa_class}.onnx", options).path
+
+    return make
+
+
+def test_the_avx2_scheme_keeps_accuracy_where_the_vnni_scheme_saturates(int8_for, fashion_onnx, small_test_npz):
+    avx2, vnni = int8_for("x86-avx2"), int8_for("x86-vnni")
+    result = _emulated("Haswell", small_test_npz, avx2, vnni)
+    assert result["class"] == "x86-avx2"  # CPUID, not the host's /proc/cpuinfo, decides the class
+    reference = _native_top1(fashion_onnx["fp32"], small_test_npz)
+    agree = {p: 100 * float(np.mean(np.array(result["top1"][str(p)]) == reference)) for p in (avx2, vnni)}
+    assert agree[avx2] >= 99.5, agree  # u8 x u8: no saturation (99.85% on 2,000 images)
+    assert agree[vnni] <= agree[avx2] - 1.0, agree  # u8 x s8 saturates without VNNI (97.55%): the emulation is real
+
+
+def _native_top1(model: Path, data: Path) -> np.ndarray:
+    from edgekit.targets import make_runner
+
+    runner = make_runner(open_source(str(model)), threads=1)
+    runner.load()
+    images = np.load(data)["image"][:SAMPLES]
+    return np.concatenate([runner.infer({"image": images[i : i + 250]})[0] for i in range(0, SAMPLES, 250)]).argmax(1)
