@@ -10,13 +10,15 @@ import numpy as np
 from edgekit.artifact import TensorSpec
 from edgekit.converters import SUFFIXES, CalibrationOptions, ConvertOptions
 from edgekit.converters.pipeline import convert
+from edgekit.isa import host_class
 from edgekit.loaders import ModelSource, open_source
 from edgekit.validate.benchmark import BenchSettings, bench
 from edgekit.validate.report import new_report, write_json
 
 ROOT = Path(__file__).parent
 CACHE = ROOT / ".cache"
-RESULTS = ROOT / "results"
+ISA_CLASS = host_class().name
+RESULTS = ROOT / "results" / ISA_CLASS  # int8 speed and accuracy depend on the ISA class: one folder per class
 IMAGE = (TensorSpec("image", ("batch", 3, 224, 224), "float32"),)
 MODELS = {
     "resnet18_shape": ("edgekit.zoo.models:resnet18_shape", IMAGE),
@@ -53,9 +55,11 @@ def pruned_resnet() -> Path:
     return out
 
 
-def artifact(model: str, precision: str, fmt: str = "onnx", calib_samples: int = 300) -> Path:
-    """The model converted to `fmt` at `precision` (int8 calibrated on real photos), cached by name."""
-    out = CACHE / f"{model}.{precision}.{calib_samples}{SUFFIXES[fmt]}"
+def artifact(model: str, precision: str, fmt: str = "onnx", calib_samples: int = 300, for_target: str | None = None) -> Path:
+    """The model converted to `fmt` at `precision` (int8 calibrated on real photos, with the scheme of
+    `for_target`'s ISA class: this host's by default), cached by name."""
+    scheme = f".{for_target or ISA_CLASS}" if precision == "int8" else ""
+    out = CACHE / f"{model}.{precision}{scheme}.{calib_samples}{SUFFIXES[fmt]}"
     if not out.exists():
         if model == PRUNED:
             source, inputs = open_source(str(pruned_resnet())), ()
@@ -63,7 +67,7 @@ def artifact(model: str, precision: str, fmt: str = "onnx", calib_samples: int =
             source, inputs = ModelSource(MODELS[model][0], "torch-factory"), MODELS[model][1]
         int8 = precision == "int8"
         calibration = CalibrationOptions(str(photo_calibration(calib_samples)), calib_samples) if int8 else CalibrationOptions()
-        convert(source, fmt, out, ConvertOptions(precision, inputs, calibration))
+        convert(source, fmt, out, ConvertOptions(precision, inputs, calibration, for_target=for_target or "onnxruntime:cpu"))
     return out
 
 
@@ -97,7 +101,7 @@ def publish(name: str, title: str, columns: list[str], rows: list[list], notes: 
     lines = [
         f"## {title}",
         "",
-        f"Machine: {m['cpu']}, {m['usable_cores']} cores ({', '.join(m['isa'])}); "
+        f"Machine: {m['cpu']}, {m['usable_cores']} cores ({', '.join(m['isa'])}; ISA class {m.get('isa_class', '?')}); "
         f"{', '.join(f'{k} {v}' for k, v in report['versions'].items())}; {report['created']}",
         "",
         "| " + " | ".join(columns) + " |",

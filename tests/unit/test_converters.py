@@ -56,13 +56,18 @@ def test_tensorrt_qdq_is_symmetric_int8_with_per_channel_weights(tmp_path, fashi
     assert any(len(inits[n.input[1]].dims) == 1 and inits[n.input[1]].dims[0] > 1 for n in weight_dq)  # per-channel scales
 
 
-def test_cpu_int8_uses_u8_activations_and_records_why(fashion_onnx):
+def test_cpu_int8_uses_the_host_class_scheme_and_records_why(fashion_onnx):
     from edgekit.converters.pipeline import read_provenance
+    from edgekit.isa import host_class
 
+    host = host_class()
     prov = read_provenance(fashion_onnx["int8"])
-    assert prov["quantization"]["activations"] == "uint8" and prov["quantization"]["reason"]
+    quantization = prov["quantization"]
+    assert (quantization["activations"], quantization["weights"]) == (host.activations, host.weights)
+    assert quantization["isa_class"] == host.name and quantization["isa_from"] == "this host's CPU flags"
+    assert quantization["reason"].startswith(host.name)
     assert prov["calibration"]["samples"] == 300 and len(prov["calibration"]["sha256"]) == 64
-    activation_zps = [zp for _, zp in _quant_params(fashion_onnx["int8"]) if zp.dtype == np.uint8]
+    activation_zps = [zp for _, zp in _quant_params(fashion_onnx["int8"]) if zp.dtype == np.dtype(host.activations)]
     assert activation_zps
 
 
