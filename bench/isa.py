@@ -13,11 +13,13 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import CACHE, ISA_CLASS, artifact, p50, publish, ratio_text, spread
+from edgekit.artifact import TensorSpec
 from edgekit.isa import CLASSES
 
 # One class per distinct ONNX Runtime scheme: its name picks the scheme through --for-target.
 SCHEMES = {"x86-vnni": "u8 x s8", "x86-avx2": "u8 x u8", "arm64": "s8 x s8"}
 FASHION = 2000
+FASHION_INPUT = (TensorSpec("image", ("batch", 1, 28, 28), "float32"),)
 CROPS = 240
 
 
@@ -77,7 +79,8 @@ def _fashion(precision: str, for_target: str | None = None) -> Path:
     if not out.exists():
         _, calib = _fashion_data()
         calibration = CalibrationOptions(str(calib), 300) if precision == "int8" else CalibrationOptions()
-        convert(demo_source(), "onnx", out, ConvertOptions(precision, (), calibration, for_target=for_target or "onnxruntime:cpu"))
+        options = ConvertOptions(precision, FASHION_INPUT, calibration, for_target=for_target or "onnxruntime:cpu")
+        convert(demo_source(), "onnx", out, options)
     return out
 
 
