@@ -41,27 +41,37 @@ class Sshd:
     def ssh_options(self) -> list[str]:
         return ["--ssh-option", f"UserKnownHostsFile={self.known_hosts}", "--ssh-option", "StrictHostKeyChecking=yes"]
 
-    def session_pids(self) -> list[int]:
-        """The per-connection sshd processes (children of the listener)."""
-        pids = []
+    def sshd_pids(self) -> list[int]:
+        """The listener and every sshd process below it (per-connection monitors and sessions), not the commands they run."""
+        children: dict[int, list[int]] = {}
         for stat in Path("/proc").glob("[0-9]*/stat"):
             try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except OSError:
+                children.setdefault(int(stat.read_text().rsplit(")", 1)[1].split()[1]), []).append(int(stat.parent.name))
+            except (OSError, ValueError):
                 continue
-            if int(fields[1]) == self.proc.pid:
-                pids.append(int(stat.parent.name))
-        return pids
+        found, todo = [], [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            if _is_sshd(pid):
+                found.append(pid)
+                todo.extend(children.get(pid, []))
+        return found
 
     def kill(self) -> None:
-        """Kill the listener and every session it started, as a crashed or rebooted board would."""
-        pids = self.session_pids()
-        for pid in [self.proc.pid, *pids]:
+        """Kill sshd and its sessions, as a crashed or rebooted board would: the commands they ran lose their parent."""
+        for pid in self.sshd_pids():
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         self.proc.wait()
+
+
+def _is_sshd(pid: int) -> bool:
+    try:
+        return Path(os.readlink(f"/proc/{pid}/exe")).name.startswith("sshd")
+    except OSError:
+        return False
 
 
 def sshd_unavailable() -> str | None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import typer
 
-devices_app = typer.Typer(help="Edge boards over SSH: add, list, remove, check. Use one as a target: onnxruntime:cpu@NAME.", no_args_is_help=True)
+devices_app = typer.Typer(
+    help="Edge boards over SSH: add, list, remove, check. Use one as a target: onnxruntime:cpu@NAME.", no_args_is_help=True
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -17,7 +19,9 @@ def add(
     ssh: str = typer.Option(..., "--ssh", help="[USER@]HOST[:PORT]; HOST may be an alias from ~/.ssh/config."),
     identity: str = typer.Option(None, "--identity", help="Private key file (default: the agent and ~/.ssh)."),
     python: str = typer.Option(None, "--python", help="Python 3.9+ on the device with numpy and the runtimes [default: python3]."),
-    workdir: str = typer.Option(None, "--workdir", help="Cache folder on the device (relative = under its home) [default: .cache/edgekit]."),
+    workdir: str = typer.Option(
+        None, "--workdir", help="Cache folder on the device (relative = under its home) [default: .cache/edgekit]."
+    ),
     preset: str = typer.Option(None, "--preset", help="Fill in defaults for a known board: raspberry-pi-5, jetson-orin, intel-npu."),
     ssh_option: list[str] = typer.Option([], "--ssh-option", help="Extra ssh -o KEY=VALUE (repeatable)."),
     timeout: int = typer.Option(10, "--timeout", help="SSH connect timeout in seconds."),
@@ -65,7 +69,9 @@ def list_devices() -> None:
     table = Table("name", "ssh", "python", "preset", "arch", "cpu", "runtimes", "checked")
     for d in devices.values():
         runtimes = ", ".join(f"{k} {v}" for k, v in (d.facts.get("runtimes") or {}).items() if v)
-        table.add_row(d.name, d.ssh, d.python, d.preset or "", d.facts.get("arch", ""), d.facts.get("cpu", ""), runtimes, d.checked or "never")
+        table.add_row(
+            d.name, d.ssh, d.python, d.preset or "", d.facts.get("arch", ""), d.facts.get("cpu", ""), runtimes, d.checked or "never"
+        )
     console.print(table)
     console.print(f"[dim]{inventory_path()}[/]")
 
@@ -107,7 +113,9 @@ def _print_facts(name: str, facts: dict) -> None:
     from edgekit.devices.presets import install_hint
 
     typer.echo(f"device {name}: {facts['os']}, {facts['arch']}")
-    typer.echo(f"  cpu: {facts['cpu']}, {facts['usable_cores']}/{facts['cores']} cores usable, ISA: {', '.join(facts['isa']) or 'none read'}")
+    typer.echo(
+        f"  cpu: {facts['cpu']}, {facts['usable_cores']}/{facts['cores']} cores usable, ISA: {', '.join(facts['isa']) or 'none read'}"
+    )
     typer.echo(f"  memory: {facts['memory_mb']} MB, governor: {facts['governor'] or 'unknown'}")
     typer.echo(f"  python {facts['python']} ({facts['python_path']}), numpy {facts['numpy']}")
     for runtime, version in facts["runtimes"].items():

@@ -94,7 +94,9 @@ def get_device(name: str) -> Device:
     devices = load_devices()
     if name not in devices:
         known = ", ".join(devices) or "none yet"
-        raise EdgekitError(f"no device '{name}' in {inventory_path()} (known: {known})", hint=f"add it: edgekit devices add {name} --ssh USER@HOST")
+        raise EdgekitError(
+            f"no device '{name}' in {inventory_path()} (known: {known})", hint=f"add it: edgekit devices add {name} --ssh USER@HOST"
+        )
     return devices[name]
 
 

@@ -97,7 +97,10 @@ def raise_for_reply(device: Device, header: dict, target: str | None) -> None:
         hint = install_hint(header.get("module", ""), header.get("arch"), runtime_device)
         raise RuntimeMissingError(f"{message} on {where}", hint=f"{hint} in {device.python} there")
     if kind == "load":
-        raise ModelLoadError(f"{where} cannot load the artifact: {message}", hint="convert for the runtime version installed there (see `edgekit devices check`)")
+        raise ModelLoadError(
+            f"{where} cannot load the artifact: {message}",
+            hint="convert for the runtime version installed there (see `edgekit devices check`)",
+        )
     if kind == "disk-full":
         raise ssh.disk_full(device, message)
     raise EdgekitError(f"{where} failed: {message}", hint="run `edgekit devices check` for the device's state")
@@ -235,7 +238,16 @@ def bench_on_device(source: ModelSource, settings, inputs: list[TensorSpec] | No
     board = runner.board
     script, artifact = upload_artifact(board, source)
     args = ["bench", *_device_args(runner.runtime, runner.device, artifact, settings.threads)]
-    args += ["--batch", str(settings.batch), "--warmup", str(settings.warmup), "--runs", str(settings.runs), "--cooldown", str(board.cooldown_s)]
+    args += [
+        "--batch",
+        str(settings.batch),
+        "--warmup",
+        str(settings.warmup),
+        "--runs",
+        str(settings.runs),
+        "--cooldown",
+        str(board.cooldown_s),
+    ]
     if feeds is not None and inputs:
         for spec in inputs:
             if spec.name in feeds:

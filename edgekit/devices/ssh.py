@@ -39,6 +39,12 @@ def ssh_args(device: Device, remote_command: str) -> list[str]:
     return [*args, destination, remote_command]
 
 
+def manual_command(device: Device) -> str:
+    """The ssh command a user can type to reach the device by hand."""
+    destination, port = device.destination()
+    return f"ssh {f'-p {port} ' if port else ''}{destination}"
+
+
 def connection_error(device: Device, stderr: str, during: str) -> EdgekitError:
     """ssh's own failure (exit 255) as one line: refused key, unknown host key, unreachable, timeout, lost."""
     text = stderr.strip()
@@ -52,7 +58,7 @@ def connection_error(device: Device, stderr: str, during: str) -> EdgekitError:
     if "Host key verification failed" in text or "host key for" in text.lower():
         return EdgekitError(
             f"the host key of {dest} is not known or has changed",
-            hint=f"run `ssh {dest}` once to check and accept it (or add --ssh-option StrictHostKeyChecking=accept-new)",
+            hint=f"run `{manual_command(device)}` once to check and accept it (or add --ssh-option StrictHostKeyChecking=accept-new)",
         )
     if "timed out" in text.lower():
         return EdgekitError(
@@ -61,14 +67,15 @@ def connection_error(device: Device, stderr: str, during: str) -> EdgekitError:
         )
     if any(s in text for s in ("Connection refused", "No route to host", "Could not resolve", "Network is unreachable", "Name or service")):
         return EdgekitError(
-            f"device '{device.name}' ({dest}) is unreachable: {last}", hint=f"check the host and port, that sshd runs there, and `ssh {dest}`"
+            f"device '{device.name}' ({dest}) is unreachable: {last}",
+            hint=f"check the host and port, that sshd runs there, and `{manual_command(device)}`",
         )
     if during != "connect" or any(s in text for s in ("closed by", "Broken pipe", "reset by", "Connection closed")):
         return EdgekitError(
             f"the connection to device '{device.name}' was lost {during}: {last}",
             hint="nothing was recorded; check the board (power, network, dmesg) and run it again",
         )
-    return EdgekitError(f"ssh to device '{device.name}' ({dest}) failed: {last}", hint=f"try `ssh {dest}` by hand")
+    return EdgekitError(f"ssh to device '{device.name}' ({dest}) failed: {last}", hint=f"try `{manual_command(device)}` by hand")
 
 
 def check_ssh_exit(device: Device, code: int, stderr: str, during: str) -> None:
