@@ -280,3 +280,19 @@ def _gone(pid: int) -> bool:
             return True
         time.sleep(0.1)
     return False
+
+
+def test_a_full_disk_on_the_device(sshd, device_python, inventory, fashion_onnx, tmp_path):
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(tiny)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tiny tmpfs as the device's disk here: {mounted.stderr.strip()}")
+    try:
+        add_device("full", sshd, device_python, tiny)
+        assert_clean_error(
+            run_cli("bench", fashion_onnx["fp32"], "-t", "onnxruntime:cpu@full"), "disk of device 'full' is full", "MiB needed"
+        )
+        assert not list(tiny.glob("artifacts/*"))  # nothing half-copied
+    finally:
+        subprocess.run(["umount", str(tiny)], check=True)
