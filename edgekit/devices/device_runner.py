@@ -256,12 +256,15 @@ def pi_throttled() -> str | None:
 # ---------------------------------------------------------------- runtimes
 
 
+INTERPRETERS = ("ai_edge_litert.interpreter", "tflite_runtime.interpreter", "tensorflow.lite")  # LiteRT, then older boards
+
+
 def require(runtime: str):
+    """The runtime's module (for litert: the first Interpreter module there is)."""
     import importlib
 
-    module, dists = RUNTIMES["litert" if runtime == "litert" else runtime]
-    candidates = [module] + (["tflite_runtime", "tensorflow"] if runtime == "litert" else [])
-    for name in candidates:
+    module, _ = RUNTIMES[runtime]
+    for name in INTERPRETERS if runtime == "litert" else (module,):
         try:
             return importlib.import_module(name)
         except ImportError:
@@ -323,8 +326,7 @@ class LiteRtModel(Model):
 
     def load(self) -> None:
         module = require("litert")
-        interpreter = module.interpreter.Interpreter if hasattr(module, "interpreter") else module.lite.Interpreter
-        self.package = module.__name__
+        interpreter, self.package = module.Interpreter, module.__name__.split(".")[0]
         try:
             self.interpreter = interpreter(model_path=self.path, num_threads=self.threads)
             self.interpreter.allocate_tensors()
@@ -544,6 +546,13 @@ def main(argv=None) -> int:
     except OSError as exc:
         kind = "disk-full" if getattr(exc, "errno", None) == 28 else "error"
         channel.send({"ok": False, "kind": kind, "message": first_line(exc)})
+        return 3
+    except Exception as exc:  # the runtime's own failures: one line to the host, the traceback to stderr
+        import traceback
+
+        traceback.print_exc()
+        message = f"{type(exc).__name__}: {first_line(exc)}"
+        channel.send({"ok": False, "kind": "error", "message": message, "arch": platform.machine(), "python": platform.python_version()})
         return 3
     return 0
 

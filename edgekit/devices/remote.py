@@ -181,7 +181,11 @@ class RemoteRunner(Runner):
             code = self._proc.wait()
             stderr = self._proc.stderr.read().decode(errors="replace")
             ssh.check_ssh_exit(self.board, code, stderr, during)
-            raise ssh.connection_error(self.board, stderr or f"the runner exited with {code}", during)
+            last = (stderr.strip().splitlines() or [f"exit status {code}"])[-1]
+            raise EdgekitError(
+                f"the runner on device '{self.board.name}' stopped {during}: {last}",
+                hint="run `edgekit devices check` for the device's state",
+            )
         try:
             header = json.loads(line)
         except ValueError:
