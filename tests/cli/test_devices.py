@@ -296,3 +296,33 @@ def test_a_full_disk_on_the_device(sshd, device_python, inventory, fashion_onnx,
         assert not list(tiny.glob("artifacts/*"))  # nothing half-copied
     finally:
         subprocess.run(["umount", str(tiny)], check=True)
+
+
+def test_litert_int8_on_the_device_equals_a_local_run(loop, demo_data, small_test_npz, tmp_path):
+    """The device runner's own LiteRT code (int8 I/O quantized there) against edgekit's local runner."""
+    pytest.importorskip("tensorflow")
+    from edgekit.converters import CalibrationOptions, ConvertOptions
+    from edgekit.converters.pipeline import convert
+    from edgekit.loaders import ModelSource, open_source
+    from edgekit.targets import make_runner
+    from edgekit.zoo.fashion_mnist import KERAS_MODEL
+
+    with np.load(demo_data[1]) as npz:  # the Keras model takes NHWC
+        np.savez(tmp_path / "calib.npz", image=npz["image"][:100].transpose(0, 2, 3, 1))
+    options = ConvertOptions("int8", (), CalibrationOptions(str(tmp_path / "calib.npz"), 100), io_dtype="int8")
+    artifact = convert(open_source(str(KERAS_MODEL)), "tflite", tmp_path / "k.int8.tflite", options)
+    source = ModelSource(str(artifact.path), "tflite")
+    remote, local = make_runner(source, f"litert:cpu@{loop}", 2), make_runner(source, "litert:cpu", 2)
+    remote.load()
+    local.load()
+    assert remote.inputs == local.inputs and remote.output_names == local.output_names
+    with np.load(small_test_npz) as npz:
+        images = np.ascontiguousarray(npz["image"][:128].transpose(0, 2, 3, 1))
+    try:
+        for start in range(0, 128, 32):
+            feeds = {local.inputs[0].name: images[start : start + 32]}
+            (on_device,), (here,) = remote.infer(feeds), local.infer(feeds)
+            assert on_device.dtype == here.dtype and np.array_equal(on_device, here)
+    finally:
+        remote.close()
+    assert remote.config()["interpreter"] == "ai_edge_litert"
