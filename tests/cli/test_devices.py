@@ -100,10 +100,10 @@ def inventory(tmp_path_factory):
         os.environ["EDGEKIT_DEVICES"] = old
 
 
-def add_device(name: str, server, python: Path, workdir: Path, key: Path | None = None) -> None:
+def add_device(name: str, server, python: Path, workdir: Path, key: Path | None = None, *extra: str) -> None:
     result = run_cli(
         "devices", "add", name, "--ssh", server.destination, "--identity", key or server.key, "--python", python,
-        "--workdir", workdir, *server.ssh_options(),
+        "--workdir", workdir, *server.ssh_options(), *extra,
     )  # fmt: skip
     assert result.code == 0, result.stderr
 
@@ -175,6 +175,14 @@ def test_bench_on_the_device_and_a_rerun_copies_nothing(loop, fashion_onnx, tmp_
     assert row["peak_rss_mb"] > 0 and row["load_ms"] > 0 and row["device"]["name"] == "loop"
     files = artifact_files(ModelSource(str(fashion_onnx["fp32"]), "onnx"))
     assert ssh.sync(get_device(loop), [ssh.Upload(content_key("artifacts", files), files)]) == 0  # already there
+
+
+def test_taskset_pins_the_timed_runs(sshd, device_python, inventory, fashion_onnx, tmp_path):
+    add_device("pinned", sshd, device_python, tmp_path / "cache", None, "--taskset", "0")
+    report = tmp_path / "b.json"
+    assert run_cli("bench", fashion_onnx["fp32"], "-t", "onnxruntime:cpu@pinned", "--runs", "5", "--report", report).code == 0
+    (row,) = json.loads(report.read_text())["results"]
+    assert row["device"]["taskset"] == "0" and row["device"]["facts"]["usable_cores"] == 1 and row["threads"] == 1
 
 
 def test_a_recipe_runs_its_cells_on_the_device(loop, small_test_npz, tmp_path):
