@@ -22,8 +22,9 @@ from edgekit.devices import ssh
 from edgekit.devices.inventory import Device, get_device
 from edgekit.devices.presets import install_hint
 from edgekit.errors import EdgekitError, InputMismatchError, ModelLoadError, RuntimeMissingError
+from edgekit.fileio import sha256_of_file
 from edgekit.loaders import ModelSource
-from edgekit.targets.base import Runner
+from edgekit.targets.base import Runner, check_array
 
 RUNNER_SCRIPT = Path(__file__).with_name("device_runner.py")
 DEVICE_RUNTIMES = ("onnxruntime", "litert", "openvino")  # what device_runner.py can run
@@ -33,14 +34,8 @@ def content_key(kind: str, files: dict[str, Path]) -> str:
     """`kind/SHA`: the same files give the same folder on the device, so a re-run copies nothing."""
     digest = hashlib.sha256()
     for name, path in sorted(files.items()):
-        digest.update(name.encode() + b"\0" + bytes.fromhex(_file_sha(path)))
+        digest.update(name.encode() + b"\0" + bytes.fromhex(sha256_of_file(path)))
     return f"{kind}/{digest.hexdigest()[:32]}"
-
-
-def _file_sha(path: Path) -> str:
-    from edgekit.fileio import sha256_of_file
-
-    return sha256_of_file(path)
 
 
 def artifact_files(source: ModelSource) -> dict[str, Path]:
@@ -252,12 +247,9 @@ def bench_on_device(source: ModelSource, settings, inputs: list[TensorSpec] | No
         "--cooldown",
         str(board.cooldown_s),
     ]
-    if feeds is not None and inputs:
-        for spec in inputs:
-            if spec.name in feeds:
-                from edgekit.targets.base import check_array
-
-                check_array(spec, feeds[spec.name])
+    for spec in inputs if feeds is not None and inputs else []:
+        if spec.name in feeds:
+            check_array(spec, feeds[spec.name])
     payload = pack(feeds) if feeds else b""
     request = json.dumps({"op": "bench", "size": len(payload)}).encode() + b"\n" + payload
     stdout = ssh.run(board, runner_command(board, script, args, pin=True), request, timeout=None, during="during the timed runs")
