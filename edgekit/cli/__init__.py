@@ -30,9 +30,9 @@ def _options(
 
 
 def _register() -> None:
-    from edgekit.cli import compress, convert, demo, info, measure, recipe
+    from edgekit.cli import compress, convert, demo, devices, info, measure, recipe
 
-    for module in (info, convert, compress, measure, recipe, demo):
+    for module in (info, convert, compress, measure, recipe, demo, devices):
         module.register(app)
 
 

@@ -215,9 +215,36 @@ def _print_latency_rows(results: list[dict], report: dict) -> None:
                 f"{r['artifact']}: as {r['target'].split(':')[0]} measures itself ({how}): "
                 f"p50 {own['p50']:.3f} ms, p90 {own['p90']:.3f} ms; wall p50 includes the Python call"
             )
-    console.print(
-        f"[dim]{machine_line(report, results[0]['threads'] if results else None)}; {results[0]['latency']['runs'] if results else 0} timed runs after warm-up[/]"
+    for r in results:
+        if r.get("device"):
+            console.print(device_line(r["device"], r["threads"]))
+    if not all(r.get("device") for r in results):
+        console.print(
+            f"[dim]{machine_line(report, results[0]['threads'] if results else None)}; {results[0]['latency']['runs'] if results else 0} timed runs after warm-up[/]"
+        )
+
+
+def device_line(device: dict, threads: int | None = None) -> str:
+    """Where a result on a board was measured: the board's probed facts and its thermal state."""
+    f = device.get("facts") or {}
+    runtimes = ", ".join(f"{k} {v}" for k, v in (f.get("runtimes") or {}).items() if v)
+    line = (
+        f"measured on device {escape(device['name'])} ({escape(device['ssh'])}): {f.get('cpu')}, {f.get('arch')}, "
+        f"{f.get('usable_cores')} usable cores, {threads} thread(s); {', '.join(f.get('isa') or []) or 'no SIMD flags read'}; "
+        f"{f.get('os')}; Python {f.get('python')}, numpy {f.get('numpy')}; {runtimes}; governor {f.get('governor') or 'unknown'}"
     )
+    thermal = device.get("thermal") or {}
+    for when in ("before", "after"):
+        state = thermal.get(when) or {}
+        temps = state.get("temperature_c") or {}
+        freq = state.get("freq_mhz") or {}
+        parts = [f"{max(temps.values()):.1f} C" if temps else "no temperature", f"{freq['mean']:.0f} MHz" if freq else "no frequency"]
+        if state.get("pi_throttled") is not None:
+            parts.append(f"throttled={state['pi_throttled']}")
+        if state.get("throttle_count") is not None:
+            parts.append(f"throttle events {state['throttle_count']}")
+        line += f"; {when}: {', '.join(parts)}"
+    return f"[dim]{line}[/]"
 
 
 def print_compression(report: dict) -> None:

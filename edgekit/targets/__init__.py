@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 
 from edgekit.artifact import TensorSpec
+from edgekit.devices import device_name
 from edgekit.errors import EdgekitError
 from edgekit.loaders import ModelSource
 
@@ -60,6 +61,10 @@ def make_runner(source: ModelSource, target: str | None = None, threads: int | N
     target = target or DEFAULT_TARGET.get(source.family)
     if target is None:
         raise EdgekitError(f"no default target for {source.format} models", hint="pass --target (see `edgekit targets`)")
+    if device_name(target):  # runtime:device@NAME runs on a board over SSH
+        from edgekit.devices.remote import make_remote_runner
+
+        return make_remote_runner(source, target, threads, inputs)
     runtime, device, runner_options = parse_target(target)
     cls = runner_class(runtime)
     if source.family not in cls.families:

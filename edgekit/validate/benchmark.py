@@ -79,6 +79,7 @@ class BenchResult:
     runtime_latency: LatencyStats | None = None  # as the runtime itself measured it, where it reports one
     runtime_config: dict | None = None
     compile_ms: float | None = None  # torch.compile and CUDA-graph capture on the first calls, apart from run time
+    device: dict | None = None  # on a board (target RUNTIME:DEVICE@NAME): its name, probed facts, thermal state
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -148,6 +149,12 @@ def _size(source: ModelSource) -> int:
 def bench(
     source: ModelSource, settings: BenchSettings, inputs: list[TensorSpec] | None = None, feeds: dict[str, np.ndarray] | None = None
 ) -> BenchResult:
-    """Measure one artifact in a fresh spawned process; errors come back as they were raised."""
+    """Measure one artifact in a fresh spawned process (on a board: a fresh process there); errors come back as they were raised."""
+    from edgekit.devices import device_name
+
+    if device_name(settings.target):
+        from edgekit.devices.remote import bench_on_device
+
+        return bench_on_device(source, settings, inputs, feeds)
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         return pool.submit(bench_in_process, source, settings, inputs, feeds).result()
