@@ -112,15 +112,6 @@ CLASSES = {
     )
 }
 
-# Device presets (issue: real edge devices) -> the class of their CPU.
-PRESET_CLASSES = {
-    "raspberry-pi-5": "arm64-dotprod",
-    "raspberry-pi-4": "arm64",
-    "jetson-orin": "arm64-dotprod",
-    "intel-npu": "x86-vnni",  # Meteor Lake and later hosts have AVX-VNNI
-    "graviton3": "arm64-i8mm",
-}
-
 
 def classify(flags: set[str], arch: str) -> IsaClass:
     """The class of a CPU from its /proc/cpuinfo flags (x86) or Features (Arm) and its architecture."""
@@ -160,25 +151,41 @@ def host_class() -> IsaClass:
 def class_for(for_target: str | None) -> tuple[IsaClass, str]:
     """(class, where it came from) for `--for-target`: a class name, a device preset, a device of the
     inventory (NAME or runtime:device@NAME), or a target on this host."""
+    from edgekit.devices.presets import PRESETS
+
     spec = (for_target or "").strip()
-    device = spec.rpartition("@")[2] if "@" in spec else spec
+    device = spec.rpartition("@")[2]
     if spec in CLASSES:
         return CLASSES[spec], f"--for-target {spec}"
-    if device in PRESET_CLASSES:
-        return CLASSES[PRESET_CLASSES[device]], f"device preset {device}"
-    facts = _device_facts(device)
-    if facts is not None:
-        return classify(set(facts.get("isa_flags") or facts.get("flags") or ()), facts.get("arch", "")), f"device {device} (probed)"
-    if "@" in spec:
-        raise EdgekitError(
-            f"--for-target {spec}: no device named '{device}'", hint="add it with `edgekit devices add`, or name an ISA class"
-        )
-    if ":" not in spec and spec:
+    if spec in PRESETS:
+        return CLASSES[PRESETS[spec].isa_class], f"device preset {spec}"
+    if "@" in spec or (spec and ":" not in spec and _is_device(spec)):
+        return _device_class(device)
+    if spec and ":" not in spec:
         raise EdgekitError(
             f"--for-target {spec} is not a target, an ISA class or a device",
-            hint=f"use a target (onnxruntime:cpu), a class ({', '.join(CLASSES)}) or a preset ({', '.join(PRESET_CLASSES)})",
+            hint=f"use a target (onnxruntime:cpu), a class ({', '.join(CLASSES)}), a preset ({', '.join(PRESETS)}) or a device of `edgekit devices list`",
         )
     return host_class(), "this host's CPU flags"
+
+
+def _is_device(name: str) -> bool:
+    from edgekit.devices.inventory import load_devices
+
+    return name in load_devices()
+
+
+def _device_class(name: str) -> tuple[IsaClass, str]:
+    """An inventory device's class: from what `devices check` probed, else from its preset."""
+    from edgekit.devices.inventory import get_device
+    from edgekit.devices.presets import PRESETS
+
+    device = get_device(name)
+    if device.facts.get("arch"):
+        return classify(set(device.facts.get("isa") or ()), device.facts["arch"]), f"device {name} (probed {device.checked})"
+    if device.preset in PRESETS:
+        return CLASSES[PRESETS[device.preset].isa_class], f"device {name} (preset {device.preset}, not probed yet)"
+    raise EdgekitError(f"device {name} has not been probed: its CPU class is unknown", hint=f"run `edgekit devices check {name}` first")
 
 
 INT8_PAYS = 1.1  # an int8 speed-up below this buys size, not speed
@@ -193,18 +200,6 @@ def speedup_note(precision: str, speedup: float | None, isa_class: str) -> str |
 
 def to_dict(isa: IsaClass) -> dict:
     return asdict(isa)
-
-
-def _device_facts(name: str) -> dict | None:
-    """The probed facts of an inventory device, or None when there is no inventory or no such device."""
-    try:
-        from edgekit.devices.inventory import device_facts
-    except ImportError:
-        return None
-    try:
-        return device_facts(name)
-    except EdgekitError:
-        return None
 
 
 def _cpuid_flags() -> set[str] | None:

@@ -30,7 +30,22 @@ import time
 
 LAUNCHER = os.getppid()  # the SSH session that started us, read before anything slow
 
-ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "amx_bf16", "asimd", "asimddp", "i8mm", "bf16", "sve", "sve2")
+ISA_FLAGS = (
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512bw",
+    "avx512_vnni",
+    "avx_vnni",
+    "amx_int8",
+    "amx_bf16",
+    "asimd",
+    "asimddp",
+    "i8mm",
+    "bf16",
+    "sve",
+    "sve2",
+)
 RUNTIMES = {  # runtime -> (module, distributions that provide it)
     "onnxruntime": ("onnxruntime", ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino")),
     "litert": ("ai_edge_litert", ("ai-edge-litert",)),

@@ -15,7 +15,7 @@ class Preset:
     description: str
     arch: str
     targets: tuple[str, ...]  # targets worth measuring there (append @NAME)
-    int8_scheme: str | None
+    isa_class: str  # its CPU's class (edgekit.isa): the int8 scheme a build `--for-target` the preset gets
     packages: str  # what to pip install in the board's Python
     cooldown_s: float
     taskset: str | None = None
@@ -29,7 +29,7 @@ PRESETS = {
             "Raspberry Pi 5 (Cortex-A76 x4, Raspberry Pi OS 64-bit)",
             "aarch64",
             ("litert:cpu", "onnxruntime:cpu"),
-            "s8s8",
+            "arm64-dotprod",
             "numpy onnxruntime ai-edge-litert",
             cooldown_s=10.0,
         ),
@@ -38,7 +38,7 @@ PRESETS = {
             "NVIDIA Jetson Orin (JetPack 6); tensorrt:cuda and torch:cuda are not yet runnable by the device runner",
             "aarch64",
             ("tensorrt:cuda", "torch:cuda", "onnxruntime:cuda", "onnxruntime:cpu"),
-            None,
+            "arm64-dotprod",  # Cortex-A78AE
             "numpy + onnxruntime-gpu from NVIDIA's Jetson wheels (TensorRT comes with JetPack)",
             cooldown_s=5.0,
         ),
@@ -47,7 +47,7 @@ PRESETS = {
             "Intel Core Ultra with its NPU (Linux NPU driver installed)",
             "x86_64",
             ("openvino:npu", "openvino:cpu", "onnxruntime:cpu"),
-            "u8s8",
+            "x86-vnni",  # Core Ultra: AVX-VNNI
             "numpy openvino onnxruntime",
             cooldown_s=5.0,
         ),

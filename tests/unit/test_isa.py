@@ -3,8 +3,9 @@
 import pytest
 
 from edgekit.converters.onnx_quantize import choose_scheme
+from edgekit.devices.presets import PRESETS
 from edgekit.errors import EdgekitError
-from edgekit.isa import CLASSES, PRESET_CLASSES, classify, speedup_note
+from edgekit.isa import CLASSES, classify, speedup_note
 
 # (machine, arch, flags as /proc/cpuinfo lists them: only the ones that matter are kept, plus neighbours)
 RECORDED = [
@@ -73,7 +74,7 @@ def test_a_device_preset_gets_its_cpus_scheme_not_the_build_hosts():
     pi = choose_scheme("raspberry-pi-5")
     assert (pi.activations, pi.weights, pi.isa_class) == ("int8", "int8", "arm64-dotprod")
     assert pi.isa_from == "device preset raspberry-pi-5"
-    assert set(PRESET_CLASSES.values()) <= set(CLASSES)
+    assert {p.isa_class for p in PRESETS.values()} <= set(CLASSES)
 
 
 def test_a_target_on_this_host_gets_the_hosts_class():
@@ -91,7 +92,7 @@ def test_an_unknown_for_target_is_a_clear_error():
     with pytest.raises(EdgekitError, match="not a target, an ISA class or a device") as err:
         choose_scheme("x86-avx3")
     assert "x86-avx2" in err.value.hint
-    with pytest.raises(EdgekitError, match="no device named 'nosuchboard'"):
+    with pytest.raises(EdgekitError, match="no device 'nosuchboard'"):
         choose_scheme("onnxruntime:cpu@nosuchboard")
 
 
@@ -120,3 +121,19 @@ def test_a_min_speedup_gate_fails_with_the_reason():
     row = {"precision": "int8", "speedup": 0.89, "speedup_note": speedup_note("int8", 0.89, "x86-avx2")}
     (result,) = check_row(row, Thresholds(min_speedup=1.2))
     assert not result.passed and "int8 here: size only, not faster (x86-avx2" in result.reason
+
+
+def test_an_inventory_device_gets_its_probed_class(tmp_path, monkeypatch):
+    from edgekit.devices.inventory import Device, add_device
+
+    monkeypatch.setenv("EDGEKIT_DEVICES", str(tmp_path / "devices.yaml"))
+    add_device(Device("pi", "pi@board.local", facts={"arch": "aarch64", "isa": ["asimd", "asimddp"]}, checked="2026-11-23"))
+    add_device(Device("nuc", "me@nuc.local", preset="intel-npu"))
+    add_device(Device("blank", "me@blank.local"))
+    for spec in ("pi", "onnxruntime:cpu@pi"):
+        scheme = choose_scheme(spec)
+        assert (scheme.isa_class, scheme.activations) == ("arm64-dotprod", "int8") and "probed" in scheme.isa_from
+    assert choose_scheme("nuc").isa_class == "x86-vnni"  # not probed yet: its preset's class
+    with pytest.raises(EdgekitError, match="has not been probed") as err:
+        choose_scheme("blank")
+    assert "edgekit devices check blank" in err.value.hint
