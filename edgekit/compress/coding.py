@@ -66,8 +66,8 @@ class Huffman:
         return int(sum(int(c) * self.lengths[int(v)] for v, c in zip(values, counts, strict=True)))
 
     def table_bits(self, symbol_bits: int) -> int:
-        """The code as stored: each used symbol and its code length (one byte)."""
-        return len(self.lengths) * (symbol_bits + 8)
+        """The canonical code as stored: a 5-bit length per symbol of the alphabet, or per used symbol with the symbol."""
+        return min(len(self.lengths) * (symbol_bits + 5), 5 << symbol_bits if symbol_bits <= 16 else 1 << 62)
 
     def encode(self, symbols: np.ndarray) -> tuple[bytes, int]:
         """(packed bytes, number of bits)."""
@@ -119,13 +119,36 @@ def symbols_of(weight: np.ndarray) -> tuple[np.ndarray, str, int, int]:
     weight = np.asarray(weight)
     if np.issubdtype(weight.dtype, np.integer):
         return weight.astype(np.int64), "integer", 8 * weight.dtype.itemsize, 0
-    distinct = np.unique(weight[weight != 0])
-    if len(distinct) <= CODEBOOK_LIMIT and 4 * len(distinct) <= len(weight[weight != 0]):  # values really shared
+    nonzero = weight[weight != 0]
+    distinct = np.unique(nonzero)
+    if len(distinct) <= CODEBOOK_LIMIT and 4 * len(distinct) <= len(nonzero):  # values really shared
         symbols = np.zeros(weight.shape, np.int64)
-        symbols[weight != 0] = np.searchsorted(distinct, weight[weight != 0]) + 1  # 0 is zero
-        return symbols, "codebook", max(1, math.ceil(math.log2(len(distinct) + 1))), len(distinct) * FLOAT_BITS
+        symbols[weight != 0] = np.searchsorted(distinct, nonzero) + 1  # 0 is zero
+        return symbols, "codebook", _index_width(len(distinct)), len(distinct) * FLOAT_BITS
+    per_channel = _channel_codebooks(weight)
+    if per_channel is not None:
+        return per_channel
     positive_zero = np.where(weight == 0, np.float32(0), weight).astype(np.float32)  # -0.0 is a zero too
     return positive_zero.view(np.int32).astype(np.int64), "fp32", FLOAT_BITS, 0
+
+
+def _channel_codebooks(weight: np.ndarray):
+    """Shared values per output channel (what folding a per-channel scale, e.g. batch norm, leaves of a layer codebook), or None."""
+    if weight.ndim < 2:
+        return None
+    rows = weight.reshape(weight.shape[0], -1)
+    books = [np.unique(row[row != 0]) for row in rows]
+    most, total = max(len(b) for b in books), sum(len(b) for b in books)
+    if most > CODEBOOK_LIMIT or 4 * total > np.count_nonzero(rows):
+        return None
+    symbols = np.zeros(rows.shape, np.int64)
+    for i, (row, book) in enumerate(zip(rows, books, strict=True)):
+        symbols[i, row != 0] = np.searchsorted(book, row[row != 0]) + 1
+    return symbols.reshape(weight.shape), "codebook per channel", _index_width(most), total * FLOAT_BITS
+
+
+def _index_width(distinct: int) -> int:
+    return max(1, math.ceil(math.log2(distinct + 1)))  # the distinct values and zero
 
 
 def tensor_storage(weight: np.ndarray, index_bits: int) -> dict:
@@ -148,7 +171,7 @@ def tensor_storage(weight: np.ndarray, index_bits: int) -> dict:
         dense_coded = all_code.bits(flat) + all_code.table_bits(value_bits) + codebook_bits
     sparse_coded = weight_coded + index_coded + codebook_bits
     coded_form = "sparse" if sparse_coded < dense_coded else "dense"
-    stored = _stored_bytes(np.asarray(weight), symbols, form, codebook_bits)
+    stored = _stored_bytes(np.asarray(weight), symbols, form)
     return {
         "parameters": params,
         "nonzeros": nonzeros,
@@ -165,12 +188,12 @@ def tensor_storage(weight: np.ndarray, index_bits: int) -> dict:
     }
 
 
-def _stored_bytes(weight: np.ndarray, symbols: np.ndarray, form: str, codebook_bits: int) -> bytes:
+def _stored_bytes(weight: np.ndarray, symbols: np.ndarray, form: str) -> bytes:
     """The tensor as a plain dump (what gzip sees): fp32 values, one byte per codebook index + the codebook, or the integers."""
     if form == "fp32":
         return weight.astype(np.float32).tobytes()
-    if form == "codebook":
-        return symbols.astype(np.uint8).tobytes() + bytes(codebook_bits // 8)
+    if form.startswith("codebook"):
+        return symbols.astype(np.uint8).tobytes() + np.unique(weight[weight != 0]).astype(np.float32).tobytes()
     return weight.tobytes()
 
 
@@ -214,15 +237,19 @@ def int8_weights(weight: np.ndarray) -> np.ndarray:
 
 
 def onnx_coded_bytes(path) -> int:
-    """Entropy-coded size of an ONNX model: its weight initializers (>= 64 elements) coded, everything else as stored."""
+    """Coded size of an ONNX model: weight initializers (>= 64 elements) as Deep Compression codes them, the rest gzip-compressed."""
     import onnx
     from onnx import numpy_helper
 
     model = onnx.load(str(path), load_external_data=True)
-    weights = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    large = {n: w for n, w in weights.items() if np.size(w) >= 64}
-    rest = Path(path).stat().st_size - sum(np.asarray(w).nbytes for w in large.values())
-    return storage_table(large)["total"]["coded_bytes"] + max(0, rest)
+    large = {}
+    for tensor in model.graph.initializer:
+        array = numpy_helper.to_array(tensor)
+        if array.size >= 64:
+            large[tensor.name] = array
+            tensor.CopyFrom(onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims))  # keep only the header
+    rest = len(gzip.compress(model.SerializeToString(), compresslevel=9))
+    return storage_table(large)["total"]["coded_bytes"] + rest
 
 
 def size_metrics(path) -> dict:
