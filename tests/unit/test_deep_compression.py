@@ -8,10 +8,11 @@ from edgekit.calibration import load_samples
 from edgekit.compress import PruneOptions
 from edgekit.compress.coding import Huffman, from_relative_index, relative_index, size_metrics, symbols_of, tensor_storage
 from edgekit.compress.pipeline import gate_compressed, prune
-from edgekit.compress.sharing import cluster_torch
+from edgekit.compress.sharing import cluster_torch, initial_centroids
 from edgekit.compress.torch_prune import magnitude_prune, prunable, surgery_mask
 from edgekit.converters import ConvertOptions
 from edgekit.converters.pipeline import convert
+from edgekit.errors import EdgekitError
 from edgekit.loaders import open_source
 from edgekit.loaders.torch import load_torch
 from edgekit.validate.gate import Thresholds, check_row, failures
@@ -147,3 +148,13 @@ def test_cli_prints_coded_sizes_and_gates(tmp_path, small_test_npz):
         "-m", "cluster", "--clusters", "16", "-o", tmp_path / "c.pt2", "--max-size-mb", "0.05",
     )  # fmt: skip
     assert stored.code == 2 and "FAIL" in stored.stdout  # the stored .pt2 (~0.5 MB) is over the limit
+
+
+def test_clear_errors(tmp_path, fashion_source):
+    with pytest.raises(EdgekitError, match="--surgery"):
+        prune(fashion_source, PruneOptions("magnitude", surgery=True), tmp_path / "s.pt2", list(INPUTS))
+    with pytest.raises(EdgekitError, match="unknown compression method 'magnitude,quantum'"):
+        prune(fashion_source, PruneOptions("magnitude,quantum"), tmp_path / "q.pt2", list(INPUTS))
+    with pytest.raises(EdgekitError, match="initialisation"):
+        initial_centroids(np.array([0.1, 0.2, 0.3]), 2, "random")
+    assert not (tmp_path / "s.pt2").exists() and not (tmp_path / "q.pt2").exists()
