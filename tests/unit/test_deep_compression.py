@@ -158,3 +158,18 @@ def test_clear_errors(tmp_path, fashion_source):
     with pytest.raises(EdgekitError, match="initialisation"):
         initial_centroids(np.array([0.1, 0.2, 0.3]), 2, "random")
     assert not (tmp_path / "s.pt2").exists() and not (tmp_path / "q.pt2").exists()
+
+
+def test_recipe_takes_the_size_metric_and_chains(tmp_path):
+    from edgekit.recipe.schema import RecipeError, load_recipe
+
+    path = tmp_path / "r.yaml"
+    path.write_text(
+        "model: {path: m.onnx}\ncompress:\n  - {method: 'magnitude,cluster', sparsity: 0.9, clusters: 16, surgery: false}\n"
+        "gates: {max_size_mb: 0.1, size_metric: coded}\n"
+    )
+    recipe = load_recipe(path)
+    assert recipe.gates.size_metric == "coded" and recipe.compress[0].clusters == 16
+    path.write_text("model: {path: m.onnx}\ngates: {max_size_mb: 0.1, size_metric: zipped}\n")
+    with pytest.raises(RecipeError, match="'gates.size_metric' has unknown value 'zipped'"):
+        load_recipe(path)
