@@ -173,3 +173,17 @@ def test_recipe_takes_the_size_metric_and_chains(tmp_path):
     path.write_text("model: {path: m.onnx}\ngates: {max_size_mb: 0.1, size_metric: zipped}\n")
     with pytest.raises(RecipeError, match="'gates.size_metric' has unknown value 'zipped'"):
         load_recipe(path)
+
+
+def test_keras_cluster_chain_keeps_k_values_and_zeros(tmp_path):
+    pytest.importorskip("tensorflow")
+    from edgekit.loaders.keras import KerasModel
+    from edgekit.zoo.fashion_mnist import KERAS_MODEL
+
+    report = prune(open_source(str(KERAS_MODEL)), PruneOptions("magnitude,cluster", sparsity=0.8, clusters=8), tmp_path / "c.keras", [])
+    assert report.method == "magnitude,cluster" and all(layer["clusters"] <= 8 for layer in report.layers)
+    kernels = [w for w in KerasModel(open_source(str(tmp_path / "c.keras"))).keras.get_weights() if w.ndim > 1]
+    assert all(len(np.unique(k[k != 0])) <= 8 for k in kernels)
+    assert np.mean(np.concatenate([k.ravel() for k in kernels]) == 0) == pytest.approx(0.8, abs=0.01)
+    with pytest.raises(EdgekitError, match="PyTorch models"):
+        prune(open_source(str(KERAS_MODEL)), PruneOptions("cluster", epochs=1), tmp_path / "f.keras", [])
