@@ -1,4 +1,5 @@
-"""Compression before conversion: magnitude pruning, structured channel pruning, low-rank factorization.
+"""Compression before conversion: magnitude pruning (optionally dynamic network surgery), weight sharing
+(k-means clusters), structured channel pruning, low-rank factorization; Deep Compression's storage report.
 
 Each stage takes a model and gives a model (same framework), with a `StageReport` of what it bought.
 Unstructured sparsity shrinks the compressed size, not the latency of dense kernels; structured
@@ -14,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 class PruneOptions:
     """What to do: one method and its target."""
 
-    method: str  # "magnitude", "channels" or "lowrank"
+    method: str  # "magnitude", "cluster", "channels" or "lowrank"
     sparsity: float = 0.5  # magnitude: fraction of weights set to zero
     scope: str = "global"  # magnitude: one threshold for all layers, or one per layer
     channel_ratio: float = 0.3  # channels: fraction of channels removed from each prunable layer
@@ -23,6 +24,10 @@ class PruneOptions:
     epochs: int = 0  # fine-tuning epochs with labelled data (magnitude: a gradual sparsity schedule)
     learning_rate: float = 1e-3
     seed: int = 0
+    clusters: int = 16  # cluster: shared non-zero values per layer
+    init: str = "linear"  # cluster: centroid initialisation, linear or density
+    surgery: bool = False  # magnitude + epochs: dynamic network surgery (masks recomputed, cut weights may return)
+    surgery_band: float = 0.1  # surgery: b = a * (1 + band); between a and b a weight keeps its mask
 
 
 @dataclass
@@ -37,12 +42,18 @@ class StageReport:
     macs_after: int | None = None
     layers: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    storage: list[dict] = field(default_factory=list)  # Deep Compression's table: one entry per stage (coding.storage_table)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-METHODS = ("magnitude", "channels", "lowrank")
+METHODS = ("magnitude", "cluster", "channels", "lowrank")
+
+
+def method_chain(method: str) -> list[str]:
+    """`magnitude,cluster` -> ["magnitude", "cluster"]: stages run in order."""
+    return [m.strip() for m in method.split(",") if m.strip()]
 
 
 def kept_rank(weight, options: PruneOptions) -> int | None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.compress import PruneOptions, StageReport, kept_rank
+from edgekit.compress import PruneOptions, StageReport, kept_rank, method_chain
 from edgekit.errors import EdgekitError
 from edgekit.fileio import atomic_output
 from edgekit.loaders import ModelSource
@@ -18,22 +18,34 @@ from edgekit.loaders import ModelSource
 def prune_keras(source: ModelSource, options: PruneOptions, out: Path, data: str | None, finetune_data: str | None) -> StageReport:
     from edgekit.loaders.keras import KerasModel
 
-    if options.method == "channels":
+    chain = method_chain(options.method)
+    if "channels" in chain:
         raise EdgekitError("structured channel pruning is available for PyTorch models", hint="use --method magnitude or lowrank for Keras")
-    if options.epochs:
+    if options.epochs or options.surgery:
         raise EdgekitError(
-            "fine-tuning during pruning is available for PyTorch models", hint="drop --epochs, or fine-tune in Keras after pruning"
+            "fine-tuning during pruning (and centroid fine-tuning, surgery) is available for PyTorch models",
+            hint="drop --epochs/--surgery, or fine-tune in Keras after pruning",
         )
-    keras_model = KerasModel(source).keras
-    if keras_model is None:
+    model = KerasModel(source).keras
+    if model is None:
         raise EdgekitError("a SavedModel has no editable layers", hint="prune the .keras model it was exported from")
-    if options.method == "magnitude":
-        model, report = _magnitude(keras_model, options)
-    else:
-        model, report = _lowrank(keras_model, options)
+    stages = {"magnitude": _magnitude, "cluster": _cluster, "lowrank": _lowrank}
+    reports = []
+    for method in chain:
+        model, report = stages[method](model, options)
+        reports.append(report)
     with atomic_output(Path(out)) as tmp:
         model.save(str(tmp))
-    return report
+    if len(reports) == 1:
+        return reports[0]
+    return StageReport(
+        options.method,
+        reports[0].parameters_before,
+        reports[-1].parameters_after,
+        reports[-1].nonzero_after,
+        layers=reports[-1].layers,
+        notes=[n for r in reports for n in r.notes],
+    )
 
 
 def _kernels(model) -> list:
@@ -69,6 +81,22 @@ def _magnitude(model, options: PruneOptions):
         layers=report_layers,
         notes=["dense kernels do not skip zeros: latency is unchanged; the gain is in compressed size"],
     )
+
+
+def _cluster(model, options: PruneOptions):
+    """Weight sharing of every kernel (k-means of its non-zeros, zeros kept); no centroid fine-tuning in Keras."""
+    from edgekit.compress.sharing import share_layer
+
+    before = _count(model)
+    report_layers = []
+    for layer in _kernels(model):
+        weights = layer.get_weights()
+        weights[0], centroids, _ = share_layer(weights[0], options.clusters, options.init)
+        layer.set_weights(weights)
+        report_layers.append({"layer": layer.name, "clusters": len(centroids), "sparsity": float((weights[0] == 0).mean())})
+    after = _count(model)
+    notes = [f"{options.clusters} shared values per kernel (k-means, {options.init} initialisation); zeros kept out of the clusters"]
+    return model, StageReport("cluster", before[0], after[0], after[1], layers=report_layers, notes=notes)
 
 
 def _lowrank(model, options: PruneOptions):

@@ -49,6 +49,8 @@ def magnitude_prune(module, options: PruneOptions, train: Samples | None) -> tup
     """Unstructured magnitude pruning, optionally gradual with fine-tuning between steps."""
     model = copy.deepcopy(module).eval()
     before = count(model)
+    if options.surgery:
+        return _surgery_prune(model, options, train, before)
     steps = max(1, options.epochs)
     for step in range(1, steps + 1):
         target = options.sparsity * (1 - (1 - step / steps) ** 3)  # cubic schedule (Zhu & Gupta 2017)
@@ -62,6 +64,116 @@ def magnitude_prune(module, options: PruneOptions, train: Samples | None) -> tup
     if options.epochs:
         notes.append(f"{options.epochs} fine-tuning epoch(s) with a cubic sparsity schedule")
     return model, StageReport("magnitude", before[0], after[0], after[1], layers=layers, notes=notes)
+
+
+def surgery_mask(weight, mask, cut: float, splice: float):
+    """Dynamic network surgery's mask update (Guo et al. 2016): |w| < cut -> pruned, |w| > splice -> spliced back, else unchanged."""
+    import torch
+
+    magnitude = weight.detach().abs()
+    return torch.where(magnitude < cut, torch.zeros_like(mask), torch.where(magnitude > splice, torch.ones_like(mask), mask))
+
+
+def surgery_cuts(module, sparsity: float, scope: str) -> dict[str, float]:
+    """The cut `a` per layer: the magnitude below which `sparsity` of the weights lie (one value for all layers if global)."""
+    import torch
+
+    layers = prunable(module)
+    if scope == "global":
+        magnitudes = torch.cat([m.weight.detach().abs().flatten() for _, m in layers]).float()
+        cut = float(torch.quantile(magnitudes[torch.randperm(len(magnitudes))[:2_000_000]], sparsity))
+        return {n: cut for n, _ in layers}
+    return {n: float(torch.quantile(m.weight.detach().abs().flatten().float(), sparsity)) for n, m in layers}
+
+
+def _surgery_prune(model, options: PruneOptions, train: Samples | None, before) -> tuple[object, StageReport]:
+    """Prune with masks that are recomputed while fine-tuning; the dense weights keep receiving gradients."""
+    if not options.epochs or train is None:
+        raise EdgekitError("--surgery fine-tunes while it prunes", hint="pass --finetune DATA --epochs N")
+    returned, final = surgery_finetune(model, train, options)
+    after = count(model)
+    layers = [
+        {
+            "layer": n,
+            "sparsity": float((m.weight == 0).float().mean()),
+            "parameters": m.weight.numel(),
+            "spliced_back": int(returned[n].sum()),  # cut, then back once they grew past b
+            "spliced_kept": int((returned[n] & final[n]).sum()),  # ... and in the final model
+        }
+        for n, m in prunable(model)
+    ]
+    notes = [
+        f"dynamic network surgery over {options.epochs} epoch(s): masks recomputed every step for the first "
+        f"{SURGERY_SHARE:.0%} of the steps (cut below a, spliced back above b = a x {1 + options.surgery_band:g}, cubic "
+        "sparsity schedule), then fixed at exactly the target sparsity for the rest",
+        f"{sum(x['spliced_back'] for x in layers):,} cut weights were spliced back while training "
+        f"({sum(x['spliced_kept'] for x in layers):,} of them are in the final model)",
+        "dense kernels do not skip zeros: latency is unchanged; the gain is in compressed size (and in sparse runtimes)",
+    ]
+    return model, StageReport("magnitude", before[0], after[0], after[1], layers=layers, notes=notes)
+
+
+SURGERY_SHARE = 2 / 3  # of the fine-tuning steps with moving masks; the rest trains the final mask
+
+
+def surgery_finetune(model, samples: Samples, options: PruneOptions, batch: int = 128) -> tuple[dict, dict]:
+    """Train `model` with DNS masks, then with the final (exact-sparsity) mask; returns (weights spliced back at least once, final masks)."""
+    import torch
+
+    if samples.labels is None:
+        raise EdgekitError("fine-tuning needs labels", hint="add a `labels` array to the --finetune data")
+    layers = dict(prunable(model))
+    masks = magnitude_masks(model, options.sparsity * (1 - (1 - 1 / options.epochs) ** 3), options.scope)
+    returned = {n: torch.zeros_like(m) for n, m in masks.items()}
+    generator = torch.Generator().manual_seed(options.seed)
+    inputs = torch.from_numpy(next(iter(samples.arrays.values())))
+    labels = torch.from_numpy(samples.labels.astype(np.int64))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=options.learning_rate, weight_decay=0)
+    steps_per_epoch = -(-len(inputs) // batch)
+    surgery_steps, step, final = int(SURGERY_SHARE * options.epochs * steps_per_epoch), 0, None
+    model.train()
+    for epoch in range(1, options.epochs + 1):
+        target = options.sparsity * (1 - (1 - epoch / options.epochs) ** 3)
+        order = torch.randperm(len(inputs), generator=generator)
+        for start in range(0, len(inputs), batch):
+            idx = order[start : start + batch]
+            if step == surgery_steps:  # t = 0 from here on: exactly the target sparsity, trained as plain masked fine-tuning
+                final = magnitude_masks(model, options.sparsity, options.scope)
+                apply_masks(model, final)
+            if final is None:
+                _surgery_step(model, layers, masks, optimizer, inputs[idx], labels[idx])
+                cuts = surgery_cuts(model, target, options.scope)
+                for n, layer in layers.items():
+                    mask = surgery_mask(layer.weight, masks[n], cuts[n], cuts[n] * (1 + options.surgery_band))
+                    returned[n] |= mask & ~masks[n]  # cut before, spliced back now
+                    masks[n] = mask
+            else:
+                loss = torch.nn.functional.cross_entropy(model(inputs[idx]), labels[idx])
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                apply_masks(model, final)
+            step += 1
+    if final is None:
+        final = magnitude_masks(model, options.sparsity, options.scope)
+        apply_masks(model, final)
+    model.eval()
+    return returned, final
+
+
+def _surgery_step(model, layers: dict, masks: dict, optimizer, inputs, labels) -> None:
+    """Forward and backward through the masked weights; the gradient then updates every dense weight, cut or not."""
+    import torch
+
+    dense = {n: layer.weight.detach().clone() for n, layer in layers.items()}
+    apply_masks(model, masks)
+    loss = torch.nn.functional.cross_entropy(model(inputs), labels)
+    optimizer.zero_grad()
+    loss.backward()
+    with torch.no_grad():
+        for n, layer in layers.items():
+            layer.weight.copy_(dense[n])
+    optimizer.step()
 
 
 def channel_prune(module, options: PruneOptions, example, calibration: Samples | None, train: Samples | None) -> tuple[object, StageReport]:

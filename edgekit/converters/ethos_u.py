@@ -75,6 +75,8 @@ def compile_vela(tflite: Path, device: str, out_dir: Path) -> dict:
         "sram_kib": float(row["sram_memory_used"]),
         "flash_kib": float(row["off_chip_flash_memory_used"]) + float(row["on_chip_flash_memory_used"]),
         "macs": int(float(row["nn_macs"])),
+        "weights_original_bytes": int(float(row["total_original_weights"])),  # Vela's own count, before its weight encoding
+        "weights_encoded_bytes": int(float(row["total_npu_encoded_weights"])),  # after (compresses repeated values)
         "operators_npu": len(operators) - len(on_cpu),
         "operators_cpu": len(on_cpu),
         "cpu_fallback_percent": 100.0 * len(on_cpu) / len(operators) if operators else 0.0,

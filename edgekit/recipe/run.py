@@ -97,7 +97,16 @@ def apply_compression(recipe: Recipe, source: ModelSource, inputs, validation: s
 
     for i, stage in enumerate(recipe.compress):
         options = PruneOptions(
-            stage.method, stage.sparsity, stage.scope, stage.channels, stage.energy, None if stage.energy else stage.keep, stage.epochs
+            stage.method,
+            stage.sparsity,
+            stage.scope,
+            stage.channels,
+            stage.energy,
+            None if stage.energy else stage.keep,
+            stage.epochs,
+            clusters=stage.clusters,
+            init=stage.init,
+            surgery=stage.surgery,
         )
         suffix = ".keras" if source.family == "keras" else ".pt2"
         key = fingerprint({"source": source_fingerprint(source), "stage": stage.__dict__, "data": _file_hash(validation)})
@@ -128,6 +137,10 @@ def run_cell(recipe, source, inputs, fmt, precision, target, validation, calibra
             latency=BenchSettings(target, lat.threads, lat.batch, lat.warmup, lat.runs),
         )
         row = {**summary_row(validate(request)), **base, "cached": cached}
+        if recipe.gates.size_metric in ("gzip", "coded") and artifact.path:
+            from edgekit.compress.coding import size_metrics
+
+            row.update(size_metrics(artifact.path))
         if row["random_data"]:
             row["warning"] = "validated on random inputs: no accuracy"
         return row

@@ -60,6 +60,9 @@ class CompressSection:
     keep: float = 0.5
     epochs: int = 0
     finetune: str | None = None
+    clusters: int = 16
+    init: str = "linear"
+    surgery: bool = False
 
 
 @dataclass(frozen=True)
@@ -251,15 +254,17 @@ def _typed(value, expected: str, where: str):
 
 
 def _check_choices(recipe: Recipe, top: dict, name: str) -> None:
-    from edgekit.compress import METHODS
+    from edgekit.compress import METHODS, method_chain
     from edgekit.converters import CALIB_METHODS, FORMATS, PRECISIONS
+    from edgekit.validate.gate import SIZE_METRICS
 
     line = lambda key: top[key][0] + 1 if key in top else 1  # noqa: E731
     checks = [
         ("matrix", "formats", recipe.matrix.formats, FORMATS + SOURCE_FORMATS),
         ("matrix", "precisions", recipe.matrix.precisions, PRECISIONS),
         ("calibration", "method", (recipe.calibration.method,), CALIB_METHODS),
-        ("compress", "method", tuple(c.method for c in recipe.compress), METHODS),
+        ("compress", "method", tuple(m for c in recipe.compress for m in method_chain(c.method)), METHODS),
+        ("gates", "size_metric", tuple(filter(None, [recipe.gates.size_metric])), tuple(SIZE_METRICS)),
         ("report", "formats", recipe.report.formats, ("json", "md", "html", "junit")),
     ]
     for section, key, values, allowed in checks:

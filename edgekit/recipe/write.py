@@ -26,7 +26,7 @@ validation:
 
 # Optional compression before conversion:
 # compress:
-#   - method: channels      # magnitude | channels | lowrank
+#   - method: channels      # magnitude | cluster | channels | lowrank (magnitude,cluster: one after the other)
 #     channels: 0.3
 
 matrix:
@@ -45,6 +45,7 @@ gates:                      # exit 2 when any is missed
   min_agreement: 99.0       # top-1 agreement with the original, percent
   # max_p50_ms: 5.0
   # max_size_mb: 10
+  # size_metric: stored     # max_size_mb on: stored | gzip | coded (entropy-coded weights, ONNX)
   # min_speedup: 1.5        # int8/fp16 vs fp32 on the same target
 
 report:

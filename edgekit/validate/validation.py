@@ -119,7 +119,12 @@ def _source_inputs(source: ModelSource) -> list[TensorSpec]:
 
 
 def gate_section(report: dict, thresholds: Thresholds) -> dict:
-    results = check_row(summary_row(report), thresholds)
+    row = summary_row(report)
+    if thresholds.size_metric in ("gzip", "coded") and report.get("artifact"):
+        from edgekit.compress.coding import size_metrics
+
+        row.update(size_metrics(report["artifact"]["path"]))
+    results = check_row(row, thresholds)
     return {
         "thresholds": thresholds.to_dict(),
         "results": [r.to_dict() for r in results],
