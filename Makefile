@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # torch is pinned to its CPU build through constraints.txt; without the pin pip pulls GBs of CUDA wheels.
 PIP_INSTALL := $(BIN)/pip install -q --disable-pip-version-check -c constraints.txt
 
-.PHONY: setup demo test test-fast bench lint clean
+.PHONY: setup demo test test-fast bench lint clean emulate-avx2
 
 setup: $(VENV)/.installed
 
@@ -25,6 +25,11 @@ test-fast: setup
 
 bench: setup
 	$(BIN)/python -m bench
+
+# The CI example on an emulated AVX2-only CPU (no AVX-512, no VNNI): int8 numerics of such a host from any
+# x86-64 Linux machine with qemu-user (apt-get install qemu-user). Slow; emulated latency means nothing.
+emulate-avx2: setup
+	dir=$$(mktemp -d) && cp examples/ci-gate.yaml $$dir/ && qemu-x86_64 -cpu Haswell $(BIN)/python -m edgekit run $$dir/ci-gate.yaml --no-cache
 
 lint: setup
 	$(BIN)/ruff check edgekit tests bench scripts && $(BIN)/ruff format --check edgekit tests bench scripts
