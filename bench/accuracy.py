@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.common import CACHE, artifact, publish
+from bench.common import CACHE, artifact, photo_calibration, publish
 from edgekit.calibration import load_samples
 from edgekit.demo import run_demo
 from edgekit.loaders import open_source
@@ -58,14 +58,8 @@ def _softmax_max(logits):
 
 
 def _photo_rows() -> list[list]:
-    import numpy as np
 
-    from edgekit.zoo.photos import imagenet_crops
-
-    path = CACHE / "photos_eval_600_1.npz"
-    if not path.exists():
-        np.savez(path, image=imagenet_crops(600, seed=1))
-    samples = load_samples(str(path))
+    samples = load_samples(str(photo_calibration(600, seed=1, model="efficientnet_lite0")))
     fp32 = run_batches(make_runner(open_source(str(artifact("efficientnet_lite0", "fp32")))), samples, 50)[0]
     rows = []
     for precision in ("fp16", "int8"):
