@@ -104,3 +104,28 @@ def provenance(ranked: list[LayerSensitivity], kept: list[LayerSensitivity], sam
         ],
         "most_sensitive": [s.to_dict() for s in ranked[:5]],
     }
+
+
+def torch_sensitivity(module, samples, specs, count: int = SAMPLES) -> tuple[list[LayerSensitivity], int]:
+    """(layers ranked by loss, total parameters) of a torch module: Conv and Linear weights fake-quantized
+    in place one module at a time (restored after), on the first `count` samples."""
+    import torch
+
+    layers = [(name, m) for name, m in module.named_modules() if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Linear))]
+    feeds = [[torch.from_numpy(np.ascontiguousarray(samples.arrays[s.name][:count])) for s in specs]]
+
+    def evaluate(layer: WeightLayer | None) -> list[np.ndarray]:
+        target = dict(layers)[layer.name] if layer else None
+        saved = target.weight.data.clone() if target is not None else None
+        if target is not None:
+            target.weight.data = torch.from_numpy(fake_quantize(saved.numpy(), 0))
+        try:
+            with torch.no_grad():
+                outs = [module(*args) for args in feeds]
+        finally:
+            if target is not None:
+                target.weight.data = saved
+        return [np.asarray(o if not isinstance(o, (tuple, list)) else o[0]) for o in outs]
+
+    weights = [WeightLayer(name, type(m).__name__, "weight", 0, m.weight.numel()) for name, m in layers]
+    return rank(weights, evaluate), sum(p.numel() for p in module.parameters())
