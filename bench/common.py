@@ -26,14 +26,20 @@ MODELS = {
 }
 
 
-def photo_calibration(count: int = 300, seed: int = 0) -> Path:
-    """An .npz of `count` crops of real photos (ImageNet normalisation), cached."""
-    from edgekit.zoo.photos import imagenet_crops
+# Zoo models that normalise inside and take RGB in [0, 1]; the others take ImageNet mean/std inputs.
+RAW_INPUT = {"efficientnet_lite0"}
 
-    path = CACHE / f"photos_{count}_{seed}.npz"
+
+def photo_calibration(count: int = 300, seed: int = 0, model: str | None = None) -> Path:
+    """An .npz of `count` crops of real photos, in the input range `model` expects (ImageNet
+    normalisation unless the model normalises inside), cached."""
+    from edgekit.zoo.photos import imagenet_crops, photo_crops
+
+    raw = model in RAW_INPUT
+    path = CACHE / f"photos_{'raw_' if raw else ''}{count}_{seed}.npz"
     if not path.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
-        np.savez(path, image=imagenet_crops(count, seed=seed))
+        np.savez(path, image=(photo_crops if raw else imagenet_crops)(count, seed=seed))
     return path
 
 
@@ -59,14 +65,16 @@ def artifact(model: str, precision: str, fmt: str = "onnx", calib_samples: int =
     """The model converted to `fmt` at `precision` (int8 calibrated on real photos, with the scheme of
     `for_target`'s ISA class: this host's by default), cached by name."""
     scheme = f".{for_target or ISA_CLASS}" if precision == "int8" else ""
-    out = CACHE / f"{model}.{precision}{scheme}.{calib_samples}{SUFFIXES[fmt]}"
+    inputs = ".raw" if model in RAW_INPUT else ""  # the model's input range is part of its identity
+    out = CACHE / f"{model}{inputs}.{precision}{scheme}.{calib_samples}{SUFFIXES[fmt]}"
     if not out.exists():
         if model == PRUNED:
             source, inputs = open_source(str(pruned_resnet())), ()
         else:
             source, inputs = ModelSource(MODELS[model][0], "torch-factory"), MODELS[model][1]
         int8 = precision == "int8"
-        calibration = CalibrationOptions(str(photo_calibration(calib_samples)), calib_samples) if int8 else CalibrationOptions()
+        data = photo_calibration(calib_samples, model=model)
+        calibration = CalibrationOptions(str(data), calib_samples) if int8 else CalibrationOptions()
         convert(source, fmt, out, ConvertOptions(precision, inputs, calibration, for_target=for_target or "onnxruntime:cpu"))
     return out
 

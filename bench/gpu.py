@@ -60,7 +60,9 @@ def _tensorrt_row(precision: str, batch: int) -> list:
 
     engine = CACHE / f"efficientnet_lite0.{precision}.engine"
     if not engine.exists():
-        calibration = CalibrationOptions(str(photo_calibration()), 300) if precision == "int8" else CalibrationOptions()
+        calibration = (
+            CalibrationOptions(str(photo_calibration(model="efficientnet_lite0")), 300) if precision == "int8" else CalibrationOptions()
+        )
         source = ModelSource(MODELS["efficientnet_lite0"][0], "torch-factory")
         convert(source, "tensorrt", engine, ConvertOptions(precision, IMAGE, calibration))
     return _row(bench(open_source(str(engine)), BenchSettings("tensorrt:cuda", None, batch, 20, 200)), batch, "-")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import CACHE, ISA_CLASS, artifact, p50, publish, ratio_text, spread
+from bench.common import CACHE, ISA_CLASS, artifact, p50, photo_calibration, publish, ratio_text, spread
 from edgekit.artifact import TensorSpec
 from edgekit.isa import CLASSES
 
@@ -60,12 +60,8 @@ def _fashion_data() -> tuple[Path, Path]:
 
 
 def _eval_data() -> dict[str, Path]:
-    from edgekit.zoo.photos import imagenet_crops
-
     test, _ = _fashion_data()
-    crops = CACHE / f"photos_eval_{CROPS}_1.npz"
-    if not crops.exists():
-        np.savez(crops, image=imagenet_crops(CROPS, seed=1))
+    crops = photo_calibration(CROPS, seed=1, model="efficientnet_lite0")
     return {"fashion": test, "photos": crops}
 
 

@@ -27,8 +27,8 @@ def resnet18_wide():
     return ResNet18Shape(width=128).eval()
 
 
-def _timed_convert(spec: str, precision: str, samples: int, out) -> float:
-    calibration = CalibrationOptions(str(photo_calibration(samples)), samples) if precision == "int8" else CalibrationOptions()
+def _timed_convert(spec: str, precision: str, samples: int, out, model: str | None = None) -> float:
+    calibration = CalibrationOptions(str(photo_calibration(samples, model=model)), samples) if precision == "int8" else CalibrationOptions()
     source = ModelSource(spec, "torch-factory") if ":" in spec and not spec.endswith(".onnx") else open_source(spec)
     start = time.perf_counter()
     convert(source, "onnx", out, ConvertOptions(precision, IMAGE, calibration))
@@ -40,7 +40,7 @@ def run(sample_counts: tuple[int, ...] = (100, 300, 1000)) -> None:
     for name, spec in SIZES:
         export = _timed_convert(spec, "fp32", 0, CACHE / "scale.fp32.onnx")
         params = onnx_summary(CACHE / "scale.fp32.onnx")["parameters"]
-        quant = _timed_convert(str(CACHE / "scale.fp32.onnx"), "int8", 300, CACHE / "scale.int8.onnx")
+        quant = _timed_convert(str(CACHE / "scale.fp32.onnx"), "int8", 300, CACHE / "scale.int8.onnx", name)
         rows.append([name, f"{params / 1e6:.1f} M", f"{export:.1f}", f"{quant:.1f} (300 samples)"])
     base = CACHE / "scale.r18.fp32.onnx"
     _timed_convert("edgekit.zoo.models:resnet18_shape", "fp32", 0, base)

@@ -21,6 +21,11 @@ CALIB_SAMPLES = typer.Option(300, "--calib-samples", help="Samples drawn (determ
 CALIB_METHOD = typer.Option("minmax", "--calib-method", help=f"Range estimation: {', '.join(CALIB_METHODS)}.")
 PER_TENSOR = typer.Option(False, "--per-tensor", help="Per-tensor weight scales instead of per-channel.")
 EXCLUDE = typer.Option(None, "--exclude", help="Node name to keep in float (repeatable).")
+KEEP_SENSITIVE = typer.Option(
+    True,
+    "--keep-sensitive/--no-keep-sensitive",
+    help="int8: keep in float the few layers whose int8 sensitivity stands out (> 10x the median layer's, at most 3).",
+)
 FOR_TARGET = typer.Option(
     "onnxruntime:cpu",
     "--for-target",
@@ -29,9 +34,14 @@ FOR_TARGET = typer.Option(
     "or an inventory device (NAME, runtime:device@NAME).",
 )
 SEED = typer.Option(0, "--seed", help="Seed of the calibration sampling.")
-VAL = typer.Option(None, "--val", help="Labelled validation data for accuracy-controlled int8 (with --max-drop; OpenVINO).")
+VAL = typer.Option(
+    None, "--val", help="Validation data for accuracy-controlled int8 (with --max-drop and labels, or --min-agreement; ONNX, OpenVINO)."
+)
 VAL_SAMPLES = typer.Option(1000, "--val-samples", help="Validation samples drawn for accuracy control.")
 MAX_DROP = typer.Option(None, "--max-drop", help="Accuracy control: keep layers in float until the top-1 drop is at most this many points.")
+MIN_AGREEMENT = typer.Option(
+    None, "--min-agreement", help="Accuracy control (ONNX): keep layers in float until top-1 agreement with fp32 is at least this %."
+)
 IO_DTYPE = typer.Option(
     None, "--io-dtype", help="TFLite full int8: float32, int8 or uint8 inputs/outputs (default float32; int8 with --device)."
 )
@@ -59,12 +69,14 @@ def convert(
     preprocess: str = options.PREPROCESS,
     per_tensor: bool = PER_TENSOR,
     exclude: list[str] = EXCLUDE,
+    keep_sensitive: bool = KEEP_SENSITIVE,
     for_target: str = FOR_TARGET,
     seed: int = SEED,
     random_calibration: bool = RANDOM_CALIB,
     val: str = VAL,
     val_samples: int = VAL_SAMPLES,
     max_drop: float = MAX_DROP,
+    min_agreement: float = MIN_AGREEMENT,
     model_type: str = MODEL_TYPE,
     io_dtype: str = IO_DTYPE,
     layout: str = LAYOUT,
@@ -89,11 +101,13 @@ def convert(
         validation_data=val,
         validation_samples=val_samples,
         max_drop=max_drop,
+        min_agreement=min_agreement,
         io_dtype=io_dtype or ("int8" if device else "float32"),
         layout=layout,
         device=device,
         max_batch=max_batch,
         opt_batch=opt_batch,
+        keep_sensitive=keep_sensitive,
     )
     if emit_recipe:
         from edgekit.recipe.write import emit
@@ -120,6 +134,7 @@ def quantize(
     preprocess: str = options.PREPROCESS,
     per_tensor: bool = PER_TENSOR,
     exclude: list[str] = EXCLUDE,
+    keep_sensitive: bool = KEEP_SENSITIVE,
     for_target: str = FOR_TARGET,
     seed: int = SEED,
     random_calibration: bool = RANDOM_CALIB,
@@ -147,7 +162,12 @@ def quantize(
             precisions=[precision],
             calibration={"path": calib, "samples": calib_samples, "method": calib_method},
         )
-    _run(source, "onnx", output, ConvertOptions(precision, (), calibration, per_tensor, tuple(exclude or ()), for_target))
+    _run(
+        source,
+        "onnx",
+        output,
+        ConvertOptions(precision, (), calibration, per_tensor, tuple(exclude or ()), for_target, keep_sensitive=keep_sensitive),
+    )
 
 
 def _check_choices(opts) -> None:

@@ -68,6 +68,10 @@ def print_artifact(artifact) -> None:
     quant = prov.get("quantization")
     if quant:
         console.print(f"  int8 {quant['mode']}: {_quant_detail(quant)}")
+        kept = (quant.get("sensitivity") or {}).get("kept_in_float")
+        if kept:
+            layers = ", ".join(f"{k['name']} ({k['op']}, 1-cos {k['loss']:.2g})" for k in kept)
+            console.print(f"  kept in float (int8 sensitivity outliers: {quant['sensitivity']['rule']}): {escape(layers)}")
         control = quant.get("accuracy_control")
         if control:
             reverted = control["reverted_to_float"]

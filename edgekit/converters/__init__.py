@@ -64,11 +64,13 @@ class ConvertOptions:
     validation_data: str | None = None  # labelled data for accuracy-controlled int8
     validation_samples: int = 1000
     max_drop: float | None = None  # accuracy points; with validation_data turns on accuracy control
+    min_agreement: float | None = None  # top-1 agreement with fp32 (%); with validation_data, accuracy control too
     io_dtype: str = "float32"  # TFLite full int8: float32, int8 or uint8 model inputs/outputs
     layout: str = "nchw"  # PyTorch -> TFLite: nhwc makes the model take channels-last inputs
     device: str | None = None  # an NPU to compile for after conversion, e.g. ethos-u55-128
     max_batch: int = 64  # TensorRT: the largest batch of the engine's optimisation profile
     opt_batch: int = 1  # TensorRT: the batch the profile is tuned for
+    keep_sensitive: bool = True  # int8 keeps the layers whose sensitivity stands out in float (converters.sensitivity)
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,7 @@ class Converter:
     package: ClassVar[str]
     import_name: ClassVar[str]
     accuracy_control: ClassVar[bool] = False  # int8 that keeps sensitive layers in float to meet --max-drop
+    agreement_control: ClassVar[bool] = False  # ... or to meet --min-agreement (top-1 agreement with fp32)
 
     @classmethod
     def require(cls) -> None:

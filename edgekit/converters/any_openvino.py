@@ -7,6 +7,8 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
+
 from edgekit.converters import ConversionData, Converter, ConvertOptions
 from edgekit.errors import ConversionError, EdgekitError
 
@@ -29,7 +31,8 @@ class ToOpenVino(Converter):
         ov_model = _name_tensors(_to_openvino(model, specs), specs)
         notes: dict = {"openvino": {"compress_to_fp16": options.precision == "fp16"}}
         if options.precision == "int8":
-            ov_model, notes["quantization"] = _nncf_int8(ov_model, data, options)
+            sensitivity = _sensitive_layers(model, ov_model, data, specs, options)
+            ov_model, notes["quantization"] = _nncf_int8(ov_model, data, options, sensitivity)
         elif options.precision == "int8-weights":
             ov_model, notes["quantization"] = _weights_int8(ov_model)
         ov.save_model(ov_model, str(out), compress_to_fp16=options.precision == "fp16")
@@ -116,19 +119,58 @@ def _overflow_fix(for_target: str):
     return fix, {"isa_class": isa.name, "isa_from": source, "overflow_fix": fix.value, "overflow_fix_reason": why}
 
 
-def _nncf_int8(ov_model, data: ConversionData, options: ConvertOptions):
+def _sensitive_layers(model, ov_model, data: ConversionData, specs, options: ConvertOptions) -> dict:
+    """The sensitivity outliers (converters.sensitivity), measured on a PyTorch source and named as OpenVINO
+    names their convolutions; other sources are not measured (the provenance says so)."""
+    from edgekit.converters.sensitivity import outliers, provenance, torch_sensitivity
+
+    if not options.keep_sensitive or data.validation is not None:
+        return {"kept_in_float": [], "ov_names": []}
+    if isinstance(model, (str, Path)) or hasattr(model, "export_saved_model"):
+        return {"kept_in_float": [], "ov_names": [], "note": "measured on PyTorch sources only; convert from the PyTorch model"}
+    ranked, total = torch_sensitivity(model, data.calibration, specs)
+    kept = outliers(ranked)
+    notes = provenance(ranked, kept, min(len(data.calibration), 16), total)
+    notes["ov_names"] = _ov_convolutions(model, ov_model, data.calibration, specs, [s.name for s in kept])
+    if kept and not notes["ov_names"]:
+        notes["kept_in_float"], notes["note"] = [], "the outliers could not be matched to OpenVINO's convolutions: all int8"
+    return notes
+
+
+def _ov_convolutions(module, ov_model, samples, specs, module_names: list[str]) -> list[str]:
+    """OpenVINO's names of the convolutions of the torch modules `module_names`, matched by execution order
+    (OpenVINO renames convolutions when it folds batch norm into them); [] when the counts differ."""
+    import torch
+
+    order: list[str] = []
+    convs = [(name, m) for name, m in module.named_modules() if isinstance(m, torch.nn.Conv2d)]
+    hooks = [m.register_forward_hook(lambda *_, name=name: order.append(name)) for name, m in convs]
+    try:
+        with torch.no_grad():
+            module(*[torch.from_numpy(np.ascontiguousarray(samples.arrays[s.name][:1])) for s in specs])
+    finally:
+        for hook in hooks:
+            hook.remove()
+    ov_convs = [op.get_friendly_name() for op in ov_model.get_ordered_ops() if op.get_type_name() in ("Convolution", "GroupConvolution")]
+    if len(ov_convs) != len(order) or len(set(order)) != len(order):
+        return []
+    return [ov_convs[order.index(name)] for name in module_names if name in order]
+
+
+def _nncf_int8(ov_model, data: ConversionData, options: ConvertOptions, sensitivity: dict):
     import nncf
 
     from edgekit.calibration.adapters import nncf_dataset
 
     samples = data.calibration
+    ignored = [*options.exclude, *sensitivity.pop("ov_names")]
     model_type = options.model_type or detect_model_type(ov_model)
     overflow_fix, isa_notes = _overflow_fix(options.for_target)
     common = {
         "subset_size": len(samples),
         "fast_bias_correction": True,
         "model_type": nncf.ModelType.TRANSFORMER if model_type == "transformer" else None,
-        "ignored_scope": nncf.IgnoredScope(names=list(options.exclude)) if options.exclude else None,
+        "ignored_scope": nncf.IgnoredScope(names=ignored) if ignored else None,
     }
     advanced = nncf.AdvancedQuantizationParameters(overflow_fix=overflow_fix)
     notes = {
@@ -137,7 +179,8 @@ def _nncf_int8(ov_model, data: ConversionData, options: ConvertOptions):
         "model_type": model_type or "cnn",
         "bias_correction": "fast",
         "samples": len(samples),
-        "excluded": list(options.exclude),
+        "excluded": ignored,
+        "sensitivity": sensitivity,
         **isa_notes,
     }
     if data.validation is None:

@@ -64,10 +64,14 @@ class OnnxQuantizer(Converter):
     precisions = {"fp32": False, "fp16": False, "int8": True, "int8-dynamic": False}
     package = "onnxruntime"
     import_name = "onnxruntime"
+    accuracy_control = True
+    agreement_control = True
 
     def convert(self, model: Path, specs, out: Path, options: ConvertOptions, data: ConversionData) -> dict:
-        passes = {"fp32": _copy, "fp16": _to_fp16, "int8-dynamic": _int8_dynamic, "int8": _int8_static}
+        passes = {"fp32": _copy, "fp16": _to_fp16, "int8-dynamic": _int8_dynamic}
         try:
+            if options.precision == "int8":
+                return _int8_static(Path(model), out, options, data, specs)
             return passes[options.precision](Path(model), out, options, data.calibration, specs)
         except EdgekitError:
             raise
@@ -137,33 +141,21 @@ def _int8_dynamic(model: Path, out: Path, options: ConvertOptions, samples, spec
     }
 
 
-def _int8_static(model: Path, out: Path, options: ConvertOptions, samples, specs) -> dict:
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
-
-    from edgekit.calibration.adapters import ort_reader
+def _int8_static(model: Path, out: Path, options: ConvertOptions, data: ConversionData, specs) -> dict:
+    from edgekit.converters.onnx_accuracy import Limit, accuracy_aware
 
     scheme = choose_scheme(options.for_target)
-    types = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}
-    methods = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy, "percentile": CalibrationMethod.Percentile}
+    control = None
     with tempfile.TemporaryDirectory() as tmp, _stdout_to_log():
-        pre = _preprocessed(model, Path(tmp))
-        quantize_static(
-            str(pre),
-            str(out),
-            ort_reader(samples, _calibration_batch(specs, len(samples))),
-            quant_format=QuantFormat.QDQ,
-            per_channel=not options.per_tensor,
-            activation_type=types[scheme.activations],
-            weight_type=types[scheme.weights],
-            calibrate_method=methods[options.calibration.method],
-            nodes_to_exclude=list(options.exclude),
-            extra_options={
-                "ActivationSymmetric": scheme.symmetric_activations,
-                "WeightSymmetric": True,
-                "CalibTensorRangeSymmetric": scheme.symmetric_activations,
-                "QuantizeBias": scheme.quantize_bias,
-            },
-        )
+        quantizer = StaticQuantizer(_preprocessed(model, Path(tmp)), data.calibration, specs, options, scheme, Path(tmp))
+        if data.validation is not None:
+            control = accuracy_aware(quantizer, out, data.validation, Limit(options.max_drop, options.min_agreement))
+            sensitivity = {"kept_in_float": [], "note": "accuracy control chose the float layers (accuracy_control)"}
+        elif options.keep_sensitive:
+            sensitivity = _keep_sensitive(quantizer, out)
+        else:
+            sensitivity = _all_int8(quantizer, out)
+    excluded = [*options.exclude, *(k["name"] for k in sensitivity["kept_in_float"]), *(control or {}).get("reverted_to_float", [])]
     notes = {
         "quantization": {
             "mode": "static",
@@ -171,15 +163,120 @@ def _int8_static(model: Path, out: Path, options: ConvertOptions, samples, specs
             "per_channel": not options.per_tensor,
             "method": options.calibration.method,
             "for_target": options.for_target,
-            "excluded": list(options.exclude),
+            "excluded": excluded,
+            "sensitivity": sensitivity,
             **scheme.to_dict(),
         }
     }
+    if control is not None:
+        notes["quantization"]["accuracy_control"] = control
     if for_tensorrt(options.for_target):  # say whether TensorRT would take it
         from edgekit.converters.tensorrt_checks import check_for_tensorrt
 
         notes["tensorrt_checks"] = [f.to_dict() for f in check_for_tensorrt(out)]
     return notes
+
+
+def _all_int8(quantizer: StaticQuantizer, out: Path) -> dict:
+    quantizer.quantize([], out)
+    return {"kept_in_float": [], "note": "off (--no-keep-sensitive): every layer in int8 but those --exclude names"}
+
+
+def _keep_sensitive(quantizer: StaticQuantizer, out: Path) -> dict:
+    """Keep in float the prefix of the sensitivity outliers (most sensitive first) that brings the outputs
+    closest to fp32 on the probe samples, all-int8 included: layers interact (one kept alone may hurt)."""
+    from edgekit.converters.sensitivity import outliers, provenance
+
+    ranked, total = quantizer.ranked()
+    candidates = [s for s in outliers(ranked) if s.name not in quantizer.options.exclude]
+    losses = []
+    for count in range(len(candidates) + 1):
+        trial = out.with_name(f"{out.stem}.keep{count}{out.suffix}")
+        quantizer.quantize([s.name for s in candidates[:count]], trial)
+        losses.append(quantizer.loss(trial))
+    best = int(min(range(len(losses)), key=losses.__getitem__))
+    out.with_name(f"{out.stem}.keep{best}{out.suffix}").replace(out)
+    for count in range(len(losses)):
+        out.with_name(f"{out.stem}.keep{count}{out.suffix}").unlink(missing_ok=True)
+    notes = provenance(ranked, candidates[:best], quantizer.sensitivity_samples, total)
+    notes["output_loss_by_kept"] = {
+        ", ".join(s.name for s in candidates[:count]) or "none (all int8)": float(f"{loss:.3g}") for count, loss in enumerate(losses)
+    }
+    return notes
+
+
+class StaticQuantizer:
+    """ONNX Runtime static QDQ quantization of one pre-processed model: calibrated once (ORT's calibration
+    cache), quantized with any set of float layers; and the sensitivity measurements on a few samples."""
+
+    def __init__(self, pre: Path, samples, specs, options: ConvertOptions, scheme: Int8Scheme, workdir: Path) -> None:
+        from edgekit.calibration.samples import Samples
+        from edgekit.converters.sensitivity import SAMPLES
+
+        self.pre, self.samples, self.specs, self.options, self.scheme = pre, samples, specs, options, scheme
+        self.cache = workdir / "calibration.json"
+        self.sensitivity_samples = min(SAMPLES, len(samples))
+        self.probe = Samples({k: v[: self.sensitivity_samples] for k, v in samples.arrays.items()})
+        self._reference = None
+
+    def quantize(self, keep_float: list[str], out: Path) -> None:
+        """`out`: every supported layer in int8 but `keep_float` and the user's --exclude."""
+        _quantize_static(
+            self.pre, out, self.samples, self.specs, self.options, self.scheme, [*self.options.exclude, *keep_float], self.cache
+        )
+
+    def ranked(self):
+        from edgekit.converters.onnx_sensitivity import onnx_sensitivity
+
+        return onnx_sensitivity(self.pre, self.probe)
+
+    def loss(self, model: Path) -> float:
+        """1 - mean cosine of `model`'s outputs vs the fp32 model's on the sensitivity samples."""
+        from edgekit.converters.sensitivity import output_loss
+
+        if self._reference is None:
+            self._reference = _outputs(self.pre, self.probe)
+        return output_loss(self._reference, _outputs(model, self.probe))
+
+
+def _outputs(model: Path, samples) -> list:
+    import numpy as np
+
+    from edgekit.converters.onnx_sensitivity import BATCH, ort_session
+
+    session = ort_session(str(model), 2)
+    runs = [session.run(None, feeds) for feeds in samples.batches(BATCH)]
+    return [np.concatenate(chunks) for chunks in zip(*runs, strict=True)]
+
+
+def _quantize_static(
+    pre: Path, out: Path, samples, specs, options: ConvertOptions, scheme: Int8Scheme, exclude: list[str], cache: Path | None = None
+) -> None:
+    """onnxruntime.quantization.quantize_static with the scheme; `cache` keeps the calibrated ranges for the next call."""
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    from edgekit.calibration.adapters import ort_reader
+
+    types = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}
+    methods = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy, "percentile": CalibrationMethod.Percentile}
+    quantize_static(
+        str(pre),
+        str(out),
+        ort_reader(samples, _calibration_batch(specs, len(samples))),
+        quant_format=QuantFormat.QDQ,
+        per_channel=not options.per_tensor,
+        activation_type=types[scheme.activations],
+        weight_type=types[scheme.weights],
+        calibrate_method=methods[options.calibration.method],
+        nodes_to_exclude=exclude,
+        calibration_cache_path=cache,
+        extra_options={
+            "ActivationSymmetric": scheme.symmetric_activations,
+            "WeightSymmetric": True,
+            "CalibTensorRangeSymmetric": scheme.symmetric_activations,
+            "QuantizeBias": scheme.quantize_bias,
+        },
+    )
 
 
 @contextlib.contextmanager

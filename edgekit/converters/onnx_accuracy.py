@@ -1,0 +1,104 @@
+"""Accuracy-aware static int8 on ONNX Runtime: return the most sensitive layers to float until the limit holds.
+
+The layers are ranked once (converters.sensitivity, weight-only, on calibration samples); the model is
+calibrated once (ONNX Runtime's calibration cache) and re-quantized with one more layer in float per
+step, each step validated on the labelled data on ONNX Runtime, the target the model is made for.
+The final artifact is validated again, and every step is recorded with what it changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgekit.errors import EdgekitError
+
+MAX_STEPS = 12  # layers returned to float before giving up: beyond that int8 is no longer the model's precision
+
+
+@dataclass(frozen=True)
+class Limit:
+    """--max-drop (top-1 points vs fp32 on the labels) and/or --min-agreement (top-1 agreement with fp32, %)."""
+
+    max_drop: float | None
+    min_agreement: float | None
+
+    def holds(self, score: dict) -> bool:
+        drop_ok = self.max_drop is None or score["drop_points"] <= self.max_drop
+        agree_ok = self.min_agreement is None or score["agreement"] >= self.min_agreement
+        return drop_ok and agree_ok
+
+    def text(self) -> str:
+        drop = f"top-1 drop <= {self.max_drop} pts" if self.max_drop is not None else None
+        agreement = f"agreement >= {self.min_agreement}%" if self.min_agreement is not None else None
+        return " and ".join(filter(None, (drop, agreement)))
+
+
+class Validator:
+    """Top-1 accuracy and agreement of an ONNX model against the fp32 model on the validation samples."""
+
+    def __init__(self, reference_model, samples) -> None:
+        self.samples = samples
+        self.reference = _logits(reference_model, samples)
+        self.reference_accuracy = _accuracy(self.reference, samples.labels)
+
+    def score(self, model) -> dict:
+        logits = _logits(model, self.samples)
+        accuracy = _accuracy(logits, self.samples.labels)
+        agreement = float((logits.argmax(1) == self.reference.argmax(1)).mean() * 100)
+        drop = None if accuracy is None else self.reference_accuracy - accuracy
+        return {"accuracy": accuracy, "drop_points": drop, "agreement": round(agreement, 3)}
+
+
+def _logits(model, samples) -> np.ndarray:
+    from edgekit.converters.onnx_sensitivity import BATCH, ort_session
+
+    session = ort_session(str(model), 2)
+    return np.concatenate([session.run(None, feeds)[0] for feeds in samples.batches(BATCH)]).reshape(len(samples), -1)
+
+
+def _accuracy(logits: np.ndarray, labels) -> float | None:
+    return None if labels is None else round(float((logits.argmax(1) == np.asarray(labels).reshape(-1)).mean() * 100), 3)
+
+
+def accuracy_aware(quantizer, out, validation, limit: Limit) -> dict:
+    """Quantize into `out`, returning ranked layers to float one at a time until `limit` holds on `validation`."""
+    validator = Validator(quantizer.pre, validation)
+    ranked, _ = quantizer.ranked()
+    kept: list[str] = []
+    quantizer.quantize(kept, out)
+    score = validator.score(out)
+    steps = [{"kept_in_float": None, **score}]
+    for layer in ranked[:MAX_STEPS]:
+        if limit.holds(score):
+            break
+        kept.append(layer.name)
+        quantizer.quantize(kept, out)
+        previous, score = score, validator.score(out)
+        steps.append(
+            {"kept_in_float": layer.name, "op": layer.op, "sensitivity": float(f"{layer.loss:.3g}"), **score, **_gain(previous, score)}
+        )
+    if not limit.holds(score):
+        raise EdgekitError(
+            f"int8 misses the limit ({limit.text()}) with {len(kept)} layers in float: {score}",
+            hint="raise the limit, calibrate on more or more representative data, or keep fp16/fp32",
+        )
+    final = validator.score(out)  # the written artifact, validated again
+    return {
+        "max_drop_points": limit.max_drop,
+        "min_agreement": limit.min_agreement,
+        "validation_samples": len(validation),
+        "reference_accuracy": validator.reference_accuracy,
+        "reverted_to_float": kept,
+        "steps": steps,
+        "final": final,
+    }
+
+
+def _gain(previous: dict, score: dict) -> dict:
+    """What returning the layer to float bought: points of agreement (and of accuracy, with labels)."""
+    gain = {"agreement_gain": round(score["agreement"] - previous["agreement"], 3)}
+    if score["accuracy"] is not None and previous["accuracy"] is not None:
+        gain["accuracy_gain"] = round(score["accuracy"] - previous["accuracy"], 3)
+    return gain

@@ -1,0 +1,81 @@
+"""Per-layer int8 weight sensitivity of an ONNX model, measured with ONNX Runtime in one session.
+
+The weights of the measured layers are exposed as graph inputs that keep their initializers as
+defaults (ONNX allows overriding such initializers), so one session serves every layer: the
+reference run feeds only the data, each layer's run feeds its fake-quantized weights too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.calibration.samples import Samples
+from edgekit.converters.sensitivity import SAMPLES, LayerSensitivity, WeightLayer, fake_quantize, rank
+
+BATCH = 8
+
+
+def weight_layers(model) -> list[WeightLayer]:
+    """Conv, ConvTranspose, Gemm and MatMul nodes whose weight is an initializer, in graph order."""
+    inits = {i.name: i for i in model.graph.initializer}
+    layers = []
+    for node in model.graph.node:
+        weight, axis = _weight_of(node, inits)
+        if weight is not None:
+            name = node.name or node.output[0]
+            layers.append(WeightLayer(name, node.op_type, weight, axis, int(np.prod(inits[weight].dims))))
+    return layers
+
+
+def _weight_of(node, inits) -> tuple[str | None, int]:
+    """The node's weight initializer and its output-channel axis, or (None, 0)."""
+    if node.op_type in ("Conv", "ConvTranspose") and len(node.input) > 1 and node.input[1] in inits:
+        return node.input[1], 0 if node.op_type == "Conv" else 1
+    if node.op_type == "Gemm" and len(node.input) > 1 and node.input[1] in inits:
+        trans_b = next((a.i for a in node.attribute if a.name == "transB"), 0)
+        return node.input[1], 0 if trans_b else 1
+    if node.op_type == "MatMul" and len(node.input) > 1 and node.input[1] in inits and len(inits[node.input[1]].dims) == 2:
+        return node.input[1], 1
+    return None, 0
+
+
+def onnx_sensitivity(model_path: Path, samples: Samples, count: int = SAMPLES, threads: int = 2) -> tuple[list[LayerSensitivity], int]:
+    """(layers ranked by loss, total weight parameters) on the first `count` samples."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(model_path))
+    layers = weight_layers(model)
+    weights = {layer.weight: numpy_helper.to_array(i) for layer in layers for i in model.graph.initializer if i.name == layer.weight}
+    session = ort_session(_weights_as_inputs(model, weights), threads)
+    feeds = list(Samples({k: v[:count] for k, v in samples.arrays.items()}).batches(BATCH))
+
+    def evaluate(layer: WeightLayer | None) -> list[np.ndarray]:
+        extra = {} if layer is None else {layer.weight: fake_quantize(weights[layer.weight], layer.axis)}
+        runs = [session.run(None, {**batch, **extra}) for batch in feeds]
+        return [np.concatenate(chunks) for chunks in zip(*runs, strict=True)]
+
+    total = sum(int(np.prod(i.dims)) for i in model.graph.initializer)
+    return rank(layers, evaluate), total
+
+
+def _weights_as_inputs(model, weights: dict[str, np.ndarray]) -> bytes:
+    from onnx import helper
+
+    for name, array in weights.items():
+        dtype = helper.np_dtype_to_tensor_dtype(array.dtype)
+        model.graph.input.append(helper.make_tensor_value_info(name, dtype, array.shape))
+    model.ir_version = max(model.ir_version, 4)  # overridable initializers need IR >= 4
+    return model.SerializeToString()
+
+
+def ort_session(model_bytes: bytes, threads: int):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    return ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])

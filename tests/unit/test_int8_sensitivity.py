@@ -1,0 +1,118 @@
+"""Sensitivity-driven int8 (the default) and accuracy-aware int8 on ONNX Runtime, on real weights and data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgekit.calibration import load_samples
+from edgekit.converters import CalibrationOptions, ConvertOptions
+from edgekit.converters.pipeline import convert, read_provenance
+from edgekit.converters.sensitivity import LayerSensitivity, fake_quantize, outliers
+from edgekit.errors import EdgekitError
+from edgekit.loaders import ModelSource, open_source
+from edgekit.targets import make_runner
+from edgekit.validate.compare import accuracy_percent, compare_output, run_batches
+from tests.conftest import INPUTS
+
+pytest.importorskip("onnxruntime")
+IMAGE = ("image", ("batch", 3, 224, 224), "float32")
+
+
+def _accuracy(path, samples) -> float:
+    return accuracy_percent(run_batches(make_runner(open_source(str(path)), inputs=list(INPUTS)), samples, 500)[0], samples.labels)
+
+
+def test_fake_quantize_is_per_channel_and_symmetric():
+    weights = np.array([[1.0, -0.5, 0.25], [100.0, 3.0, -100.0]], np.float32)
+    quantized = fake_quantize(weights, axis=0)
+    assert quantized[0, 0] == 1.0 and quantized[1, 2] == -100.0  # each row keeps its own max exactly
+    assert abs(quantized[1, 1] - 3.0) <= 100 / 127 / 2 + 1e-6  # rounding within half a step of that row
+
+
+def test_outlier_rule_takes_only_layers_far_above_the_median():
+    ranked = [LayerSensitivity(f"l{i}", "Conv", 10, loss) for i, loss in enumerate([5e-2, 3e-3, 9e-4, 2e-4, 1e-4, 1e-4, 1e-4])]
+    assert [s.name for s in outliers(ranked)] == ["l0", "l1"]  # > 10x the median 1e-4, 9e-4 is not
+    flat = [LayerSensitivity(f"l{i}", "Conv", 10, 2e-5) for i in range(5)]
+    assert outliers(flat) == []  # a model with no outlier keeps every layer in int8
+    tiny = [LayerSensitivity("a", "Conv", 1, 5e-5)] + flat
+    assert outliers(tiny) == []  # 2.5x median and under the floor
+
+
+@pytest.fixture(scope="module")
+def test2k(small_test_npz):
+    return load_samples(str(small_test_npz), specs=list(INPUTS))
+
+
+def test_default_int8_records_its_sensitivity_and_keeps_fashion_accuracy(fashion_onnx, test2k):
+    quant = read_provenance(fashion_onnx["int8"])["quantization"]
+    sensitivity = quant["sensitivity"]
+    assert sensitivity["layers_measured"] == 5 and len(sensitivity["most_sensitive"]) == 5
+    assert quant["excluded"] == [k["name"] for k in sensitivity["kept_in_float"]]
+    assert _accuracy(fashion_onnx["fp32"], test2k) - _accuracy(fashion_onnx["int8"], test2k) <= 0.5
+
+
+def test_accuracy_aware_int8_returns_layers_to_float_until_the_drop_fits(tmp_path, fashion_onnx, demo_data, small_test_npz, test2k):
+    garbage = tmp_path / "garbage.npz"  # ranges 100x too small: plain int8 loses many points
+    with np.load(demo_data[1]) as npz:
+        np.savez(garbage, image=npz["image"][:100] * 0.01)
+    calib = CalibrationOptions(str(garbage), 100)
+    source = open_source(str(fashion_onnx["fp32"]))
+    plain = convert(source, "onnx", tmp_path / "plain.onnx", ConvertOptions("int8", (), calib, keep_sensitive=False))
+    options = ConvertOptions("int8", (), calib, validation_data=str(small_test_npz), validation_samples=500, max_drop=1.0)
+    controlled = convert(source, "onnx", tmp_path / "ac.onnx", options)
+    control = controlled.meta["provenance"]["quantization"]["accuracy_control"]
+    reference = _accuracy(fashion_onnx["fp32"], test2k)
+    assert reference - _accuracy(plain.path, test2k) > 3.0  # plain int8 misses the limit
+    assert control["reverted_to_float"] and control["final"]["drop_points"] <= 1.0
+    assert control["steps"][0]["kept_in_float"] is None and len(control["steps"]) == len(control["reverted_to_float"]) + 1
+    assert reference - _accuracy(controlled.path, test2k) <= 1.5  # held on data it was not validated on (2k vs 500)
+
+
+def test_min_agreement_without_labels_and_its_limits(tmp_path, fashion_onnx, demo_data):
+    unlabelled = tmp_path / "unlabelled.npz"
+    with np.load(demo_data[0]) as npz:
+        np.savez(unlabelled, image=npz["image"][:300])
+    calib = CalibrationOptions(str(demo_data[1]), 100)
+    source = open_source(str(fashion_onnx["fp32"]))
+    options = ConvertOptions("int8", (), calib, validation_data=str(unlabelled), min_agreement=98.0)
+    control = convert(source, "onnx", tmp_path / "a.onnx", options).meta["provenance"]["quantization"]["accuracy_control"]
+    assert control["final"]["agreement"] >= 98.0 and control["final"]["accuracy"] is None
+    with pytest.raises(EdgekitError, match="misses the limit"):
+        convert(
+            source, "onnx", tmp_path / "b.onnx", ConvertOptions("int8", (), calib, validation_data=str(unlabelled), min_agreement=100.1)
+        )
+    with pytest.raises(EdgekitError, match="min-agreement is not available"):
+        convert(
+            source, "openvino", tmp_path / "c.xml", ConvertOptions("int8", (), calib, validation_data=str(unlabelled), min_agreement=98.0)
+        )
+    assert not (tmp_path / "b.onnx").exists() and not (tmp_path / "c.xml").exists()  # nothing half-written
+
+
+@pytest.mark.e2e
+def test_efficientnet_lite0_int8_agreement_on_photo_crops(tmp_path):
+    """Real weights, real photos: the sensitivity default keeps the stem in float; the old default misses."""
+    pytest.importorskip("efficientnet_lite_pytorch")
+    from edgekit.artifact import TensorSpec
+    from edgekit.zoo.photos import photo_crops
+
+    calib, test = tmp_path / "calib.npz", tmp_path / "test.npz"
+    np.savez(calib, image=photo_crops(64, seed=0))
+    np.savez(test, image=photo_crops(120, seed=1))  # disjoint from the calibration crops
+    fp32 = convert(
+        ModelSource("edgekit.zoo.models:efficientnet_lite0", "torch-factory"),
+        "onnx",
+        tmp_path / "fp32.onnx",
+        ConvertOptions("fp32", (TensorSpec(*IMAGE),)),
+    )
+    samples = load_samples(str(test))
+    reference = run_batches(make_runner(open_source(str(fp32.path))), samples, 40)[0]
+    scores = {}
+    for keep in (False, True):
+        options = ConvertOptions("int8", (), CalibrationOptions(str(calib), 64), keep_sensitive=keep)
+        int8 = convert(open_source(str(fp32.path)), "onnx", tmp_path / f"int8.{keep}.onnx", options)
+        scores[keep] = compare_output("logits", reference, run_batches(make_runner(open_source(str(int8.path))), samples, 40)[0])
+    kept = int8.meta["provenance"]["quantization"]["sensitivity"]["kept_in_float"]
+    assert kept and kept[0]["op"] == "Conv"
+    assert scores[True].cosine_mean >= 0.99 > scores[False].cosine_mean
+    assert scores[True].top1_agreement >= 88.0 > scores[False].top1_agreement
