@@ -126,8 +126,9 @@ def print_validation(report: dict) -> None:
     )
     for note in report.get("input_alignment", []):
         console.print(f"  input: {note}")
-    table = Table("output", "max abs", "mean abs", "cosine (mean/min)", "SNR dB", "top-1 agree")
+    table = Table("output", "max abs", "mean abs", "cosine (mean/min)", "SNR dB", "top-1 agree", "non-finite")
     for f in report["fidelity"]:
+        broken = f.get("nonfinite", 0)
         table.add_row(
             f["name"],
             f"{f['max_abs']:.3g}",
@@ -135,6 +136,7 @@ def print_validation(report: dict) -> None:
             f"{f['cosine_mean']:.5f} / {f['cosine_min']:.5f}",
             fmt(f["snr_db"], ".1f"),
             fmt(f["top1_agreement"], ".2f") + ("%" if f["top1_agreement"] is not None else ""),
+            f"[bold red]{broken}[/]" if broken else "0",
         )
     console.print(table)
     acc = report.get("accuracy")
@@ -154,8 +156,15 @@ def _print_gate(gate: dict) -> None:
         return
     table = Table("metric", "value", "limit", "why", title="[bold red]GATE FAILED[/]", title_justify="left")
     for f in gate["failures"]:
-        table.add_row(f["metric"], fmt(f["value"], ".4g"), str(f["limit"]), f["reason"])
+        table.add_row(f["metric"], *_value_and_limit(f), escape(f["reason"]))
     console.print(table)
+
+
+def _value_and_limit(result: dict) -> tuple[str, str]:
+    """A gate's value and limit with the digits that tell them apart."""
+    from edgekit.validate.gate import fmt_against
+
+    return ("-", str(result["limit"])) if result["value"] is None else fmt_against(result["value"], result["limit"])
 
 
 def print_bench(report: dict) -> None:
@@ -287,8 +296,7 @@ def print_gate_check(result: dict) -> None:
                 row["precision"],
                 escape(row["target"]),
                 g["metric"],
-                fmt(g["value"], ".4g"),
-                str(g["limit"]),
+                *_value_and_limit(g),
                 "[green]pass[/]" if g["passed"] else "[red]FAIL[/]",
                 g["reason"],
             )

@@ -6,7 +6,7 @@ the thresholds; `compare_latency` decides latency regressions against a baseline
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 
 @dataclass(frozen=True)
@@ -16,7 +16,9 @@ class Thresholds:
     max_drop: float | None = None  # accuracy points, reference minus artifact
     max_drop_relative: float | None = None  # percent of the reference accuracy
     min_cosine: float | None = None  # mean cosine similarity, worst output
-    min_agreement: float | None = None  # top-1 agreement with the reference, percent
+    min_agreement: float | None = None  # top-1 agreement with the reference, percent (classification only)
+    min_snr_db: float | None = None  # signal-to-noise ratio of the artifact's outputs vs the reference's, worst output
+    max_nonfinite: int | None = None  # NaN/inf values in the artifact's outputs where the reference is finite
     max_p50_ms: float | None = None
     max_p90_ms: float | None = None
     max_size_mb: float | None = None
@@ -25,6 +27,12 @@ class Thresholds:
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+
+# Thresholds on how the artifact's outputs compare with the reference's: a non-finite output fails each.
+FIDELITY = {"max_drop", "max_drop_relative", "min_cosine", "min_agreement", "min_snr_db", "max_nonfinite"}
+# Applied when the user sets no fidelity threshold; measured on the zoo's honest int8 models (docs/ci.md).
+DEFAULT_GATES = Thresholds(min_cosine=0.99, min_snr_db=15.0)
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,8 @@ CHECKS = {
     "max_drop_relative": ("drop_relative", "accuracy_drop_relative", "max", "%"),
     "min_cosine": ("cosine", "cosine", "min", ""),
     "min_agreement": ("top1_agreement", "top1_agreement", "min", "%"),
+    "min_snr_db": ("snr_db", "snr_db", "min", " dB"),
+    "max_nonfinite": ("nonfinite", "nonfinite_values", "max", ""),
     "max_p50_ms": ("p50_ms", "p50_ms", "max", " ms"),
     "max_p90_ms": ("p90_ms", "p90_ms", "max", " ms"),
     "max_size_mb": ("size_mb", "size_mb", "max", " MB"),
@@ -57,23 +67,54 @@ CHECKS = {
 
 def check_row(row: dict, limits: Thresholds) -> list[GateResult]:
     """Every active threshold checked on `row` (a summary row: see validation.summary_row)."""
-    results = []
-    for name, limit in limits.to_dict().items():
-        key, metric, kind, unit = CHECKS[name]
-        if name == "min_speedup" and row.get("precision") == "fp32":
-            continue
-        value = row.get(key)
-        if value is None:
-            if name in ("max_npu_fallback",):
-                continue
-            results.append(
-                GateResult(metric, None, limit, False, f"{metric} was not measured (labels, a baseline or the data are missing)")
-            )
-            continue
-        passed = value <= limit if kind == "max" else value >= limit
-        word = "at most" if kind == "max" else "at least"
-        results.append(GateResult(metric, value, limit, passed, f"{metric} {value:.4g}{unit}, {word} {limit}{unit} allowed"))
-    return results
+    results = (_check(name, limit, row) for name, limit in limits.to_dict().items())
+    return [r for r in results if r is not None]
+
+
+def _check(name: str, limit: float, row: dict) -> GateResult | None:
+    key, metric, kind, unit = CHECKS[name]
+    if name == "min_speedup" and row.get("precision") == "fp32":
+        return None
+    value = row.get(key)
+    if value is None:
+        if name in ("max_npu_fallback",):
+            return None
+        return GateResult(metric, None, limit, False, f"{metric} was not measured ({_why_missing(name, row)})")
+    passed = value <= limit if kind == "max" else value >= limit
+    shown, allowed = fmt_against(value, limit)
+    reason = f"{metric} {shown}{unit}, {'at most' if kind == 'max' else 'at least'} {allowed}{unit} allowed"
+    broken = row.get("nonfinite") or 0
+    if name in FIDELITY and broken:
+        passed, reason = False, f"{reason}; {broken} non-finite value(s) in the artifact's outputs ({_broken_outputs(row)})"
+    return GateResult(metric, value, limit, passed, reason)
+
+
+def _why_missing(name: str, row: dict) -> str:
+    if name == "min_agreement" and row.get("task") not in (None, "classification"):
+        return f"top-1 agreement applies to classification only; the task is {row['task']}"
+    return "labels, a baseline or the data are missing"
+
+
+def _broken_outputs(row: dict) -> str:
+    return ", ".join(f"'{name}': {count}" for name, count in (row.get("nonfinite_outputs") or {}).items() if count) or "see the report"
+
+
+def fmt_against(value: float, limit: float) -> tuple[str, str]:
+    """`value` and `limit` with enough significant digits that they read differently when they differ."""
+    for digits in range(4, 18):
+        shown, allowed = f"{value:.{digits}g}", f"{limit:.{digits}g}"
+        if shown != allowed or value == limit:
+            return shown, allowed
+    return repr(value), repr(limit)
+
+
+def with_default_gates(thresholds: Thresholds, default_gates: bool = True) -> Thresholds:
+    """The thresholds that apply: non-finite outputs always fail, and without a fidelity threshold of the
+    user's own, the fidelity floor (DEFAULT_GATES) applies; `default_gates=False` leaves the user's alone."""
+    if not default_gates:
+        return thresholds
+    floor = {} if FIDELITY & set(thresholds.to_dict()) else DEFAULT_GATES.to_dict()
+    return replace(thresholds, **{**floor, "max_nonfinite": 0, **thresholds.to_dict()})
 
 
 def failures(results: list[GateResult]) -> list[GateResult]:

@@ -13,7 +13,7 @@ from edgekit.loaders import ModelSource
 from edgekit.targets import make_runner
 from edgekit.validate.benchmark import BenchSettings, bench
 from edgekit.validate.compare import accuracy_percent, compare, is_classifier_output, run_batches
-from edgekit.validate.gate import Thresholds, check_row, failures
+from edgekit.validate.gate import Thresholds, check_row, failures, with_default_gates
 from edgekit.validate.report import new_report
 
 log = logging.getLogger("edgekit")
@@ -35,6 +35,7 @@ class ValidationRequest:
     random_count: int = 64
     latency: BenchSettings = field(default_factory=BenchSettings)
     thresholds: Thresholds = field(default_factory=Thresholds)
+    default_gates: bool = True  # non-finite outputs fail, and a fidelity floor applies without fidelity thresholds
 
 
 def validate(request: ValidationRequest) -> dict:
@@ -67,7 +68,7 @@ def validate(request: ValidationRequest) -> dict:
     report["latency"] = bench(
         request.artifact, _with_target(request.latency, artifact.target), list(request.inputs) or None, feeds
     ).to_dict()
-    report["gate"] = gate_section(report, request.thresholds)
+    report["gate"] = gate_section(report, with_default_gates(request.thresholds, request.default_gates))
     return report
 
 
@@ -145,6 +146,9 @@ def summary_row(result: dict) -> dict:
         "drop_relative": 100 * accuracy["drop_points"] / reference if reference else None,
         "top1_agreement": min((f["top1_agreement"] for f in fidelity if f["top1_agreement"] is not None), default=None),
         "cosine": min((f["cosine_mean"] for f in fidelity), default=None),
+        "snr_db": min((f["snr_db"] for f in fidelity), default=None),
+        "nonfinite": sum(f.get("nonfinite", 0) for f in fidelity) if fidelity else None,
+        "nonfinite_outputs": {f["name"]: f.get("nonfinite", 0) for f in fidelity},
         "p50_ms": latency.get("p50"),
         "p90_ms": latency.get("p90"),
         "size_bytes": size,

@@ -1,4 +1,5 @@
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -6,13 +7,47 @@ import pytest
 from edgekit.loaders import open_source
 from edgekit.validate.benchmark import BenchSettings, LatencyStats, bench, bench_in_process
 from edgekit.validate.compare import accuracy_percent, compare, compare_output
-from edgekit.validate.gate import Thresholds, check_row, compare_latency, failures
+from edgekit.validate.gate import DEFAULT_GATES, Thresholds, check_row, compare_latency, failures, fmt_against, with_default_gates
 
 
 def test_identical_outputs_are_perfect():
     x = np.random.default_rng(0).normal(size=(50, 10)).astype(np.float32)
     f = compare_output("logits", x, x.copy())
-    assert f.max_abs == 0 and f.cosine_min == pytest.approx(1.0) and math.isinf(f.snr_db) and f.top1_agreement == 100.0
+    assert f.max_abs == 0 and f.cosine_min == 1.0 and math.isinf(f.snr_db) and f.snr_db > 0 and f.top1_agreement == 100.0
+    close = compare_output("logits", x, x * np.float32(1 + 1e-6))  # cosine rounds to 1.0 in float64; still not perfect
+    assert close.cosine_mean < 1.0 and close.max_abs > 0
+
+
+def test_garbage_cannot_look_perfect():
+    ref = np.random.default_rng(2).normal(size=(8, 10))
+    zero = compare_output("y", ref, np.zeros_like(ref))
+    assert zero.cosine_mean == 0.0 and zero.cosine_min == 0.0 and zero.nonfinite == 0 and zero.snr_db == pytest.approx(0.0)
+    nan = ref.copy()
+    nan[:2] = np.nan
+    broken = compare_output("y", ref, nan)
+    assert broken.nonfinite == 20 and broken.cosine_min == 0.0 and broken.snr_db == -math.inf and broken.top1_agreement == 75.0
+    assert compare_output("y", np.zeros((3, 4)), np.zeros((3, 4))).cosine_min == 1.0  # identical zeros are identical
+
+
+def test_non_finite_outputs_fail_every_fidelity_gate():
+    row = _row(nonfinite=5, nonfinite_outputs={"logits": 5}, snr_db=30.0)
+    limits = Thresholds(max_drop=0.5, min_cosine=0.99, min_agreement=98.0, min_snr_db=10.0, max_p50_ms=2)
+    failed = failures(check_row(row, limits))
+    assert [f.metric for f in failed] == ["accuracy_drop", "cosine", "top1_agreement", "snr_db"]
+    assert all("5 non-finite value(s) in the artifact's outputs ('logits': 5)" in f.reason for f in failed)
+
+
+def test_a_failure_prints_the_digits_that_differ_from_its_limit():
+    (failed,) = failures(check_row(_row(cosine=0.99999986), Thresholds(min_cosine=0.9999999)))
+    assert failed.reason == "cosine 0.99999986, at least 0.9999999 allowed"
+    assert fmt_against(0.25, 0.25) == ("0.25", "0.25") and fmt_against(1.23456, 2.0) == ("1.235", "2")
+
+
+def test_default_gates_apply_unless_the_user_sets_fidelity_thresholds():
+    assert with_default_gates(Thresholds()) == replace(DEFAULT_GATES, max_nonfinite=0)
+    assert with_default_gates(Thresholds(min_cosine=0.5)) == Thresholds(min_cosine=0.5, max_nonfinite=0)
+    assert with_default_gates(Thresholds(max_p50_ms=3)) == replace(DEFAULT_GATES, max_p50_ms=3, max_nonfinite=0)
+    assert with_default_gates(Thresholds(), default_gates=False) == Thresholds()
 
 
 def test_noise_gives_the_expected_snr_and_cosine():
