@@ -37,6 +37,9 @@ def validate(
     warmup: int = WARMUP,
     runs: int = RUNS,
     batch: int = BATCH,
+    task: str = typer.Option(
+        None, "--task", help="classification, detection, embedding, regression or segmentation (decides the metrics); inferred when absent."
+    ),
     max_drop: float = options.MAX_DROP,
     min_cosine: float = options.MIN_COSINE,
     min_agreement: float = options.MIN_AGREEMENT,
@@ -63,6 +66,7 @@ def validate(
         options.input_specs(inputs),
         latency=BenchSettings(target, threads, batch, warmup, runs),
         thresholds=options.thresholds(max_drop, min_cosine, min_agreement, min_snr, max_npu_fallback),
+        task=task,
         default_gates=not no_default_gates,
     )
     if emit_recipe:

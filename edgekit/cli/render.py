@@ -126,6 +126,12 @@ def print_validation(report: dict) -> None:
     )
     for note in report.get("input_alignment", []):
         console.print(f"  input: {note}")
+    task = report.get("task")
+    if task:
+        console.print(f"  task: {task['name']}" + (f" (inferred from {escape(task['why'])}; --task to set it)" if task["inferred"] else ""))
+    if len(report.get("output_pairing") or []) > 1:
+        pairs = ", ".join(f"{p['artifact']} ~ {p['reference']}" for p in report["output_pairing"])
+        console.print(f"  outputs paired by {report['output_pairing'][0]['by']}: {escape(pairs)}")
     table = Table("output", "max abs", "mean abs", "cosine (mean/min)", "SNR dB", "top-1 agree", "non-finite")
     for f in report["fidelity"]:
         broken = f.get("nonfinite", 0)
@@ -142,7 +148,9 @@ def print_validation(report: dict) -> None:
     acc = report.get("accuracy")
     if acc:
         console.print(
-            f"accuracy: reference {acc['reference']:.2f}%, artifact {acc['artifact']:.2f}%, drop {acc['drop_points']:+.2f} points ({acc['samples']} labelled samples)"
+            f"accuracy: reference {acc['reference']:.2f}%, artifact {acc['artifact']:.2f}%, drop {acc['drop_points']:+.2f} points"
+            + (f" (95% CI {acc['drop_ci95'][0]:+.2f} to {acc['drop_ci95'][1]:+.2f}, paired)" if acc.get("drop_ci95") else "")
+            + f" on {acc['samples']} labelled samples"
         )
     _print_latency_rows([report["latency"]], report)
     _print_gate(report["gate"])
@@ -153,6 +161,9 @@ def _print_gate(gate: dict) -> None:
         return
     if gate["passed"]:
         console.print(f"[bold green]gate passed[/] ({', '.join(f'{k}={v}' for k, v in gate['thresholds'].items())})")
+        for r in gate["results"]:
+            if "straddles" in r["reason"]:
+                console.print(f"[yellow]  close call: {escape(r['reason'])}[/]")
         return
     table = Table("metric", "value", "limit", "why", title="[bold red]GATE FAILED[/]", title_justify="left")
     for f in gate["failures"]:
@@ -199,7 +210,7 @@ def _print_latency_rows(results: list[dict], report: dict) -> None:
             f"{r['first_inference_ms']:.2f}",
             f"{lat['p50']:.3f}",
             f"{lat['p90']:.3f}",
-            f"{lat['p99']:.3f}",
+            f"{lat['p99']:.3f}" + ("*" if lat.get("tail_note") else ""),
             f"{lat['mean']:.3f}±{lat['std']:.3f}",
             f"{lat['min']:.3f}",
             f"{lat['throughput']:.0f}",
@@ -224,6 +235,9 @@ def _print_latency_rows(results: list[dict], report: dict) -> None:
     console.print(
         f"[dim]{machine_line(report, results[0]['threads'] if results else None)}; {results[0]['latency']['runs'] if results else 0} timed runs after warm-up[/]"
     )
+    note = next((r["latency"].get("tail_note") for r in results if r["latency"].get("tail_note")), None)
+    if note:
+        console.print(f"[dim]* {note}[/]")
 
 
 def print_compression(report: dict) -> None:

@@ -40,10 +40,10 @@ def cells(row: dict) -> list[str]:
         row["precision"],
         row["target"],
         "ok" + (" (cached)" if row.get("cached") else ""),
-        fmt(row["accuracy"], ".2f") + ("%" if row["accuracy"] is not None else ""),
-        fmt(row["drop_points"], "+.2f"),
-        fmt(row["top1_agreement"], ".2f") + ("%" if row["top1_agreement"] is not None else ""),
-        fmt(row["cosine"], ".5f"),
+        fmt(row.get("accuracy"), ".2f") + ("%" if row.get("accuracy") is not None else ""),
+        fmt(row.get("drop_points"), "+.2f"),
+        fmt(row.get("top1_agreement"), ".2f") + ("%" if row.get("top1_agreement") is not None else ""),
+        fmt(row.get("cosine"), ".5f"),
         f"{row['p50_ms']:.3f}",
         f"{row['p90_ms']:.3f}",
         fmt(row.get("speedup"), ".2f") + ("x" if row.get("speedup") else ""),
@@ -55,7 +55,8 @@ def cells(row: dict) -> list[str]:
 def machine_text(report: dict) -> str:
     m = report["machine"]
     threads = next((r["threads"] for r in report["rows"] if r.get("threads")), "-")
-    return f"{m['cpu']}, {m['usable_cores']} cores ({', '.join(m['isa'])}), {threads} thread(s); {report['created']}"
+    isa = ", ".join(m.get("isa", []))
+    return f"{m['cpu']}, {m['usable_cores']} cores ({isa}), {threads} thread(s); {report['created']}"
 
 
 def to_markdown(report: dict) -> str:

@@ -45,6 +45,8 @@ def run_recipe(recipe: Recipe, use_cache: bool = True, progress=None) -> dict:
         model=recipe.model.path,
         data={"validation": validation, "calibration": calibration},
         thresholds=gates.to_dict(),
+        requested_thresholds=recipe.gates.to_dict(),
+        default_gates=True,
         rows=rows,
         passed=all(r["passed"] for r in rows),
     )
@@ -126,6 +128,7 @@ def run_cell(recipe, source, inputs, fmt, precision, target, validation, calibra
             recipe.validation.preprocess,
             inputs,
             latency=BenchSettings(target, lat.threads, lat.batch, lat.warmup, lat.runs),
+            task=recipe.validation.task,
         )
         row = {**summary_row(validate(request)), **base, "cached": cached}
         if row["random_data"]:

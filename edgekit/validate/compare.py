@@ -22,6 +22,7 @@ class OutputFidelity:
     top1_agreement: float | None  # percent, classification outputs only
     nonfinite: int = 0  # NaN/inf values in the artifact's output where the reference's is finite
     reference_nonfinite: int = 0  # NaN/inf values in the reference's output (not judged)
+    top1_agreement_ci95: list[float] | None = None  # paired bootstrap over the samples, percent
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -55,7 +56,8 @@ def compare_output(name: str, ref: np.ndarray, art: np.ndarray, classification: 
     noise = float((diff**2).sum())
     snr = _snr_db(float((ref_v**2).sum()), noise)
     classify = is_classifier_output(ref) if classification is None else classification
-    top1 = _agreement(ref_v, art_v, broken.any(1)) if classify and ref64.shape[1] > 1 else None
+    agree = _agreement(ref_v, art_v, broken.any(1)) if classify and ref64.shape[1] > 1 else None
+    top1 = None if agree is None else float(agree.mean() * 100)
     return OutputFidelity(
         name,
         float(diff.max(initial=0.0)),
@@ -66,6 +68,7 @@ def compare_output(name: str, ref: np.ndarray, art: np.ndarray, classification: 
         top1,
         int(broken.sum()),
         int((~np.isfinite(ref64)).sum()),
+        None if agree is None else bootstrap_ci95(agree * 100.0),
     )
 
 
@@ -84,9 +87,37 @@ def _cosine_rows(ref: np.ndarray, art: np.ndarray, broken: np.ndarray) -> np.nda
     return np.where(identical, 1.0, np.where(broken, 0.0, cosine))
 
 
-def _agreement(ref: np.ndarray, art: np.ndarray, broken: np.ndarray) -> float:
-    """Top-1 agreement in percent; a sample with a non-finite score never agrees."""
-    return float(((ref.argmax(1) == art.argmax(1)) & ~broken).mean() * 100)
+def _agreement(ref: np.ndarray, art: np.ndarray, broken: np.ndarray) -> np.ndarray:
+    """Per sample, whether the top-1 classes agree; a sample with a non-finite score never agrees."""
+    return ((ref.argmax(1) == art.argmax(1)) & ~broken).astype(np.float64)
+
+
+def bootstrap_ci95(per_sample: np.ndarray, resamples: int = 4000, seed: int = 0) -> list[float]:
+    """95% percentile-bootstrap interval of the mean of `per_sample` (a paired difference or agreement per sample).
+
+    The values take a few distinct levels (-100/0/100, 0/100), so a resample is a multinomial draw of their counts.
+    """
+    values, counts = np.unique(np.asarray(per_sample, np.float64), return_counts=True)
+    n = int(counts.sum())
+    draws = np.random.default_rng(seed).multinomial(n, counts / n, size=resamples) @ values / n
+    low, high = np.percentile(draws, [2.5, 97.5])
+    return [float(low), float(high)]
+
+
+def paired_accuracy(ref_logits: np.ndarray, art_logits: np.ndarray, labels: np.ndarray) -> dict:
+    """Accuracy of both on the same labelled samples, the drop in points and its paired 95% interval."""
+    labels = labels.reshape(-1)
+    ref_ok, art_ok = ref_logits.argmax(1) == labels, art_logits.argmax(1) == labels
+    ref, art = float(ref_ok.mean() * 100), float(art_ok.mean() * 100)
+    changed = int((ref_ok != art_ok).sum())
+    return {
+        "reference": ref,
+        "artifact": art,
+        "drop_points": ref - art,
+        "drop_ci95": bootstrap_ci95((ref_ok.astype(np.float64) - art_ok) * 100),
+        "samples": int(len(labels)),
+        "discordant": changed,  # samples right on one side only: all the drop rests on these
+    }
 
 
 def is_classifier_output(output: np.ndarray) -> bool:
@@ -99,8 +130,11 @@ def accuracy_percent(logits: np.ndarray, labels: np.ndarray) -> float:
     return float((logits.argmax(1) == labels.reshape(-1)).mean() * 100)
 
 
-def compare(ref_outputs: list[np.ndarray], art_outputs: list[np.ndarray], names: list[str]) -> list[OutputFidelity]:
-    """Fidelity for each output; a different output count or shape is reported as an error."""
+def compare(
+    ref_outputs: list[np.ndarray], art_outputs: list[np.ndarray], names: list[str], classification: bool | None = None
+) -> list[OutputFidelity]:
+    """Fidelity for each output (top-1 agreement where `classification`, None: from the shape); a different output
+    count or shape is reported as an error."""
     from edgekit.errors import EdgekitError
 
     if len(ref_outputs) != len(art_outputs):
@@ -114,4 +148,4 @@ def compare(ref_outputs: list[np.ndarray], art_outputs: list[np.ndarray], names:
                 f"output '{name}': artifact shape {art.shape} vs reference {ref.shape}",
                 hint="check that the artifact was converted from this reference",
             )
-    return [compare_output(n, r, a) for n, r, a in zip(names, ref_outputs, art_outputs, strict=True)]
+    return [compare_output(n, r, a, classification) for n, r, a in zip(names, ref_outputs, art_outputs, strict=True)]

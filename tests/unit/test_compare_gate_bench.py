@@ -41,6 +41,7 @@ def test_a_failure_prints_the_digits_that_differ_from_its_limit():
     (failed,) = failures(check_row(_row(cosine=0.99999986), Thresholds(min_cosine=0.9999999)))
     assert failed.reason == "cosine 0.99999986, at least 0.9999999 allowed"
     assert fmt_against(0.25, 0.25) == ("0.25", "0.25") and fmt_against(1.23456, 2.0) == ("1.235", "2")
+    assert fmt_against(0.99993, 0.99999) == ("0.9999", "0.99999") and fmt_against(0.99999994, 0.9999999)[0] == "1"
 
 
 def test_default_gates_apply_unless_the_user_sets_fidelity_thresholds():
@@ -98,17 +99,17 @@ def test_gate_reports_each_missed_threshold():
     assert check_row(_row(precision="fp32", speedup=1.0), Thresholds(min_speedup=1.5)) == []  # speed-up gates quantized rows
 
 
-def test_latency_regression_needs_more_than_the_noise(fashion_onnx):
-    from edgekit.loaders import open_source
-
+def test_reports_alone_flag_only_a_change_beyond_their_recorded_spread(fashion_onnx):
     source = open_source(str(fashion_onnx["fp32"]))
     runs = [bench_in_process(source, BenchSettings(threads=1, warmup=5, runs=60)).times_ms for _ in range(2)]
-    assert not compare_latency(runs[1], runs[0])["regressed"]  # the same artifact twice: noise only
-    slower = compare_latency([t * 1.5 for t in runs[1]], runs[0])
-    assert slower["regressed"] and slower["ci95"][0] > 1.05
+    same = compare_latency(runs[1], runs[0])
+    assert not same["regressed"] and same["verdict"] == "INCONCLUSIVE" and "cannot tell a 10% regression" in same["reason"]
+    factor = 1.2 * max(runs[0]) / min(runs[1])  # slower than the whole recorded spread
+    slower = compare_latency([t * factor for t in runs[1]], runs[0])
+    assert slower["regressed"] and slower["verdict"] == "REGRESSION" and slower["ratio"] > 1.1
     rng = np.random.default_rng(0)
-    noisy_old, noisy_new = rng.lognormal(0, 0.5, 40), rng.lognormal(0.03, 0.5, 40)
-    assert not compare_latency(list(noisy_new), list(noisy_old))["regressed"]  # 3% on a very noisy machine is not flagged
+    noisy_old, noisy_new = rng.lognormal(0, 0.5, 40), rng.lognormal(0.3, 0.5, 40)
+    assert not compare_latency(list(noisy_new), list(noisy_old))["regressed"]  # 35% inside a wide spread is not flagged
 
 
 def test_latency_stats_percentiles():
@@ -124,3 +125,36 @@ def test_bench_runs_in_a_fresh_process_with_recorded_threads(fashion_onnx):
     assert len(result.times_ms) == 15 and result.latency.min <= result.latency.p50 <= result.latency.p99
     assert result.peak_rss_mb > 10 and result.size_bytes == source.path.stat().st_size
     assert bench_in_process(source, BenchSettings(threads=1, warmup=0, runs=3)).latency.runs == 3
+
+
+def test_accuracy_drop_and_agreement_carry_a_paired_interval():
+    from edgekit.validate.compare import bootstrap_ci95, paired_accuracy
+
+    labels = np.arange(1000) % 10
+    ref = np.eye(10)[labels]
+    art = ref.copy()
+    art[:20] = np.eye(10)[(labels[:20] + 1) % 10]  # 20 of 1,000 samples now wrong: a 2-point drop
+    acc = paired_accuracy(ref, art, labels)
+    assert acc["drop_points"] == pytest.approx(2.0) and acc["discordant"] == 20
+    low, high = acc["drop_ci95"]
+    assert 0.9 < low < 2.0 < high < 3.2  # paired: the binomial spread of 20 discordant samples, about +-0.9
+    assert bootstrap_ci95(np.full(50, 100.0)) == [100.0, 100.0]
+    agree = compare_output("p", ref, art, classification=True)
+    assert agree.top1_agreement == 98.0 and agree.top1_agreement_ci95[0] < 98.0 < agree.top1_agreement_ci95[1]
+
+
+def test_a_gate_says_when_its_interval_straddles_the_limit():
+    row = _row(drop_points=0.4, drop_points_ci95=[0.1, 0.7], samples=2000)
+    (result,) = check_row(row, Thresholds(max_drop=0.5))
+    assert result.passed and "the 95% CI 0.1 to 0.7 straddles the limit: about 18,000 samples would settle it" in result.reason
+    (clear,) = check_row(_row(drop_points=0.1, drop_points_ci95=[0.0, 0.2], samples=2000), Thresholds(max_drop=0.5))
+    assert "straddles" not in clear.reason
+
+
+def test_p99_is_reported_for_what_it_is():
+    assert (
+        LatencyStats.from_times(np.arange(1, 101, dtype=float), batch=1).tail_note
+        == "p99 from 100 runs is the maximum; 1000+ runs for a p99"
+    )
+    assert "among the 3 slowest" in LatencyStats.from_times(np.arange(1, 301, dtype=float), batch=1).tail_note
+    assert LatencyStats.from_times(np.arange(1, 1001, dtype=float), batch=1).tail_note is None
