@@ -6,7 +6,7 @@ import importlib
 import logging
 import sys
 
-ALL = ("speedup", "accuracy", "trust", "overhead", "scaling", "gpu")
+ALL = ("speedup", "accuracy", "trust", "overhead", "scaling", "gate", "gpu")
 
 
 def main(names: list[str]) -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from edgekit.validate.gate import GateResult, Thresholds, check_row, compare_latency, failures, with_default_gates
+from edgekit.errors import EdgekitError
+from edgekit.validate.gate import GateResult, Thresholds, check_row, failures, with_default_gates
 
 FIDELITY_KINDS = ("validate", "matrix")  # reports with outputs compared against a reference: the default gates apply
 
@@ -61,8 +64,23 @@ def report_thresholds(report: dict) -> tuple[Thresholds, bool]:
     return Thresholds(**requested), bool(gate.get("default_gates", False))
 
 
+@dataclass(frozen=True)
+class LatencyCheck:
+    """How `gate --baseline` judges latency: re-timing both artifacts where they are at hand, else from the reports."""
+
+    tolerance: float = 0.10
+    baseline_artifact: str | None = None  # the baseline's model file, when its report's path is not at hand
+    max_rounds: int = 8
+    retime: bool = True  # False: judge from the reports' times even when the artifacts are at hand
+    progress: Callable[[str], None] | None = None
+
+
 def regate(
-    report: dict, baseline: dict | None, tolerance: float = 0.10, overrides: Thresholds | None = None, default_gates: bool | None = None
+    report: dict,
+    baseline: dict | None,
+    latency: LatencyCheck = LatencyCheck(),
+    overrides: Thresholds | None = None,
+    default_gates: bool | None = None,
 ) -> dict:
     """`report` (any kind) as matrix rows with every gate re-checked, plus latency checks against a baseline report.
 
@@ -73,8 +91,9 @@ def regate(
     requested = Thresholds(**{**requested.to_dict(), **(overrides or Thresholds()).to_dict()})
     use_defaults = recorded_defaults if default_gates is None else default_gates
     limits = with_default_gates(requested, use_defaults and report.get("kind") in FIDELITY_KINDS)
-    old = {_key(r): r for r in (report_rows(baseline) if baseline else []) if r.get("status") == "ok"}
-    rows = [_regate_row(row, limits, old.get(_key(row)), tolerance) for row in report_rows(report)]
+    rows = report_rows(report)
+    old = _baseline_rows(baseline, latency.baseline_artifact, rows)
+    rows = [_regate_row(row, limits, old.get(_key(row)), latency) for row in rows]
     return {
         **report,
         "model": report.get("model") or _model_name(report),
@@ -94,13 +113,44 @@ def _model_name(report: dict) -> str:
     return reference or ", ".join(r["artifact"] for r in report.get("results", [])) or report.get("kind", "report")
 
 
-def _regate_row(row: dict, limits: Thresholds, before: dict | None, tolerance: float) -> dict:
+def _baseline_rows(baseline: dict | None, artifact: str | None, rows: list[dict]) -> dict:
+    """The baseline's rows by (format, precision, target); `artifact` names the baseline's model for a one-row report."""
+    old = {_key(r): r for r in (report_rows(baseline) if baseline else []) if r.get("status") == "ok"}
+    if artifact:
+        if len(rows) != 1:
+            raise EdgekitError(
+                f"--baseline-artifact names one model, the report has {len(rows)} rows",
+                hint="gate a report with one row, or keep the artifacts where the baseline report says they are",
+            )
+        old[_key(rows[0])] = {**old.get(_key(rows[0]), {}), "artifact": artifact}
+    return old
+
+
+def _latency_verdict(row: dict, before: dict, latency: LatencyCheck) -> dict | None:
+    """Re-timed when both artifacts are files here; else judged from the two reports' times; None without either."""
+    from edgekit.validate.gate import compare_latency
+
+    new, old = row.get("artifact"), before.get("artifact")
+    if latency.retime and new and old and Path(new).exists() and Path(old).exists():
+        from edgekit.loaders import open_source
+        from edgekit.validate.regression import RetimeSettings, retime, with_runner
+
+        settings = with_runner(RetimeSettings(latency.tolerance, max_rounds=latency.max_rounds), row.get("target"), row.get("threads"))
+        return retime(open_source(old), open_source(new), settings, latency.progress)
+    if row.get("times_ms") and before.get("times_ms"):
+        return compare_latency(row["times_ms"], before["times_ms"], latency.tolerance)
+    return None
+
+
+def _regate_row(row: dict, limits: Thresholds, before: dict | None, latency: LatencyCheck) -> dict:
     row = dict(row)
     results = check_row(row, limits) if row["status"] == "ok" else []
-    if row["status"] == "ok" and before and row.get("times_ms") and before.get("times_ms"):
-        verdict = compare_latency(row["times_ms"], before["times_ms"], tolerance)
-        row["baseline"] = verdict
-        results.append(GateResult("latency_vs_baseline", verdict["ratio"], 1 + tolerance, not verdict["regressed"], verdict["reason"]))
+    verdict = _latency_verdict(row, before, latency) if row["status"] == "ok" and before else None
+    if verdict:
+        row["baseline"] = {k: v for k, v in verdict.items() if k != "round_details"}
+        row["baseline_rounds"] = verdict.get("round_details")
+        limit = 1 + latency.tolerance
+        results.append(GateResult("latency_vs_baseline", verdict["ratio"], limit, not verdict["regressed"], verdict["reason"]))
     row["gates"] = [r.to_dict() for r in results]
     row["passed"] = row["status"] == "ok" and not failures(results)
     return row

@@ -88,7 +88,7 @@ def test_gate_rechecks_a_validate_report_with_overrides(int8_report):
 def test_gate_and_report_take_a_bench_report(tmp_path, fashion_onnx):
     bench = tmp_path / "b.json"
     assert run_cli("bench", fashion_onnx["int8"], "--runs", "10", "--warmup", "2", "--report", bench).code == 0
-    gate = run_cli("gate", bench, "--baseline", bench)
+    gate = run_cli("gate", bench, "--baseline", bench, "--reports-only")
     assert gate.code == 0 and "latency_vs_baseline" in gate.stdout and "cannot tell a 10% regression" in gate.stdout
     md = run_cli("report", bench)
     assert md.code == 0 and "fashion.int8.onnx" in md.stdout and "onnxruntime:cpu" in md.stdout
@@ -154,3 +154,19 @@ def test_outputs_are_paired_by_name_and_the_report_shows_it(tmp_path):
     by_position = run_cli("validate", unnamed, "-r", reference, "--runs", "3", "--report", report)
     assert by_position.code == 2 and "cosine" in by_position.stdout  # paired by position, the swap is caught by the default gates
     assert json.loads(report.read_text())["output_pairing"][0] == {"artifact": "y1", "reference": "a", "by": "position"}
+
+
+def test_the_same_artifact_gated_against_itself_is_retimed_and_passes(tmp_path, fashion_onnx):
+    bench = tmp_path / "b.json"
+    assert run_cli("bench", fashion_onnx["int8"], "--runs", "20", "--warmup", "2", "--threads", "1", "--report", bench).code == 0
+    gate = run_cli("gate", bench, "--baseline", bench, "--tolerance", "0.5", "--max-rounds", "4")
+    assert gate.code == 0, gate.stdout + gate.stderr
+    assert "A-B-B-A rounds in fresh processes" in gate.stdout and "REGRESSION" not in gate.stdout
+
+
+def test_a_tolerance_inside_the_measured_noise_is_refused(tmp_path, fashion_onnx):
+    from tests.conftest import assert_clean_error
+
+    bench = tmp_path / "b.json"
+    assert run_cli("bench", fashion_onnx["int8"], "--runs", "20", "--warmup", "2", "--threads", "1", "--report", bench).code == 0
+    assert_clean_error(run_cli("gate", bench, "--baseline-artifact", fashion_onnx["int8"], "--tolerance", "0.0001"), "twice the A/A spread")

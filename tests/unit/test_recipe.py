@@ -76,7 +76,7 @@ def test_damaged_int8_fails_the_gate_and_junit_marks_exactly_it(damaged_run):
     suite = ET.parse(folder / "out" / "junit.xml").getroot()
     failed = {(c.get("classname"), c.get("name")) for c in suite.iter("testcase") if c.find("failure") is not None}
     assert failed and {cls for cls, _ in failed} == {"onnx.int8.onnxruntime:cpu"}
-    assert int(suite.get("tests")) == 6 and int(suite.get("failures")) == len(failed) == 2
+    assert int(suite.get("tests")) == 9 and int(suite.get("failures")) == len(failed) == 2  # 3 cells x (2 gates + non-finite)
     report = json.loads((folder / "out" / "report.json").read_text())
     assert report["schema_version"] and report["kind"] == "matrix" and not report["passed"]
     rows = {(r["format"], r["precision"]): r for r in report["rows"]}
@@ -98,7 +98,7 @@ def test_report_and_gate_commands(damaged_run, tmp_path):
     md = run_cli("report", saved, "--format", "md")
     assert md.code == 0 and md.stdout.startswith("### edgekit") and "onnxruntime:cpu" in md.stdout
     assert run_cli("report", saved, "--format", "junit", "-o", tmp_path / "j.xml").code == 0 and (tmp_path / "j.xml").exists()
-    gate = run_cli("gate", saved, "--baseline", saved)
+    gate = run_cli("gate", saved, "--baseline", saved, "--reports-only")
     assert gate.code == 2 and "latency_vs_baseline" in gate.stdout and "accuracy_drop" in gate.stdout
     assert_clean_error(run_cli("report", saved, "--format", "pdf"), "unknown report format")
 
@@ -115,8 +115,8 @@ def test_gate_flags_a_real_latency_regression(damaged_run, tmp_path):
             row["times_ms"] = [t * factor for t in row["times_ms"]]
     (tmp_path / "old.json").write_text(json.dumps(report))
     (tmp_path / "new.json").write_text(json.dumps(slower))
-    assert run_cli("gate", tmp_path / "old.json", "--baseline", tmp_path / "old.json").code == 0
-    regressed = run_cli("gate", tmp_path / "new.json", "--baseline", tmp_path / "old.json", "--junit", tmp_path / "g.xml")
+    assert run_cli("gate", tmp_path / "old.json", "--baseline", tmp_path / "old.json", "--reports-only").code == 0
+    regressed = run_cli("gate", tmp_path / "new.json", "--baseline", tmp_path / "old.json", "--reports-only", "--junit", tmp_path / "g.xml")
     assert regressed.code == 2 and regressed.stdout.count("FAIL") == 3
 
 
