@@ -92,6 +92,8 @@ class Converter:
     package: ClassVar[str]
     import_name: ClassVar[str]
     accuracy_control: ClassVar[bool] = False  # int8 that keeps sensitive layers in float to meet --max-drop
+    # quantization options it applies ("calib_method", "per_tensor"); asking another of it is an error. None: not declared
+    honours: ClassVar[frozenset[str] | None] = None
 
     @classmethod
     def require(cls) -> None:
