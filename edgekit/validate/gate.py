@@ -31,8 +31,10 @@ class Thresholds:
 
 # Thresholds on how the artifact's outputs compare with the reference's: a non-finite output fails each.
 FIDELITY = {"max_drop", "max_drop_relative", "min_cosine", "min_agreement", "min_snr_db", "max_nonfinite"}
-# Applied when the user sets no fidelity threshold; measured on the zoo's honest int8 models (docs/ci.md).
-DEFAULT_GATES = Thresholds(min_cosine=0.99, min_snr_db=15.0)
+# Applied when the user sets no fidelity threshold. Chosen below every honest int8 of the zoo's models, measured
+# (docs/ci.md): the worst is EfficientNet-Lite0 int8 ONNX at cosine 0.985 / SNR 14.9 dB; a broken int8 sits far
+# lower (the sentence-embedding int8 of issue 15: cosine 0.61, SNR 1.1 dB).
+DEFAULT_GATES = Thresholds(min_cosine=0.97, min_snr_db=10.0)
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,13 @@ def test_default_gates_fail_garbage_without_thresholds(tmp_path, fashion_onnx, s
     result = run_cli("validate", bad, "-r", fashion_onnx["fp32"], "-d", small_test_npz, "--runs", "3")
     assert result.code == 2 and "nonfinite_values" in result.stdout, result.stdout + result.stderr
     assert run_cli("validate", bad, "-r", fashion_onnx["fp32"], "-d", small_test_npz, "--runs", "3", "--no-default-gates").code == 0
+    zero = _damaged(fashion_onnx["fp32"], tmp_path / "zero.onnx", 0.0, ("classifier.3.weight", "classifier.3.bias"))
+    finite_garbage = run_cli("validate", zero, "-r", fashion_onnx["fp32"], "-d", small_test_npz, "--runs", "3")
+    assert finite_garbage.code == 2 and "cosine 0, at least 0.97 allowed" in finite_garbage.stdout, finite_garbage.stdout
+    report = tmp_path / "honest.json"
+    honest = run_cli("validate", fashion_onnx["int8"], "-r", fashion_onnx["fp32"], "-d", small_test_npz, "--runs", "3", "--report", report)
+    assert honest.code == 0, honest.stdout  # the fidelity floor passes an honest int8
+    assert json.loads(report.read_text())["gate"]["thresholds"] == {"min_cosine": 0.97, "min_snr_db": 10.0, "max_nonfinite": 0}
 
 
 @pytest.fixture(scope="module")
