@@ -98,6 +98,7 @@ def trials(old: Path, new: Path, settings: RetimeSettings) -> dict:
             verdicts.append("REFUSED")
             continue
         verdicts.append(result["verdict"])
+        print(f"  {new.name} vs {old.name}: {result['reason']}", flush=True)
         ratios.append(result["ratio"])
         rounds.append(result["rounds"])
         busy += result["busy_rounds"]

@@ -118,12 +118,12 @@ class Runner:
         offered = {d.target.split(":", 1)[1].lower(): d for d in self.devices()}
         info = offered.get(self.device.lower().split(".")[0])
         if info is None:
-            raise EdgekitError(
+            raise RuntimeMissingError(
                 f"{self.runtime} has no device '{self.device}' here (it offers {', '.join(offered)})",
                 hint=DEVICE_HINTS.get(self.device.lower(), f"run on {self.runtime}:cpu, or see `edgekit targets`"),
             )
         if not info.available:
-            raise EdgekitError(
+            raise RuntimeMissingError(
                 f"{self.runtime}:{self.device} is not available here: {info.detail or 'not present'}",
                 hint=info.detail if "install" in info.detail else DEVICE_HINTS.get(self.device.lower(), "see `edgekit targets`"),
             )
