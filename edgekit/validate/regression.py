@@ -104,11 +104,11 @@ def aa_spread(rounds: list[dict]) -> float:
 def retime(old: ModelSource, new: ModelSource, settings: RetimeSettings, progress=None) -> dict:
     """Re-time the baseline (`old`) and `new` in A B B A rounds until the verdict is clear or the cap is reached."""
     rounds: list[dict] = []
-    while len(rounds) < settings.max_rounds:
+    while len(rounds) < max(settings.max_rounds, settings.min_rounds, 2):
         rounds.append(timing_round(old, new, settings.latency))
         if progress:
             progress(f"round {len(rounds)}: new/old x{rounds[-1]['ratio']:.3f}")
-        if len(rounds) < settings.min_rounds:
+        if len(rounds) < max(settings.min_rounds, 2):
             continue
         _refuse_small_tolerance(settings.tolerance, aa_spread(rounds))
         verdict = decide(rounds, settings.tolerance)

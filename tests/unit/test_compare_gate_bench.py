@@ -158,3 +158,36 @@ def test_p99_is_reported_for_what_it_is():
     )
     assert "among the 3 slowest" in LatencyStats.from_times(np.arange(1, 301, dtype=float), batch=1).tail_note
     assert LatencyStats.from_times(np.arange(1, 1001, dtype=float), batch=1).tail_note is None
+
+
+def _rounds(*ratios, aa=0.01):
+    return [{"ratio": r, "aa": aa, "bb": aa, "busy": False} for r in ratios]
+
+
+def test_rounds_decide_regression_same_or_inconclusive():
+    from edgekit.validate.regression import decide
+
+    assert decide(_rounds(1.0, 1.01, 0.99), 0.10)["verdict"] == "SAME"
+    regression = decide(_rounds(1.30, 1.28, 1.31), 0.10)
+    assert regression["verdict"] == "REGRESSION" and regression["ci95"][0] > 1.2
+    assert decide(_rounds(1.0, 1.4, 0.8), 0.10)["verdict"] == "INCONCLUSIVE"  # the rounds disagree: more are needed
+    assert decide(_rounds(1.12, 1.13, 1.12), 0.20)["verdict"] == "SAME"  # slower, but by less than the tolerance
+
+
+def test_a_tolerance_inside_the_aa_spread_is_refused():
+    from edgekit.errors import EdgekitError
+    from edgekit.validate.regression import _refuse_small_tolerance, aa_spread
+
+    spread = aa_spread(_rounds(1.0, 1.0, 1.0, aa=0.06))
+    assert spread == pytest.approx(0.0618, abs=1e-3)
+    with pytest.raises(EdgekitError, match="twice the A/A spread") as info:
+        _refuse_small_tolerance(0.10, spread)
+    assert "--tolerance 0.13" in info.value.hint
+    _refuse_small_tolerance(0.15, spread)  # twice the spread: accepted
+
+
+def test_machine_state_is_recorded_with_each_run():
+    from edgekit.validate.regression import machine_state
+
+    state = machine_state()
+    assert set(state) == {"load1", "governor", "temperature_c", "busy"} and isinstance(state["busy"], bool)
