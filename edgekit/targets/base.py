@@ -123,9 +123,10 @@ class Runner:
                 hint=DEVICE_HINTS.get(self.device.lower(), f"run on {self.runtime}:cpu, or see `edgekit targets`"),
             )
         if not info.available:
+            installable = "install" in info.detail
             raise RuntimeMissingError(
-                f"{self.runtime}:{self.device} is not available here: {info.detail or 'not present'}",
-                hint=info.detail if "install" in info.detail else DEVICE_HINTS.get(self.device.lower(), "see `edgekit targets`"),
+                f"{self.runtime}:{self.device} is not available here" + ("" if installable else f": {info.detail or 'not present'}"),
+                hint=info.detail if installable else DEVICE_HINTS.get(self.device.lower(), "see `edgekit targets`"),
             )
 
     def infer(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
