@@ -184,6 +184,12 @@ def test_a_tolerance_inside_the_aa_spread_is_refused():
         _refuse_small_tolerance(0.10, spread)
     assert "--tolerance 0.13" in info.value.hint
     _refuse_small_tolerance(0.15, spread)  # twice the spread: accepted
+    from edgekit.validate.regression import _beyond_noise
+
+    assert _beyond_noise({"verdict": "REGRESSION", "ratio": 1.33}, spread)  # x1.33 stands even on this noisy machine
+    assert not _beyond_noise({"verdict": "REGRESSION", "ratio": 1.11}, spread) and not _beyond_noise(
+        {"verdict": "SAME", "ratio": 1.0}, spread
+    )
 
 
 def test_machine_state_is_recorded_with_each_run():
