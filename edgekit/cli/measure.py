@@ -37,22 +37,20 @@ def validate(
     warmup: int = WARMUP,
     runs: int = RUNS,
     batch: int = BATCH,
-    max_drop: float = typer.Option(None, "--max-drop", help="Gate: fail (exit 2) if accuracy falls more than this many points."),
-    min_cosine: float = typer.Option(
-        None, "--min-cosine", help="Gate: fail (exit 2) if any output's mean cosine similarity is below this."
+    task: str = typer.Option(
+        None, "--task", help="classification, detection, embedding, regression or segmentation (decides the metrics); inferred when absent."
     ),
-    min_agreement: float = typer.Option(
-        None, "--min-agreement", help="Gate: fail (exit 2) if top-1 agreement with the reference is below this percent."
-    ),
-    max_npu_fallback: float = typer.Option(
-        None, "--max-npu-fallback", help="Gate: fail (exit 2) if more than this percent of ops fall back to the CPU on the NPU."
-    ),
+    max_drop: float = options.MAX_DROP,
+    min_cosine: float = options.MIN_COSINE,
+    min_agreement: float = options.MIN_AGREEMENT,
+    min_snr: float = options.MIN_SNR,
+    max_npu_fallback: float = options.MAX_NPU_FALLBACK,
+    no_default_gates: bool = options.NO_DEFAULT_GATES,
 ) -> None:
     """Compare an artifact with its reference on the same inputs, time it, and gate the result."""
     from edgekit.cli.render import print_validation
     from edgekit.loaders import open_source
     from edgekit.validate.benchmark import BenchSettings
-    from edgekit.validate.gate import Thresholds
     from edgekit.validate.report import write_json
     from edgekit.validate.validation import ValidationRequest
     from edgekit.validate.validation import validate as run_validation
@@ -67,7 +65,9 @@ def validate(
         preprocess,
         options.input_specs(inputs),
         latency=BenchSettings(target, threads, batch, warmup, runs),
-        thresholds=Thresholds(max_drop=max_drop, min_cosine=min_cosine, min_agreement=min_agreement, max_npu_fallback=max_npu_fallback),
+        thresholds=options.thresholds(max_drop, min_cosine, min_agreement, min_snr, max_npu_fallback),
+        task=task,
+        default_gates=not no_default_gates,
     )
     if emit_recipe:
         _emit_validate(emit_recipe, request, reference, weights, inputs, data, limit)

@@ -27,3 +27,29 @@ def input_specs(values: list[str] | None) -> tuple[TensorSpec, ...]:
 
 
 EMIT_RECIPE = typer.Option(None, "--emit-recipe", help="Also write the recipe that reproduces this command (`edgekit run FILE`).")
+
+
+# Gate thresholds, shared by `validate` (applied to the new result) and `gate` (replacing a saved report's).
+MAX_DROP = typer.Option(None, "--max-drop", help="Gate: fail (exit 2) if accuracy falls more than this many points.")
+MIN_COSINE = typer.Option(None, "--min-cosine", help="Gate: fail (exit 2) if any output's mean cosine similarity is below this.")
+MIN_AGREEMENT = typer.Option(
+    None, "--min-agreement", help="Gate: fail (exit 2) if top-1 agreement with the reference is below this percent (classification)."
+)
+MIN_SNR = typer.Option(None, "--min-snr", help="Gate: fail (exit 2) if any output's SNR vs the reference is below this many dB.")
+MAX_NPU_FALLBACK = typer.Option(
+    None, "--max-npu-fallback", help="Gate: fail (exit 2) if more than this percent of ops fall back to the CPU on the NPU."
+)
+NO_DEFAULT_GATES = typer.Option(
+    False,
+    "--no-default-gates",
+    help="Without thresholds of your own, non-finite outputs and a fidelity floor (cosine, SNR) still fail; this turns that off.",
+)
+
+
+def thresholds(max_drop=None, min_cosine=None, min_agreement=None, min_snr=None, max_npu_fallback=None):
+    """The Thresholds the threshold options ask for."""
+    from edgekit.validate.gate import Thresholds
+
+    return Thresholds(
+        max_drop=max_drop, min_cosine=min_cosine, min_agreement=min_agreement, min_snr_db=min_snr, max_npu_fallback=max_npu_fallback
+    )

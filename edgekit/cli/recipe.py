@@ -62,22 +62,21 @@ def init(
 
 
 def report(
-    saved: Path = typer.Argument(..., help="A JSON report from `edgekit run`."),
+    saved: Path = typer.Argument(..., help="A JSON report from `edgekit run`, `validate`, `bench` or `prune`."),
     format: str = typer.Option("md", "--format", "-f", help="md, html or junit."),
     output: Path = typer.Option(None, "--output", "-o", help="Write here instead of standard output."),
 ) -> None:
-    """Render a saved matrix report."""
+    """Render a saved report (any kind) as Markdown, HTML or JUnit."""
     from edgekit.errors import EdgekitError
+    from edgekit.recipe.gating import regate
     from edgekit.recipe.reports import RENDERERS, render
     from edgekit.recipe.write import write_text
     from edgekit.validate.report import load_json
 
-    data = load_json(saved)
     if format not in RENDERERS:
         raise EdgekitError(f"unknown report format '{format}'", hint=f"choose one of: {', '.join(RENDERERS)}")
-    if "rows" not in data:
-        raise EdgekitError(f"{saved} is a {data.get('kind')} report, not a matrix report", hint="render reports written by `edgekit run`")
-    text = render(data, format)
+    data = load_json(saved)
+    text = render(data if data["kind"] == "matrix" else regate(data, None), format)
     if output:
         write_text(output, text, force=True)
     else:
@@ -85,21 +84,39 @@ def report(
 
 
 def gate(
-    saved: Path = typer.Argument(..., help="A JSON report from `edgekit run`."),
-    baseline: Path = typer.Option(
-        None, "--baseline", help="An earlier report: flag latency regressions larger than the run-to-run spread."
+    saved: Path = typer.Argument(..., help="A JSON report from `edgekit run`, `validate`, `bench` or `prune`."),
+    baseline: Path = typer.Option(None, "--baseline", help="An earlier report of the same kind: check latency against it."),
+    baseline_artifact: str = typer.Option(
+        None,
+        "--baseline-artifact",
+        help="The baseline's model file, when its report's artifact path is not at hand: both are re-timed here.",
     ),
-    tolerance: float = typer.Option(0.05, "--tolerance", help="Latency regression allowed beyond noise (0.05 = 5%)."),
+    tolerance: float = typer.Option(0.10, "--tolerance", help="The smallest latency regression that counts (0.10 = 10%)."),
+    max_rounds: int = typer.Option(8, "--max-rounds", help="Re-timing: at most this many A-B-B-A rounds before INCONCLUSIVE."),
+    reports_only: bool = typer.Option(
+        False, "--reports-only", help="Judge latency from the two reports' times, without re-timing (flags only gross changes)."
+    ),
     junit: Path = typer.Option(None, "--junit", help="Write the gate results as JUnit XML."),
+    max_drop: float = options.MAX_DROP,
+    min_cosine: float = options.MIN_COSINE,
+    min_agreement: float = options.MIN_AGREEMENT,
+    min_snr: float = options.MIN_SNR,
+    max_npu_fallback: float = options.MAX_NPU_FALLBACK,
+    no_default_gates: bool = options.NO_DEFAULT_GATES,
 ) -> None:
-    """Re-check a saved report's gates (and latency against a baseline); exit 2 if any fails."""
-    from edgekit.cli.render import print_gate_check
-    from edgekit.recipe.gating import regate
+    """Re-check a saved report's gates (threshold options replace the report's own) and latency vs a baseline; exit 2 if any fails."""
+    from edgekit.cli.render import console, escape, print_gate_check
+    from edgekit.recipe.gating import LatencyCheck, regate
     from edgekit.recipe.reports import to_junit
     from edgekit.recipe.write import write_text
     from edgekit.validate.report import load_json
 
-    result = regate(load_json(saved), load_json(baseline) if baseline else None, tolerance)
+    overrides = options.thresholds(max_drop, min_cosine, min_agreement, min_snr, max_npu_fallback)
+    progress = lambda text: console.print(f"[dim]... {escape(text)}[/]", highlight=False)  # noqa: E731
+    latency = LatencyCheck(tolerance, baseline_artifact, max_rounds, not reports_only, progress)
+    if baseline is None and baseline_artifact:
+        baseline = saved  # the same report's rows, its artifact replaced by the one given
+    result = regate(load_json(saved), load_json(baseline) if baseline else None, latency, overrides, False if no_default_gates else None)
     if junit:
         write_text(junit, to_junit(result), force=True)
     print_gate_check(result)

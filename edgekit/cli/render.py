@@ -133,8 +133,15 @@ def print_validation(report: dict) -> None:
     )
     for note in report.get("input_alignment", []):
         console.print(f"  input: {note}")
-    table = Table("output", "max abs", "mean abs", "cosine (mean/min)", "SNR dB", "top-1 agree")
+    task = report.get("task")
+    if task:
+        console.print(f"  task: {task['name']}" + (f" (inferred from {escape(task['why'])}; --task to set it)" if task["inferred"] else ""))
+    if len(report.get("output_pairing") or []) > 1:
+        pairs = ", ".join(f"{p['artifact']} ~ {p['reference']}" for p in report["output_pairing"])
+        console.print(f"  outputs paired by {report['output_pairing'][0]['by']}: {escape(pairs)}")
+    table = Table("output", "max abs", "mean abs", "cosine (mean/min)", "SNR dB", "top-1 agree", "non-finite")
     for f in report["fidelity"]:
+        broken = f.get("nonfinite", 0)
         table.add_row(
             f["name"],
             f"{f['max_abs']:.3g}",
@@ -142,12 +149,15 @@ def print_validation(report: dict) -> None:
             f"{f['cosine_mean']:.5f} / {f['cosine_min']:.5f}",
             fmt(f["snr_db"], ".1f"),
             fmt(f["top1_agreement"], ".2f") + ("%" if f["top1_agreement"] is not None else ""),
+            f"[bold red]{broken}[/]" if broken else "0",
         )
     console.print(table)
     acc = report.get("accuracy")
     if acc:
         console.print(
-            f"accuracy: reference {acc['reference']:.2f}%, artifact {acc['artifact']:.2f}%, drop {acc['drop_points']:+.2f} points ({acc['samples']} labelled samples)"
+            f"accuracy: reference {acc['reference']:.2f}%, artifact {acc['artifact']:.2f}%, drop {acc['drop_points']:+.2f} points"
+            + (f" (95% CI {acc['drop_ci95'][0]:+.2f} to {acc['drop_ci95'][1]:+.2f}, paired)" if acc.get("drop_ci95") else "")
+            + f" on {acc['samples']} labelled samples"
         )
     _print_latency_rows([report["latency"]], report)
     _print_gate(report["gate"])
@@ -158,11 +168,21 @@ def _print_gate(gate: dict) -> None:
         return
     if gate["passed"]:
         console.print(f"[bold green]gate passed[/] ({', '.join(f'{k}={v}' for k, v in gate['thresholds'].items())})")
+        for r in gate["results"]:
+            if "straddles" in r["reason"]:
+                console.print(f"[yellow]  close call: {escape(r['reason'])}[/]")
         return
     table = Table("metric", "value", "limit", "why", title="[bold red]GATE FAILED[/]", title_justify="left")
     for f in gate["failures"]:
-        table.add_row(f["metric"], fmt(f["value"], ".4g"), str(f["limit"]), f["reason"])
+        table.add_row(f["metric"], *_value_and_limit(f), escape(f["reason"]))
     console.print(table)
+
+
+def _value_and_limit(result: dict) -> tuple[str, str]:
+    """A gate's value and limit with the digits that tell them apart."""
+    from edgekit.validate.gate import fmt_against
+
+    return ("-", str(result["limit"])) if result["value"] is None else fmt_against(result["value"], result["limit"])
 
 
 def print_bench(report: dict) -> None:
@@ -197,7 +217,7 @@ def _print_latency_rows(results: list[dict], report: dict) -> None:
             f"{r['first_inference_ms']:.2f}",
             f"{lat['p50']:.3f}",
             f"{lat['p90']:.3f}",
-            f"{lat['p99']:.3f}",
+            f"{lat['p99']:.3f}" + ("*" if lat.get("tail_note") else ""),
             f"{lat['mean']:.3f}±{lat['std']:.3f}",
             f"{lat['min']:.3f}",
             f"{lat['throughput']:.0f}",
@@ -226,6 +246,9 @@ def _print_latency_rows(results: list[dict], report: dict) -> None:
         console.print(
             f"[dim]{machine_line(report, results[0]['threads'] if results else None)}; {results[0]['latency']['runs'] if results else 0} timed runs after warm-up[/]"
         )
+    note = next((r["latency"].get("tail_note") for r in results if r["latency"].get("tail_note")), None)
+    if note:
+        console.print(f"[dim]* {note}[/]")
 
 
 def device_line(device: dict, threads: int | None = None) -> str:
@@ -371,8 +394,7 @@ def print_gate_check(result: dict) -> None:
                 row["precision"],
                 escape(row["target"]),
                 g["metric"],
-                fmt(g["value"], ".4g"),
-                str(g["limit"]),
+                *_value_and_limit(g),
                 "[green]pass[/]" if g["passed"] else "[red]FAIL[/]",
                 g["reason"],
             )

@@ -95,6 +95,8 @@ class Converter:
     import_name: ClassVar[str]
     accuracy_control: ClassVar[bool] = False  # int8 that keeps sensitive layers in float to meet --max-drop
     agreement_control: ClassVar[bool] = False  # ... or to meet --min-agreement (top-1 agreement with fp32)
+    # quantization options it applies ("calib_method", "per_tensor"); asking another of it is an error. None: not declared
+    honours: ClassVar[frozenset[str] | None] = None
 
     @classmethod
     def require(cls) -> None:

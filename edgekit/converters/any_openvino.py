@@ -21,6 +21,7 @@ class ToOpenVino(Converter):
     sources = ("torch", "onnx", "keras")
     target_format = "openvino"
     precisions = {"fp32": False, "fp16": False, "int8": True, "int8-weights": False}
+    honours = frozenset()  # its own range estimation and per-channel weights: --calib-method / --per-tensor do not apply
     package = "openvino"
     import_name = "openvino"
     accuracy_control = True

@@ -15,6 +15,7 @@ class KerasToTflite(Converter):
     sources = ("keras",)
     target_format = "tflite"
     precisions = {"fp32": False, "fp16": False, "int8-dynamic": False, "int8": True}
+    honours = frozenset()  # its own range estimation and per-channel weights: --calib-method / --per-tensor do not apply
     package = "tensorflow-cpu"
     import_name = "tensorflow"
 

@@ -9,6 +9,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from edgekit.artifact import Artifact, TensorSpec
 from edgekit.calibration import Samples, load_samples, random_samples
 from edgekit.calibration.samples import warn_if_few
@@ -35,6 +37,7 @@ def convert(source: ModelSource, to: str, out: Path, options: ConvertOptions) ->
             hint="pass --calib DATA (.npz, image folder or module:function) with a few hundred real samples",
         )
     _check_accuracy_control(steps, options)
+    _check_honoured(steps, options)
     _check_device(to, options)
     model, specs = load_for_conversion(source, list(options.inputs))
     data = ConversionData(calibration_samples(options, specs) if calibrate else None, validation_samples(options, specs))
@@ -47,10 +50,43 @@ def convert(source: ModelSource, to: str, out: Path, options: ConvertOptions) ->
             current = step_out
         if options.device:
             notes["npu"] = _compile_for_npu(final, options.device, Path(work))
+        notes["verified"] = verify_written(final, specs)
         artifact = describe(final, to, options.precision)
         sidecar = _provenance(source, specs, options, steps, notes, data.calibration, artifact)
         final.with_name(final.name + SIDECAR_SUFFIX).write_text(json.dumps(sidecar, indent=2, default=str) + "\n")
     return describe(Path(out), to, options.precision, sidecar)
+
+
+def verify_written(path: Path, specs: list[TensorSpec]) -> str:
+    """Load what a conversion wrote in its runtime and run one sample: the outputs must be finite. Runs before the
+    file is moved into place, so nothing unusable is ever "wrote"."""
+    from edgekit.errors import ConversionError
+    from edgekit.loaders import open_source
+    from edgekit.targets import DEFAULT_TARGET, make_runner, parse_target, runner_class
+
+    source = open_source(str(path))
+    runtime = parse_target(DEFAULT_TARGET[source.family])[0]
+    if not runner_class(runtime).installed():
+        return f"not loaded: {runtime} is not installed here"
+    runner = make_runner(source, None, 1, specs if source.family != "tflite" else None)
+    try:
+        runner.load()
+        outputs = runner.infer(next(random_samples(runner.inputs, 1).batches(1)))
+    except EdgekitError as exc:
+        message = exc.message.replace(str(path), path.name)  # the staging folder means nothing to the user
+        raise ConversionError(f"{runtime} cannot run the {source.format} just written: {message}", hint=exc.hint) from None
+    except Exception as exc:  # a runtime refusing the file: the converter wrote something unusable
+        raise ConversionError(
+            f"{runtime} refuses the {source.format} just written: {str(exc).splitlines()[0][:300]}",
+            hint="report this with the model; try another precision or --per-tensor",
+        ) from None
+    broken = [name for name, out in zip(runner.output_names, outputs, strict=False) if out.dtype.kind == "f" and not np.isfinite(out).all()]
+    if broken:
+        raise ConversionError(
+            f"the {source.format} just written gives non-finite outputs ({', '.join(broken)}) on one sample",
+            hint="check the calibration data (real samples, in the model's range) and the precision",
+        )
+    return f"loaded in {runner.target} and ran one sample: finite outputs"
 
 
 def load_for_conversion(source: ModelSource, given: list[TensorSpec]):
@@ -110,6 +146,28 @@ def _compile_for_npu(tflite: Path, device: str, work: Path) -> dict:
     shutil.copyfile(compiled, target)
     report["compiled_model"] = target.name
     return report
+
+
+def _check_honoured(steps, options: ConvertOptions) -> None:
+    """A quantization option the step would ignore is an error, never a silent line in the provenance."""
+    from edgekit.converters import CalibrationOptions
+
+    asked = {
+        "per_tensor": ("--per-tensor", options.per_tensor, ("int8", "int8-dynamic")),
+        "calib_method": ("--calib-method", options.calibration.method != CalibrationOptions.method, ("int8",)),
+    }
+    for name, (flag, given, precisions) in asked.items():
+        quantizing = [(c, p) for c, p in steps if p in precisions]
+        if not given or (not quantizing and name == "calib_method"):
+            continue
+        if not quantizing:
+            raise EdgekitError(f"{flag} applies to int8 quantization, not {options.precision}", hint=f"drop {flag}, or quantize to int8")
+        converter, precision = quantizing[-1]
+        if converter.honours is not None and name not in converter.honours:
+            raise EdgekitError(
+                f"{flag} is not applied by {converter.target_format}'s {precision} ({converter.__name__}): it uses its own scheme",
+                hint=f"drop {flag}, or quantize through ONNX (--to onnx) where it applies",
+            )
 
 
 def _check_accuracy_control(steps, options: ConvertOptions) -> None:

@@ -25,6 +25,7 @@ class TorchToTflite(Converter):
     sources = ("torch",)
     target_format = "tflite"
     precisions = {"fp32": False, "fp16": False, "int8-dynamic": False, "int8": True}
+    honours = frozenset()  # its own range estimation and per-channel weights: --calib-method / --per-tensor do not apply
     package = "litert-torch"
     import_name = "litert_torch"
 

@@ -40,10 +40,10 @@ def cells(row: dict) -> list[str]:
         row["precision"],
         row["target"],
         "ok" + (" (cached)" if row.get("cached") else ""),
-        fmt(row["accuracy"], ".2f") + ("%" if row["accuracy"] is not None else ""),
-        fmt(row["drop_points"], "+.2f"),
-        fmt(row["top1_agreement"], ".2f") + ("%" if row["top1_agreement"] is not None else ""),
-        fmt(row["cosine"], ".5f"),
+        fmt(row.get("accuracy"), ".2f") + ("%" if row.get("accuracy") is not None else ""),
+        fmt(row.get("drop_points"), "+.2f"),
+        fmt(row.get("top1_agreement"), ".2f") + ("%" if row.get("top1_agreement") is not None else ""),
+        fmt(row.get("cosine"), ".5f"),
         f"{row['p50_ms']:.3f}",
         f"{row['p90_ms']:.3f}",
         fmt(row.get("speedup"), ".2f") + ("x" if row.get("speedup") else "") + (" (size only)" if row.get("speedup_note") else ""),
@@ -60,8 +60,9 @@ def speedup_notes(report: dict) -> list[str]:
 def machine_text(report: dict) -> str:
     m = report["machine"]
     threads = next((r["threads"] for r in report["rows"] if r.get("threads")), "-")
+    isa = ", ".join(m.get("isa", []))
     isa_class = f"; ISA class {m['isa_class']}" if m.get("isa_class") else ""
-    return f"{m['cpu']}, {m['usable_cores']} cores ({', '.join(m['isa'])}{isa_class}), {threads} thread(s); {report['created']}"
+    return f"{m['cpu']}, {m['usable_cores']} cores ({isa}{isa_class}), {threads} thread(s); {report['created']}"
 
 
 def to_markdown(report: dict) -> str:

@@ -15,7 +15,7 @@ from edgekit.isa import class_for, host_class, speedup_note
 from edgekit.loaders import ModelSource, open_source
 from edgekit.recipe.schema import SOURCE_FORMATS, Recipe
 from edgekit.validate.benchmark import BenchSettings
-from edgekit.validate.gate import check_row, failures
+from edgekit.validate.gate import check_row, failures, with_default_gates
 from edgekit.validate.report import new_report
 
 log = logging.getLogger("edgekit")
@@ -35,8 +35,9 @@ def run_recipe(recipe: Recipe, use_cache: bool = True, progress=None) -> dict:
         _say(progress, f"{fmt} {precision} on {target}")
         rows.append(run_cell(recipe, source, inputs, fmt, precision, target, validation, calibration, workdir / ".cache", use_cache))
     rows = with_speedups(rows)
+    gates = with_default_gates(recipe.gates)
     for row in rows:
-        results = check_row(row, recipe.gates) if row["status"] == "ok" else []
+        results = check_row(row, gates) if row["status"] == "ok" else []
         row["gates"] = [r.to_dict() for r in results]
         row["passed"] = row["status"] == "ok" and not failures(results)
     report = new_report(SCHEMA, ("torch", "onnxruntime", "openvino", "ai-edge-litert", "tensorflow-cpu"))
@@ -44,7 +45,9 @@ def run_recipe(recipe: Recipe, use_cache: bool = True, progress=None) -> dict:
         recipe=_recipe_dict(recipe),
         model=recipe.model.path,
         data={"validation": validation, "calibration": calibration},
-        thresholds=recipe.gates.to_dict(),
+        thresholds=gates.to_dict(),
+        requested_thresholds=recipe.gates.to_dict(),
+        default_gates=True,
         rows=rows,
         passed=all(r["passed"] for r in rows),
     )
@@ -135,6 +138,7 @@ def run_cell(recipe, source, inputs, fmt, precision, target, validation, calibra
             recipe.validation.preprocess,
             inputs,
             latency=BenchSettings(target, lat.threads, lat.batch, lat.warmup, lat.runs),
+            task=recipe.validation.task,
         )
         row = {**summary_row(validate(request)), **base, "cached": cached}
         if recipe.gates.size_metric in ("gzip", "coded") and artifact.path:

@@ -48,6 +48,7 @@ class ValidationSection:
     path: str | None = None
     limit: int | None = None
     preprocess: str | None = None
+    task: str | None = None  # classification, detection, embedding, regression, segmentation; inferred when absent
 
 
 @dataclass(frozen=True)

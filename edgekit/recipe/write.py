@@ -18,11 +18,12 @@ model:
 calibration:
   path: {calib}
   samples: 300
-  method: minmax            # minmax | entropy | percentile
+  method: minmax            # minmax | entropy | percentile (ONNX int8; OpenVINO and TFLite use their own: set only with onnx)
 
 # Labelled validation data (.npz with a `labels` array): accuracy and drop vs the original model.
 validation:
   path: {val}
+  # task: classification    # classification | detection | embedding | regression | segmentation; inferred when absent
 
 # Optional compression before conversion:
 # compress:
@@ -42,7 +43,8 @@ latency:
 
 gates:                      # exit 2 when any is missed
   max_drop: 0.5             # accuracy points vs the original
-  min_agreement: 99.0       # top-1 agreement with the original, percent
+  min_agreement: 99.0       # top-1 agreement with the original, percent: classification only (remove it otherwise)
+  # min_cosine: 0.99        # without fidelity gates of your own: non-finite outputs, cosine < 0.97 or SNR < 10 dB fail
   # max_p50_ms: 5.0
   # max_size_mb: 10
   # size_metric: stored     # max_size_mb on: stored | gzip | coded (entropy-coded weights, ONNX)

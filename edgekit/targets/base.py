@@ -30,6 +30,15 @@ def default_threads() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+DEVICE_HINTS = {  # what to install for a device edgekit's runner for that runtime does not drive here
+    "npu": "an NPU needs its vendor's runtime: OpenVINO with the Intel NPU driver (openvino:npu), or the vendor's LiteRT "
+    "delegate (Qualcomm QNN, MediaTek NeuroPilot) on the board; the numerics can be checked here on litert:cpu",
+    "gpu": "a GPU target needs a GPU and its runtime: onnxruntime-gpu (onnxruntime:cuda), torch with CUDA (torch:cuda), "
+    "tensorflow[and-cuda] (tensorflow:gpu) or the Intel GPU driver (openvino:gpu)",
+    "cuda": "needs an NVIDIA GPU with its driver, and onnxruntime-gpu / torch with CUDA / tensorrt",
+}
+
+
 class Runner:
     """Template: `load()` and `infer()` check and time; subclasses implement `_load_impl`/`_infer_impl`."""
 
@@ -98,10 +107,27 @@ class Runner:
     def load(self) -> float:
         """Load the model; returns and records the load time in seconds."""
         self.require()
+        self._check_device()
         start = time.perf_counter()
         self._load_impl()
         self.load_seconds = time.perf_counter() - start
         return self.load_seconds
+
+    def _check_device(self) -> None:
+        """The device asked for is one this runtime offers and has here: a report never names a device that did not run."""
+        offered = {d.target.split(":", 1)[1].lower(): d for d in self.devices()}
+        info = offered.get(self.device.lower().split(".")[0])
+        if info is None:
+            raise RuntimeMissingError(
+                f"{self.runtime} has no device '{self.device}' here (it offers {', '.join(offered)})",
+                hint=DEVICE_HINTS.get(self.device.lower(), f"run on {self.runtime}:cpu, or see `edgekit targets`"),
+            )
+        if not info.available:
+            installable = "install" in info.detail
+            raise RuntimeMissingError(
+                f"{self.runtime}:{self.device} is not available here" + ("" if installable else f": {info.detail or 'not present'}"),
+                hint=info.detail if installable else DEVICE_HINTS.get(self.device.lower(), "see `edgekit targets`"),
+            )
 
     def infer(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Run one batch; `feeds` maps input names to arrays. Returns outputs in model order."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgekit.errors import ModelLoadError, RuntimeMissingError
+from edgekit.errors import ModelLoadError
 from edgekit.targets.base import DeviceInfo, Runner
 
 KNOWN_DEVICES = ("CPU", "GPU", "NPU", "AUTO")
@@ -53,13 +53,7 @@ class OpenVinoRunner(Runner):
 
         from edgekit.loaders.openvino import port_specs, read_ir
 
-        self.core = ov.Core()
-        device = self.device.upper()
-        if device != "AUTO" and not any(d.split(".")[0] == device for d in self.core.available_devices):
-            raise RuntimeMissingError(
-                f"OpenVINO finds no {device} device here (found: {', '.join(self.core.available_devices)})",
-                hint="see `edgekit targets`; use --target openvino:cpu",
-            )
+        self.core = ov.Core()  # the device was checked by Runner.load (_check_device)
         self.model = read_ir(self.source.path) if self.source.format == "openvino" else self._read_other()
         self.inputs = port_specs(self.model.inputs)
         self.output_names = [s.name for s in port_specs(self.model.outputs)]

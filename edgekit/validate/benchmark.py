@@ -43,6 +43,7 @@ class LatencyStats:
     runs: int
     batch: int
     throughput: float  # samples per second, from the mean
+    tail_note: str | None = None  # set when there are too few runs for p99 to be more than the slowest few
 
     @classmethod
     def from_times(cls, times_ms: np.ndarray, batch: int) -> LatencyStats:
@@ -59,7 +60,19 @@ class LatencyStats:
             len(times_ms),
             batch,
             batch * 1000.0 / mean if mean > 0 else 0.0,
+            tail_note(len(times_ms)),
         )
+
+
+P99_RUNS = 1000  # at least 10 runs beyond the 99th percentile
+
+
+def tail_note(runs: int) -> str | None:
+    """What p99 is worth with this many runs, when it is not worth a percentile."""
+    if runs >= P99_RUNS:
+        return None
+    beyond = runs - int(0.99 * runs)
+    return f"p99 from {runs} runs is {'the maximum' if beyond <= 1 else f'among the {beyond} slowest runs'}; {P99_RUNS}+ runs for a p99"
 
 
 @dataclass(frozen=True)

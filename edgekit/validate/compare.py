@@ -19,7 +19,10 @@ class OutputFidelity:
     cosine_mean: float
     cosine_min: float
     snr_db: float
-    top1_agreement: float | None  # percent, for [N, classes] outputs
+    top1_agreement: float | None  # percent, classification outputs only
+    nonfinite: int = 0  # NaN/inf values in the artifact's output where the reference's is finite
+    reference_nonfinite: int = 0  # NaN/inf values in the reference's output (not judged)
+    top1_agreement_ci95: list[float] | None = None  # paired bootstrap over the samples, percent
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -36,16 +39,85 @@ def run_batches(runner, samples: Samples, batch: int) -> list[np.ndarray]:
     return [np.concatenate(chunks) for chunks in per_output]
 
 
-def compare_output(name: str, ref: np.ndarray, art: np.ndarray) -> OutputFidelity:
-    """Per-output error statistics; cosine is per sample, SNR over everything."""
+def compare_output(name: str, ref: np.ndarray, art: np.ndarray, classification: bool | None = None) -> OutputFidelity:
+    """Per-output error statistics; cosine is per sample, SNR over everything.
+
+    Garbage cannot look perfect: a non-finite artifact value where the reference is finite is counted
+    (`nonfinite`) and makes its sample's cosine 0 and the SNR -inf; a zero sample against a non-zero one
+    has cosine 0; only a sample equal to the reference's has cosine exactly 1. `classification` (None:
+    inferred from the shape) decides whether top-1 agreement applies.
+    """
     ref64, art64 = ref.astype(np.float64).reshape(len(ref), -1), art.astype(np.float64).reshape(len(art), -1)
-    diff = np.abs(ref64 - art64)
-    norms = np.linalg.norm(ref64, axis=1) * np.linalg.norm(art64, axis=1)
-    cosine = np.where(norms > 0, (ref64 * art64).sum(1) / np.maximum(norms, 1e-30), 1.0)
+    judged = np.isfinite(ref64)  # positions where the reference has a value to compare with
+    broken = judged & ~np.isfinite(art64)
+    ref_v, art_v = np.where(judged, ref64, 0.0), np.where(judged & ~broken, art64, 0.0)
+    diff = np.where(broken, np.inf, np.abs(ref_v - art_v))
+    cosine = _cosine_rows(ref_v, art_v, broken.any(1))
     noise = float((diff**2).sum())
-    snr = float("inf") if noise == 0 else 10 * np.log10(max(float((ref64**2).sum()), 1e-30) / noise)
-    top1 = float((ref64.argmax(1) == art64.argmax(1)).mean() * 100) if is_classifier_output(ref) else None
-    return OutputFidelity(name, float(diff.max()), float(diff.mean()), float(cosine.mean()), float(cosine.min()), snr, top1)
+    snr = _snr_db(float((ref_v**2).sum()), noise)
+    classify = is_classifier_output(ref) if classification is None else classification
+    agree = _agreement(ref_v, art_v, broken.any(1)) if classify and ref64.shape[1] > 1 else None
+    top1 = None if agree is None else float(agree.mean() * 100)
+    return OutputFidelity(
+        name,
+        float(diff.max(initial=0.0)),
+        float(diff.mean()) if diff.size else 0.0,
+        float(cosine.mean()),
+        float(cosine.min()),
+        snr,
+        top1,
+        int(broken.sum()),
+        int((~np.isfinite(ref64)).sum()),
+        None if agree is None else bootstrap_ci95(agree * 100.0),
+    )
+
+
+def _snr_db(signal: float, noise: float) -> float:
+    if noise == 0:
+        return float("inf")
+    return float("-inf") if not np.isfinite(noise) else float(10 * np.log10(max(signal, 1e-30) / noise))
+
+
+def _cosine_rows(ref: np.ndarray, art: np.ndarray, broken: np.ndarray) -> np.ndarray:
+    """Per-sample cosine: 1 only for identical samples, 0 for a broken or zero-vs-non-zero one, below 1 otherwise."""
+    identical = (ref == art).all(1) & ~broken
+    norms = np.linalg.norm(ref, axis=1) * np.linalg.norm(art, axis=1)
+    cosine = np.where(norms > 0, (ref * art).sum(1) / np.maximum(norms, 1e-300), 0.0)
+    cosine = np.clip(cosine, -1.0, np.nextafter(1.0, 0.0))  # rounding must not make a different sample perfect
+    return np.where(identical, 1.0, np.where(broken, 0.0, cosine))
+
+
+def _agreement(ref: np.ndarray, art: np.ndarray, broken: np.ndarray) -> np.ndarray:
+    """Per sample, whether the top-1 classes agree; a sample with a non-finite score never agrees."""
+    return ((ref.argmax(1) == art.argmax(1)) & ~broken).astype(np.float64)
+
+
+def bootstrap_ci95(per_sample: np.ndarray, resamples: int = 4000, seed: int = 0) -> list[float]:
+    """95% percentile-bootstrap interval of the mean of `per_sample` (a paired difference or agreement per sample).
+
+    The values take a few distinct levels (-100/0/100, 0/100), so a resample is a multinomial draw of their counts.
+    """
+    values, counts = np.unique(np.asarray(per_sample, np.float64), return_counts=True)
+    n = int(counts.sum())
+    draws = np.random.default_rng(seed).multinomial(n, counts / n, size=resamples) @ values / n
+    low, high = np.percentile(draws, [2.5, 97.5])
+    return [float(low), float(high)]
+
+
+def paired_accuracy(ref_logits: np.ndarray, art_logits: np.ndarray, labels: np.ndarray) -> dict:
+    """Accuracy of both on the same labelled samples, the drop in points and its paired 95% interval."""
+    labels = labels.reshape(-1)
+    ref_ok, art_ok = ref_logits.argmax(1) == labels, art_logits.argmax(1) == labels
+    ref, art = float(ref_ok.mean() * 100), float(art_ok.mean() * 100)
+    changed = int((ref_ok != art_ok).sum())
+    return {
+        "reference": ref,
+        "artifact": art,
+        "drop_points": ref - art,
+        "drop_ci95": bootstrap_ci95((ref_ok.astype(np.float64) - art_ok) * 100),
+        "samples": int(len(labels)),
+        "discordant": changed,  # samples right on one side only: all the drop rests on these
+    }
 
 
 def is_classifier_output(output: np.ndarray) -> bool:
@@ -58,8 +130,11 @@ def accuracy_percent(logits: np.ndarray, labels: np.ndarray) -> float:
     return float((logits.argmax(1) == labels.reshape(-1)).mean() * 100)
 
 
-def compare(ref_outputs: list[np.ndarray], art_outputs: list[np.ndarray], names: list[str]) -> list[OutputFidelity]:
-    """Fidelity for each output; a different output count or shape is reported as an error."""
+def compare(
+    ref_outputs: list[np.ndarray], art_outputs: list[np.ndarray], names: list[str], classification: bool | None = None
+) -> list[OutputFidelity]:
+    """Fidelity for each output (top-1 agreement where `classification`, None: from the shape); a different output
+    count or shape is reported as an error."""
     from edgekit.errors import EdgekitError
 
     if len(ref_outputs) != len(art_outputs):
@@ -73,4 +148,4 @@ def compare(ref_outputs: list[np.ndarray], art_outputs: list[np.ndarray], names:
                 f"output '{name}': artifact shape {art.shape} vs reference {ref.shape}",
                 hint="check that the artifact was converted from this reference",
             )
-    return [compare_output(n, r, a) for n, r, a in zip(names, ref_outputs, art_outputs, strict=True)]
+    return [compare_output(n, r, a, classification) for n, r, a in zip(names, ref_outputs, art_outputs, strict=True)]

@@ -10,7 +10,9 @@ from pathlib import Path
 from edgekit.fileio import atomic_output
 from edgekit.machine import machine_info, package_versions
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: fidelity nonfinite/reference_name/task, gate requested/default_gates, latency notes
+SCHEMA_FILE = Path(__file__).with_name("report.schema.json")
+NOT_A_REPORT_HINT = "give a JSON report written by `edgekit validate/bench/prune --report` or `edgekit run`"
 
 
 def new_report(kind: str, runtimes: tuple[str, ...] = ()) -> dict:
@@ -41,19 +43,90 @@ def _json_default(value):
 
 
 def load_json(path: Path) -> dict:
-    """Read a saved report."""
+    """Read a saved report of any kind, checked against the report schema (report.schema.json)."""
     from edgekit.errors import EdgekitError
 
     try:
         report = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise EdgekitError(f"cannot read report {path}: {exc}", hint="give a JSON report written by edgekit") from None
-    if report.get("schema_version", "").split(".")[0] != SCHEMA_VERSION.split(".")[0]:
-        raise EdgekitError(
-            f"{path} has report schema {report.get('schema_version')}, this edgekit reads {SCHEMA_VERSION}",
-            hint="re-run the validation with this edgekit version",
-        )
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise EdgekitError(f"cannot read report {path}: {exc}", hint=NOT_A_REPORT_HINT) from None
+    if not isinstance(report, dict) or "schema_version" not in report:
+        raise EdgekitError(f"{path} is not an edgekit report (no schema_version)", hint=NOT_A_REPORT_HINT)
+    _check_version(path, str(report["schema_version"]))
+    problem = schema_problem(report)
+    if problem:
+        raise EdgekitError(f"{path} is not a valid edgekit {report.get('kind', '')} report: {problem}", hint=NOT_A_REPORT_HINT)
     return report
+
+
+def _check_version(path: Path, version: str) -> None:
+    from edgekit.errors import EdgekitError
+
+    try:
+        theirs = tuple(int(x) for x in version.split("."))
+    except ValueError:
+        theirs = None
+    ours = tuple(int(x) for x in SCHEMA_VERSION.split("."))
+    if theirs is None or theirs[0] != ours[0] or theirs > ours:
+        raise EdgekitError(
+            f"{path} has report schema {version}, this edgekit reads {ours[0]}.0 to {SCHEMA_VERSION}",
+            hint="use the edgekit version that wrote it, or write the report again with this one",
+        )
+
+
+def schema_problem(report: dict) -> str | None:
+    """The first place where `report` breaks report.schema.json, or None."""
+    schema = json.loads(SCHEMA_FILE.read_text())
+    return _problem(report, schema, schema, "$")
+
+
+_TYPES = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None)}
+
+
+def _problem(value, schema: dict, root: dict, where: str) -> str | None:
+    """A small JSON Schema checker for the keywords report.schema.json uses (no third-party dependency)."""
+    if "$ref" in schema:
+        schema = root["$defs"][schema["$ref"].rsplit("/", 1)[1]]
+    if "type" in schema and not any(_is(value, t) for t in ([schema["type"]] if isinstance(schema["type"], str) else schema["type"])):
+        return f"{where} should be {schema['type']}, not {type(value).__name__}"
+    if "const" in schema and value != schema["const"]:
+        return f"{where} should be {schema['const']!r}"
+    if "enum" in schema and value not in schema["enum"]:
+        return f"{where} is {value!r}, one of {schema['enum']} expected"
+    if isinstance(value, dict):
+        missing = [k for k in schema.get("required", []) if k not in value]
+        if missing:
+            return f"{where} has no {', '.join(missing)}"
+        for key, sub in schema.get("properties", {}).items():
+            if key in value and (problem := _problem(value[key], sub, root, f"{where}.{key}")):
+                return problem
+        extra = schema.get("additionalProperties")
+        for key in value.keys() - schema.get("properties", {}).keys() if isinstance(extra, dict) else ():
+            if problem := _problem(value[key], extra, root, f"{where}.{key}"):
+                return problem
+    if isinstance(value, list) and "items" in schema:
+        for i, item in enumerate(value):
+            if problem := _problem(item, schema["items"], root, f"{where}[{i}]"):
+                return problem
+    if "oneOf" in schema:
+        problems = [_problem(value, sub, root, where) for sub in schema["oneOf"]]
+        if sum(p is None for p in problems) != 1:
+            relevant = [p for p in problems if p and not p.startswith(f"{where}.kind should be")]
+            return relevant[0] if relevant else f"{where} matches several kinds"
+    if "pattern" in schema and isinstance(value, str):
+        import re
+
+        if not re.search(schema["pattern"], value):
+            return f"{where} ({value!r}) does not match {schema['pattern']}"
+    return None
+
+
+def _is(value, kind: str) -> bool:
+    if kind == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "number":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, _TYPES[kind])
 
 
 def fmt_size(size: int) -> str:

@@ -12,9 +12,10 @@ from edgekit.calibration import Samples, load_samples, random_samples
 from edgekit.loaders import ModelSource
 from edgekit.targets import make_runner
 from edgekit.validate.benchmark import BenchSettings, bench
-from edgekit.validate.compare import accuracy_percent, compare, is_classifier_output, run_batches
-from edgekit.validate.gate import Thresholds, check_row, failures
+from edgekit.validate.compare import compare, is_classifier_output, paired_accuracy, run_batches
+from edgekit.validate.gate import Thresholds, check_row, failures, with_default_gates
 from edgekit.validate.report import new_report
+from edgekit.validate.task import pair_outputs, resolve_task
 
 log = logging.getLogger("edgekit")
 RANDOM_WARNING = "NO DATA GIVEN: inputs are uniform random. Fidelity on random inputs says little about real inputs, and there is no accuracy. Pass --data."
@@ -35,6 +36,8 @@ class ValidationRequest:
     random_count: int = 64
     latency: BenchSettings = field(default_factory=BenchSettings)
     thresholds: Thresholds = field(default_factory=Thresholds)
+    task: str | None = None  # classification, detection, embedding, regression, segmentation; None: inferred
+    default_gates: bool = True  # non-finite outputs fail, and a fidelity floor applies without fidelity thresholds
 
 
 def validate(request: ValidationRequest) -> dict:
@@ -51,7 +54,10 @@ def validate(request: ValidationRequest) -> dict:
     ref_out, art_out = run_batches(reference, ref_samples, batch), run_batches(artifact, samples, batch)
     if hasattr(artifact, "close"):  # a board's session ends before its timed runs start
         artifact.close()
-    fidelity = compare(ref_out, art_out, artifact.output_names)
+    ref_out, pairing = _paired(ref_out, artifact.output_names, reference.output_names)
+    task = resolve_task(request.task, ref_out, artifact.output_names + reference.output_names, samples.labels)
+    classification = task.name == "classification"
+    fidelity = compare(ref_out, art_out, artifact.output_names, classification)
     report = new_report("validate", (artifact.package, reference.package))
     report.update(
         artifact=_describe(request.artifact, artifact.target),
@@ -59,8 +65,10 @@ def validate(request: ValidationRequest) -> dict:
         target=artifact.target,
         threads=artifact.threads,
         data=samples.provenance,
-        fidelity=[f.to_dict() for f in fidelity],
-        accuracy=_accuracy(ref_out[0], art_out[0], samples.labels),
+        task=task.to_dict(),
+        output_pairing=pairing,
+        fidelity=[{**f.to_dict(), "reference_name": p["reference"]} for f, p in zip(fidelity, pairing, strict=True)],
+        accuracy=_accuracy(ref_out[0], art_out[0], samples.labels) if classification else None,
     )
     report["input_alignment"] = alignment
     if samples.provenance.get("random"):
@@ -71,8 +79,16 @@ def validate(request: ValidationRequest) -> dict:
     ).to_dict()
     if report["latency"].get("device"):
         report["device"] = report["latency"]["device"]
-    report["gate"] = gate_section(report, request.thresholds)
+    report["gate"] = gate_section(report, request.thresholds, request.default_gates)
     return report
+
+
+def _paired(ref_out: list[np.ndarray], artifact_names: list[str], reference_names: list[str]) -> tuple[list[np.ndarray], list[dict]]:
+    """The reference's outputs in the artifact's order (by name where both sides name the same outputs) and the pairing."""
+    if len(ref_out) != len(artifact_names):
+        return ref_out, []  # compare() reports the different output counts
+    order, pairing = pair_outputs(artifact_names, reference_names or [f"output_{i}" for i in range(len(ref_out))])
+    return [ref_out[i] for i in order], pairing
 
 
 def align_inputs(samples: Samples, artifact_specs: list[TensorSpec], reference_specs: list[TensorSpec]) -> tuple[Samples, list[str]]:
@@ -118,7 +134,9 @@ def _source_inputs(source: ModelSource) -> list[TensorSpec]:
     return [TensorSpec.from_dict(d) for d in (provenance or {}).get("source_inputs", [])]
 
 
-def gate_section(report: dict, thresholds: Thresholds) -> dict:
+def gate_section(report: dict, requested: Thresholds, default_gates: bool = True) -> dict:
+    """The gates checked on a validation: the user's thresholds (`requested`) plus, unless turned off, the default gates."""
+    thresholds = with_default_gates(requested, default_gates)
     row = summary_row(report)
     if thresholds.size_metric in ("gzip", "coded") and report.get("artifact"):
         from edgekit.compress.coding import size_metrics
@@ -126,6 +144,8 @@ def gate_section(report: dict, thresholds: Thresholds) -> dict:
         row.update(size_metrics(report["artifact"]["path"]))
     results = check_row(row, thresholds)
     return {
+        "requested": requested.to_dict(),
+        "default_gates": default_gates,
         "thresholds": thresholds.to_dict(),
         "results": [r.to_dict() for r in results],
         "failures": [r.to_dict() for r in failures(results)],
@@ -151,9 +171,15 @@ def summary_row(result: dict) -> dict:
         "accuracy": accuracy.get("artifact"),
         "reference_accuracy": reference,
         "drop_points": accuracy.get("drop_points"),
+        "drop_points_ci95": accuracy.get("drop_ci95"),
+        "top1_agreement_ci95": _worst_agreement_ci(fidelity),
+        "samples": (result.get("data") or {}).get("samples"),
         "drop_relative": 100 * accuracy["drop_points"] / reference if reference else None,
         "top1_agreement": min((f["top1_agreement"] for f in fidelity if f["top1_agreement"] is not None), default=None),
         "cosine": min((f["cosine_mean"] for f in fidelity), default=None),
+        "snr_db": min((f["snr_db"] for f in fidelity), default=None),
+        "nonfinite": sum(f.get("nonfinite", 0) for f in fidelity) if fidelity else None,
+        "nonfinite_outputs": {f["name"]: f.get("nonfinite", 0) for f in fidelity},
         "p50_ms": latency.get("p50"),
         "p90_ms": latency.get("p90"),
         "size_bytes": size,
@@ -162,7 +188,13 @@ def summary_row(result: dict) -> dict:
         "artifact": artifact.get("spec"),
         "times_ms": result["latency"]["times_ms"] if result.get("latency") else [],
         "random_data": bool((result.get("data") or {}).get("random")),
+        "task": (result.get("task") or {}).get("name"),
     }
+
+
+def _worst_agreement_ci(fidelity: list[dict]) -> list[float] | None:
+    rated = [f for f in fidelity if f.get("top1_agreement") is not None]
+    return min(rated, key=lambda f: f["top1_agreement"]).get("top1_agreement_ci95") if rated else None
 
 
 def _samples(request: ValidationRequest, specs: list[TensorSpec]) -> Samples:
@@ -180,8 +212,7 @@ def _accuracy_batch(specs: list[TensorSpec], wanted: int) -> int:
 def _accuracy(ref_logits, art_logits, labels) -> dict | None:
     if labels is None or not is_classifier_output(ref_logits):
         return None
-    ref, art = accuracy_percent(ref_logits, labels), accuracy_percent(art_logits, labels)
-    return {"reference": ref, "artifact": art, "drop_points": ref - art, "samples": int(len(labels))}
+    return paired_accuracy(ref_logits, art_logits, labels)
 
 
 def _describe(source: ModelSource, target: str) -> dict:

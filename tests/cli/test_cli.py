@@ -144,7 +144,11 @@ def test_data_that_does_not_match_the_inputs(tmp_path, fashion_onnx):
 
 
 def test_target_whose_runtime_is_missing(fashion_onnx):
-    assert_clean_error(run_cli("bench", fashion_onnx["fp32"], "--target", "onnxruntime:cuda"), "CUDAExecutionProvider", "onnxruntime-gpu")
+    assert_clean_error(
+        run_cli("bench", fashion_onnx["fp32"], "--target", "onnxruntime:cuda"),
+        "onnxruntime:cuda is not available here",
+        "pip install onnxruntime-gpu",
+    )
 
 
 def test_int8_without_calibration_and_bad_calibration_write_nothing(tmp_path, fashion_onnx):
@@ -215,4 +219,5 @@ def test_the_example_ci_recipe_runs_and_passes(tmp_path):
     assert result.code == 0, result.stdout + result.stderr
     report = json.loads((tmp_path / "edgekit-report" / "report.json").read_text())
     assert report["passed"] and [(r["format"], r["precision"]) for r in report["rows"]] == [("onnx", "fp32"), ("onnx", "int8")]
-    assert all(g["passed"] for r in report["rows"] for g in r["gates"]) and len(report["rows"][1]["gates"]) == 3
+    assert all(g["passed"] for r in report["rows"] for g in r["gates"])
+    assert [g["metric"] for g in report["rows"][1]["gates"]] == ["accuracy_drop", "top1_agreement", "nonfinite_values", "size_mb"]

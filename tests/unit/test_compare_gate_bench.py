@@ -1,4 +1,5 @@
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -6,13 +7,48 @@ import pytest
 from edgekit.loaders import open_source
 from edgekit.validate.benchmark import BenchSettings, LatencyStats, bench, bench_in_process
 from edgekit.validate.compare import accuracy_percent, compare, compare_output
-from edgekit.validate.gate import Thresholds, check_row, compare_latency, failures
+from edgekit.validate.gate import DEFAULT_GATES, Thresholds, check_row, compare_latency, failures, fmt_against, with_default_gates
 
 
 def test_identical_outputs_are_perfect():
     x = np.random.default_rng(0).normal(size=(50, 10)).astype(np.float32)
     f = compare_output("logits", x, x.copy())
-    assert f.max_abs == 0 and f.cosine_min == pytest.approx(1.0) and math.isinf(f.snr_db) and f.top1_agreement == 100.0
+    assert f.max_abs == 0 and f.cosine_min == 1.0 and math.isinf(f.snr_db) and f.snr_db > 0 and f.top1_agreement == 100.0
+    close = compare_output("logits", x, x * np.float32(1 + 1e-6))  # cosine rounds to 1.0 in float64; still not perfect
+    assert close.cosine_mean < 1.0 and close.max_abs > 0
+
+
+def test_garbage_cannot_look_perfect():
+    ref = np.random.default_rng(2).normal(size=(8, 10))
+    zero = compare_output("y", ref, np.zeros_like(ref))
+    assert zero.cosine_mean == 0.0 and zero.cosine_min == 0.0 and zero.nonfinite == 0 and zero.snr_db == pytest.approx(0.0)
+    nan = ref.copy()
+    nan[:2] = np.nan
+    broken = compare_output("y", ref, nan)
+    assert broken.nonfinite == 20 and broken.cosine_min == 0.0 and broken.snr_db == -math.inf and broken.top1_agreement == 75.0
+    assert compare_output("y", np.zeros((3, 4)), np.zeros((3, 4))).cosine_min == 1.0  # identical zeros are identical
+
+
+def test_non_finite_outputs_fail_every_fidelity_gate():
+    row = _row(nonfinite=5, nonfinite_outputs={"logits": 5}, snr_db=30.0)
+    limits = Thresholds(max_drop=0.5, min_cosine=0.99, min_agreement=98.0, min_snr_db=10.0, max_p50_ms=2)
+    failed = failures(check_row(row, limits))
+    assert [f.metric for f in failed] == ["accuracy_drop", "cosine", "top1_agreement", "snr_db"]
+    assert all("5 non-finite value(s) in the artifact's outputs ('logits': 5)" in f.reason for f in failed)
+
+
+def test_a_failure_prints_the_digits_that_differ_from_its_limit():
+    (failed,) = failures(check_row(_row(cosine=0.99999986), Thresholds(min_cosine=0.9999999)))
+    assert failed.reason == "cosine 0.99999986, at least 0.9999999 allowed"
+    assert fmt_against(0.25, 0.25) == ("0.25", "0.25") and fmt_against(1.23456, 2.0) == ("1.235", "2")
+    assert fmt_against(0.99993, 0.99999) == ("0.9999", "0.99999") and fmt_against(0.99999994, 0.9999999)[0] == "1"
+
+
+def test_default_gates_apply_unless_the_user_sets_fidelity_thresholds():
+    assert with_default_gates(Thresholds()) == replace(DEFAULT_GATES, max_nonfinite=0)
+    assert with_default_gates(Thresholds(min_cosine=0.5)) == Thresholds(min_cosine=0.5, max_nonfinite=0)
+    assert with_default_gates(Thresholds(max_p50_ms=3)) == replace(DEFAULT_GATES, max_p50_ms=3, max_nonfinite=0)
+    assert with_default_gates(Thresholds(), default_gates=False) == Thresholds()
 
 
 def test_noise_gives_the_expected_snr_and_cosine():
@@ -63,17 +99,17 @@ def test_gate_reports_each_missed_threshold():
     assert check_row(_row(precision="fp32", speedup=1.0), Thresholds(min_speedup=1.5)) == []  # speed-up gates quantized rows
 
 
-def test_latency_regression_needs_more_than_the_noise(fashion_onnx):
-    from edgekit.loaders import open_source
-
+def test_reports_alone_flag_only_a_change_beyond_their_recorded_spread(fashion_onnx):
     source = open_source(str(fashion_onnx["fp32"]))
     runs = [bench_in_process(source, BenchSettings(threads=1, warmup=5, runs=60)).times_ms for _ in range(2)]
-    assert not compare_latency(runs[1], runs[0])["regressed"]  # the same artifact twice: noise only
-    slower = compare_latency([t * 1.5 for t in runs[1]], runs[0])
-    assert slower["regressed"] and slower["ci95"][0] > 1.05
+    same = compare_latency(runs[1], runs[0])
+    assert not same["regressed"] and same["verdict"] == "INCONCLUSIVE" and "cannot tell a 10% regression" in same["reason"]
+    factor = 1.2 * max(runs[0]) / min(runs[1])  # slower than the whole recorded spread
+    slower = compare_latency([t * factor for t in runs[1]], runs[0])
+    assert slower["regressed"] and slower["verdict"] == "REGRESSION" and slower["ratio"] > 1.1
     rng = np.random.default_rng(0)
-    noisy_old, noisy_new = rng.lognormal(0, 0.5, 40), rng.lognormal(0.03, 0.5, 40)
-    assert not compare_latency(list(noisy_new), list(noisy_old))["regressed"]  # 3% on a very noisy machine is not flagged
+    noisy_old, noisy_new = rng.lognormal(0, 0.5, 40), rng.lognormal(0.3, 0.5, 40)
+    assert not compare_latency(list(noisy_new), list(noisy_old))["regressed"]  # 35% inside a wide spread is not flagged
 
 
 def test_latency_stats_percentiles():
@@ -89,3 +125,75 @@ def test_bench_runs_in_a_fresh_process_with_recorded_threads(fashion_onnx):
     assert len(result.times_ms) == 15 and result.latency.min <= result.latency.p50 <= result.latency.p99
     assert result.peak_rss_mb > 10 and result.size_bytes == source.path.stat().st_size
     assert bench_in_process(source, BenchSettings(threads=1, warmup=0, runs=3)).latency.runs == 3
+
+
+def test_accuracy_drop_and_agreement_carry_a_paired_interval():
+    from edgekit.validate.compare import bootstrap_ci95, paired_accuracy
+
+    labels = np.arange(1000) % 10
+    ref = np.eye(10)[labels]
+    art = ref.copy()
+    art[:20] = np.eye(10)[(labels[:20] + 1) % 10]  # 20 of 1,000 samples now wrong: a 2-point drop
+    acc = paired_accuracy(ref, art, labels)
+    assert acc["drop_points"] == pytest.approx(2.0) and acc["discordant"] == 20
+    low, high = acc["drop_ci95"]
+    assert 0.9 < low < 2.0 < high < 3.2  # paired: the binomial spread of 20 discordant samples, about +-0.9
+    assert bootstrap_ci95(np.full(50, 100.0)) == [100.0, 100.0]
+    agree = compare_output("p", ref, art, classification=True)
+    assert agree.top1_agreement == 98.0 and agree.top1_agreement_ci95[0] < 98.0 < agree.top1_agreement_ci95[1]
+
+
+def test_a_gate_says_when_its_interval_straddles_the_limit():
+    row = _row(drop_points=0.4, drop_points_ci95=[0.1, 0.7], samples=2000)
+    (result,) = check_row(row, Thresholds(max_drop=0.5))
+    assert result.passed and "the 95% CI 0.1 to 0.7 straddles the limit: about 18,000 samples would settle it" in result.reason
+    (clear,) = check_row(_row(drop_points=0.1, drop_points_ci95=[0.0, 0.2], samples=2000), Thresholds(max_drop=0.5))
+    assert "straddles" not in clear.reason
+
+
+def test_p99_is_reported_for_what_it_is():
+    assert (
+        LatencyStats.from_times(np.arange(1, 101, dtype=float), batch=1).tail_note
+        == "p99 from 100 runs is the maximum; 1000+ runs for a p99"
+    )
+    assert "among the 3 slowest" in LatencyStats.from_times(np.arange(1, 301, dtype=float), batch=1).tail_note
+    assert LatencyStats.from_times(np.arange(1, 1001, dtype=float), batch=1).tail_note is None
+
+
+def _rounds(*ratios, aa=0.01):
+    return [{"ratio": r, "aa": aa, "bb": aa, "busy": False} for r in ratios]
+
+
+def test_rounds_decide_regression_same_or_inconclusive():
+    from edgekit.validate.regression import decide
+
+    assert decide(_rounds(1.0, 1.01, 0.99), 0.10)["verdict"] == "SAME"
+    regression = decide(_rounds(1.30, 1.28, 1.31), 0.10)
+    assert regression["verdict"] == "REGRESSION" and regression["ci95"][0] > 1.2
+    assert decide(_rounds(1.0, 1.4, 0.8), 0.10)["verdict"] == "INCONCLUSIVE"  # the rounds disagree: more are needed
+    assert decide(_rounds(1.12, 1.13, 1.12), 0.20)["verdict"] == "SAME"  # slower, but by less than the tolerance
+
+
+def test_a_tolerance_inside_the_aa_spread_is_refused():
+    from edgekit.errors import EdgekitError
+    from edgekit.validate.regression import _refuse_small_tolerance, aa_spread
+
+    spread = aa_spread(_rounds(1.0, 1.0, 1.0, aa=0.06))
+    assert spread == pytest.approx(0.0618, abs=1e-3)
+    with pytest.raises(EdgekitError, match="twice the A/A spread") as info:
+        _refuse_small_tolerance(0.10, spread)
+    assert "--tolerance 0.13" in info.value.hint
+    _refuse_small_tolerance(0.15, spread)  # twice the spread: accepted
+    from edgekit.validate.regression import _beyond_noise
+
+    assert _beyond_noise({"verdict": "REGRESSION", "ratio": 1.33}, spread)  # x1.33 stands even on this noisy machine
+    assert not _beyond_noise({"verdict": "REGRESSION", "ratio": 1.11}, spread) and not _beyond_noise(
+        {"verdict": "SAME", "ratio": 1.0}, spread
+    )
+
+
+def test_machine_state_is_recorded_with_each_run():
+    from edgekit.validate.regression import machine_state
+
+    state = machine_state()
+    assert set(state) == {"load1", "governor", "temperature_c", "busy"} and isinstance(state["busy"], bool)

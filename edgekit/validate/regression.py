@@ -1,0 +1,157 @@
+"""Latency regressions decided by measuring: the baseline's artifact and the new one re-timed on this machine.
+
+One round times A (the baseline) and B (the new artifact) as A B B A, each in a fresh spawned process, so a
+drift of the machine during the round hits both alike. The verdict rests on the spread between rounds, never on
+the spread inside one process: REGRESSION when B is slower than A beyond the tolerance and the rounds agree
+(95% interval above 1), SAME when the interval excludes a regression of the tolerance, else more rounds up to
+a cap, then INCONCLUSIVE (as Chromium's Pinpoint answers DIFFERENT / SAME / UNKNOWN and adds runs while unknown).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.errors import EdgekitError
+from edgekit.loaders import ModelSource
+from edgekit.validate.benchmark import BenchSettings, bench
+
+# two-sided 97.5% Student t quantiles by degrees of freedom (1..12); 1.96 beyond
+_T975 = (12.71, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179)
+
+
+@dataclass(frozen=True)
+class RetimeSettings:
+    """How to re-time: the decision's tolerance, rounds (each A B B A) and each process's timed runs."""
+
+    tolerance: float = 0.10  # the smallest slow-down that counts as a regression
+    min_rounds: int = 3
+    max_rounds: int = 8
+    latency: BenchSettings = BenchSettings(warmup=10, runs=50)
+
+
+def machine_state() -> dict:
+    """Load average, CPU frequency governor and temperature now, and whether the machine is busy."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return {
+        "load1": load,
+        "governor": _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
+        "temperature_c": _temperature(),
+        "busy": load is not None and load > 0.75 * cores,  # others compete for the cores this run needs
+    }
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def _temperature() -> float | None:
+    temps = [_read(str(p)) for p in sorted(Path("/sys/class/thermal").glob("thermal_zone*/temp"))]
+    values = [int(t) / 1000 for t in temps if t and t.lstrip("-").isdigit()]
+    return max(values) if values else None
+
+
+def _timed(source: ModelSource, settings: BenchSettings) -> dict:
+    state = machine_state()
+    result = bench(source, settings)
+    return {"p50_ms": result.latency.p50, **state}
+
+
+def timing_round(old: ModelSource, new: ModelSource, settings: BenchSettings) -> dict:
+    """A B B A, each in a fresh process: the round's ratio new/old and its A/A and B/B spreads."""
+    a1, b1, b2, a2 = (_timed(s, settings) for s in (old, new, new, old))
+    a, b = (a1["p50_ms"] + a2["p50_ms"]) / 2, (b1["p50_ms"] + b2["p50_ms"]) / 2
+    return {
+        "ratio": b / a,
+        "aa": abs(math.log(a1["p50_ms"] / a2["p50_ms"])),
+        "bb": abs(math.log(b1["p50_ms"] / b2["p50_ms"])),
+        "runs": {"A1": a1, "B1": b1, "B2": b2, "A2": a2},
+        "busy": any(r["busy"] for r in (a1, b1, b2, a2)),
+    }
+
+
+def decide(rounds: list[dict], tolerance: float) -> dict:
+    """REGRESSION, SAME or INCONCLUSIVE from the rounds' log ratios (a t interval over rounds)."""
+    logs = np.log([r["ratio"] for r in rounds])
+    n, mean = len(logs), float(logs.mean())
+    half = (
+        _T975[n - 2] * float(logs.std(ddof=1)) / math.sqrt(n) if 1 < n <= len(_T975) + 1 else 1.96 * float(logs.std(ddof=1)) / math.sqrt(n)
+    )
+    low, high = math.exp(mean - half), math.exp(mean + half)
+    ratio = math.exp(mean)
+    if low > 1 and ratio > 1 + tolerance:
+        verdict = "REGRESSION"
+    elif high < 1 + tolerance:
+        verdict = "SAME"
+    else:
+        verdict = "INCONCLUSIVE"
+    return {"verdict": verdict, "ratio": ratio, "ci95": [low, high], "rounds": n}
+
+
+def aa_spread(rounds: list[dict]) -> float:
+    """The typical difference between two timings of the same artifact in one round, as a fraction."""
+    return math.exp(float(np.median([x for r in rounds for x in (r["aa"], r["bb"])]))) - 1
+
+
+def retime(old: ModelSource, new: ModelSource, settings: RetimeSettings, progress=None) -> dict:
+    """Re-time the baseline (`old`) and `new` in A B B A rounds until the verdict is clear or the cap is reached."""
+    rounds: list[dict] = []
+    while len(rounds) < max(settings.max_rounds, settings.min_rounds, 2):
+        rounds.append(timing_round(old, new, settings.latency))
+        if progress:
+            progress(f"round {len(rounds)}: new/old x{rounds[-1]['ratio']:.3f}")
+        if len(rounds) < max(settings.min_rounds, 2):
+            continue
+        verdict = decide(rounds, settings.tolerance)
+        if not _beyond_noise(verdict, aa_spread(rounds)):
+            _refuse_small_tolerance(settings.tolerance, aa_spread(rounds))
+        if verdict["verdict"] != "INCONCLUSIVE":
+            break
+    return _result(verdict, rounds, settings)
+
+
+def _beyond_noise(verdict: dict, spread: float) -> bool:
+    """A regression larger than twice the A/A spread stands whatever the tolerance: the noise cannot have made it."""
+    return verdict["verdict"] == "REGRESSION" and verdict["ratio"] - 1 > 2 * spread
+
+
+def _refuse_small_tolerance(tolerance: float, spread: float) -> None:
+    if tolerance < 2 * spread:
+        raise EdgekitError(
+            f"a {tolerance:.0%} tolerance is below twice the A/A spread measured here ({spread:.1%}): "
+            "the same artifact timed twice already differs by about that much",
+            hint=f"use --tolerance {math.ceil(200 * spread) / 100:.2f} or more, or gate on a quieter machine",
+        )
+
+
+def _result(verdict: dict, rounds: list[dict], settings: RetimeSettings) -> dict:
+    busy = sum(r["busy"] for r in rounds)
+    low, high = verdict["ci95"]
+    reason = (
+        f"{verdict['verdict']}: new/old x{verdict['ratio']:.3f} (95% CI {low:.3f}-{high:.3f}) over {verdict['rounds']} "
+        f"A-B-B-A rounds in fresh processes; A/A spread {aa_spread(rounds):.1%}, tolerance {settings.tolerance:.0%}"
+        + (f"; {busy} round(s) on a busy machine" if busy else "")
+    )
+    return {
+        "method": "retimed",
+        **verdict,
+        "tolerance": settings.tolerance,
+        "aa_spread": aa_spread(rounds),
+        "regressed": verdict["verdict"] == "REGRESSION",
+        "busy_rounds": busy,
+        "round_details": rounds,
+        "reason": reason,
+    }
+
+
+def with_runner(settings: RetimeSettings, target: str | None, threads: int | None) -> RetimeSettings:
+    """The settings timing on the report's target with its thread count."""
+    return replace(settings, latency=replace(settings.latency, target=target, threads=threads))
