@@ -66,6 +66,7 @@ class OnnxQuantizer(Converter):
     import_name = "onnxruntime"
     accuracy_control = True
     agreement_control = True
+    honours = frozenset({"calib_method", "per_tensor"})
 
     def convert(self, model: Path, specs, out: Path, options: ConvertOptions, data: ConversionData) -> dict:
         passes = {"fp32": _copy, "fp16": _to_fp16, "int8-dynamic": _int8_dynamic}
@@ -103,24 +104,52 @@ def _to_fp16(model: Path, out: Path, options: ConvertOptions, samples, specs) ->
     }
 
 
-def _preprocessed(model: Path, workdir: Path) -> Path:
-    """ONNX Runtime's quantization pre-processing (shape inference + graph optimisation)."""
+PER_CHANNEL_OPSET = 13  # DequantizeLinear's `axis` (per-channel scales) exists from opset 13
+
+
+def _preprocessed(model: Path, workdir: Path) -> tuple[Path, dict]:
+    """ONNX Runtime's quantization pre-processing (shape inference + graph optimisation), on a model raised to
+    opset 13 where it is older; returns the pre-processed file and what was done to the opset."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
+    model, opset = _raised_opset(model, workdir)
     target = workdir / "pre.onnx"
     try:
         quant_pre_process(str(model), str(target))
     except Exception as exc:  # symbolic shape inference fails on some exporter outputs
         log.info("symbolic shape inference failed (%s); pre-processing without it", str(exc).splitlines()[0][:200])
         quant_pre_process(str(model), str(target), skip_symbolic_shape=True)
-    return target
+    return target, opset
+
+
+def _raised_opset(model: Path, workdir: Path) -> tuple[Path, dict]:
+    """The model as is, or converted to opset 13 when it is older (per-channel Q/DQ needs it)."""
+    import onnx
+    from onnx import version_converter
+
+    proto = onnx.load(str(model))
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), PER_CHANNEL_OPSET)
+    if opset >= PER_CHANNEL_OPSET:
+        return model, {}
+    try:
+        raised = version_converter.convert_version(proto, PER_CHANNEL_OPSET)
+    except Exception as exc:  # the converter lacks an adapter for some op
+        raise ConversionError(
+            f"the model is opset {opset}, and converting it to opset {PER_CHANNEL_OPSET} for int8 Q/DQ failed: {str(exc).splitlines()[0][:300]}",
+            hint=f"re-export the model at opset {PER_CHANNEL_OPSET} or newer (torch.onnx.export(..., opset_version=17))",
+        ) from None
+    target = workdir / "opset13.onnx"
+    onnx.save(raised, str(target))
+    return target, {
+        "opset": {"from": opset, "to": PER_CHANNEL_OPSET, "why": "Q/DQ with per-channel scales (DequantizeLinear axis) needs opset 13"}
+    }
 
 
 def _int8_dynamic(model: Path, out: Path, options: ConvertOptions, samples, specs) -> dict:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     with tempfile.TemporaryDirectory() as tmp:
-        pre = _preprocessed(model, Path(tmp))
+        pre, opset = _preprocessed(model, Path(tmp))
         # ConvInteger has u8-weight kernels only on CPU: dynamic int8 covers MatMul/Gemm (Linear, attention, RNN).
         quantize_dynamic(
             str(pre),
@@ -137,6 +166,7 @@ def _int8_dynamic(model: Path, out: Path, options: ConvertOptions, samples, spec
             "per_channel": not options.per_tensor,
             "ops": "MatMul/Gemm/Attention/RNN",
             "note": "activations are quantized at run time; convolutions stay float (use static int8 for CNNs)",
+            **opset,
         }
     }
 
@@ -147,7 +177,8 @@ def _int8_static(model: Path, out: Path, options: ConvertOptions, data: Conversi
     scheme = choose_scheme(options.for_target)
     control = None
     with tempfile.TemporaryDirectory() as tmp, _stdout_to_log():
-        quantizer = StaticQuantizer(_preprocessed(model, Path(tmp)), data.calibration, specs, options, scheme, Path(tmp))
+        pre, opset = _preprocessed(model, Path(tmp))
+        quantizer = StaticQuantizer(pre, data.calibration, specs, options, scheme, Path(tmp))
         if data.validation is not None:
             control = accuracy_aware(quantizer, out, data.validation, Limit(options.max_drop, options.min_agreement))
             sensitivity = {"kept_in_float": [], "note": "accuracy control chose the float layers (accuracy_control)"}
@@ -166,6 +197,7 @@ def _int8_static(model: Path, out: Path, options: ConvertOptions, data: Conversi
             "excluded": excluded,
             "sensitivity": sensitivity,
             **scheme.to_dict(),
+            **opset,
         }
     }
     if control is not None:
