@@ -61,10 +61,10 @@ def import_ray():
 def connected(options: RayOptions):
     """Ray, connected as `options` say; a Ray started here is shut down on leaving (one already
     initialised in this process, e.g. by a test, is left as it was)."""
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no phoning home
+    if not options.address:
+        loopback_only()
     ray = import_ray()
     started = not ray.is_initialized()
-    logging.getLogger("ray").setLevel(logging.ERROR)  # start-up notes would break the progress view
     if started:
         try:
             ray.init(**init_arguments(options))
@@ -77,16 +77,23 @@ def connected(options: RayOptions):
             ray.shutdown()
 
 
+def loopback_only() -> None:
+    """Make a local Ray started from this process listen on 127.0.0.1 only (its servers bind to the node
+    address, which is the loopback one in Ray's single-machine mode). Read when ray is first imported."""
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
 _ADDRESS_HINT = "start one with `ray start --head` (docs/scale.md), or leave the address out for a local Ray"
 
 
 def init_arguments(options: RayOptions) -> dict:
     """ray.init's arguments: a local Ray on the loopback interface only, or a cluster to join."""
-    quiet = {"log_to_driver": False, "logging_level": "warning"}
+    quiet = {"log_to_driver": False, "logging_level": logging.ERROR}  # Ray's start-up notes would break the progress view
     if options.address:
         return {"address": options.address, **quiet}
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"num_cpus": options.num_cpus or cores, "include_dashboard": False, "_node_ip_address": "127.0.0.1", **quiet}
+    return {"num_cpus": options.num_cpus or cores, "include_dashboard": False, **quiet}
 
 
 def task_resources(fmt: str, precision: str, target: str, options: RayOptions) -> dict:
@@ -154,7 +161,7 @@ def _task_failure(exc, options: RayOptions) -> str:
     import ray.exceptions as errors
 
     if isinstance(exc, errors.WorkerCrashedError | errors.NodeDiedError | errors.OutOfMemoryError):
-        return f"failed: worker lost {options.max_retries + 1} times: {type(exc).__name__}"
+        return f"failed: its worker died on each of {options.max_retries + 1} attempt(s) ({type(exc).__name__})"
     if isinstance(exc, errors.TaskCancelledError):
         return "failed: cancelled"
     cause = getattr(exc, "cause", None) or exc
