@@ -96,12 +96,14 @@ def init_arguments(options: RayOptions) -> dict:
     return {"num_cpus": options.num_cpus or cores, "include_dashboard": False, **quiet}
 
 
-def task_resources(fmt: str, precision: str, target: str, options: RayOptions) -> dict:
-    """What a cell's task asks the scheduler for: CPUs, memory for calibration, a GPU for TensorRT or CUDA."""
-    resources = {"num_cpus": options.cpus_per_task}
+def task_resources(fmt: str, precision: str, target: str, options: RayOptions, cluster: dict) -> dict:
+    """What a cell's task asks the scheduler for: CPUs, memory for calibration, a GPU for TensorRT or CUDA.
+    Never more than the cluster has (`cluster`: ray.cluster_resources()): a task asking for a GPU that no
+    worker has would wait forever; without one it runs and fails as a serial run does, with the runtime's reason."""
+    resources = {"num_cpus": min(options.cpus_per_task, cluster.get("CPU", 1))}
     if precision == "int8":
-        resources["memory"] = options.calibration_memory_mb * 2**20
-    if fmt == "tensorrt" or target.partition(":")[2].startswith("cuda"):
+        resources["memory"] = min(options.calibration_memory_mb * 2**20, int(cluster.get("memory", 0)))
+    if (fmt == "tensorrt" or target.partition(":")[2].startswith("cuda")) and cluster.get("GPU", 0) >= 1:
         resources["num_gpus"] = 1
     return resources
 
@@ -110,14 +112,16 @@ def _host_work(ray, options, recipe, source, inputs, cells, validation, calibrat
     """Submit one task per cell, collect them as they finish; Ctrl-C cancels what is still running."""
     board = ray.remote(num_cpus=0)(TaskBoard).remote()
     task = ray.remote(host_task)
-    here, ship = ray.get_runtime_context().get_node_id(), _several_nodes(ray)
+    here, ship, cluster = ray.get_runtime_context().get_node_id(), _several_nodes(ray), ray.cluster_resources()
     refs, first_of_path = {}, {}
     for index, (fmt, precision, target) in enumerate(cells):
         path = artifact_path(recipe, source, inputs, fmt, precision, target, calibration, cache)
         job = CellJob(index, recipe, source, inputs, (fmt, precision, target), validation, calibration, cache, use_cache, os.getcwd(), here)
         job.files = _cached_files(path) if ship and use_cache else {}
         after = first_of_path.get(path) if path else None  # two targets of one artifact: convert it once
-        ref = task.options(**task_resources(fmt, precision, target, options), max_retries=options.max_retries).remote(job, board, after)
+        ref = task.options(**task_resources(fmt, precision, target, options, cluster), max_retries=options.max_retries).remote(
+            job, board, after
+        )
         refs[ref] = index
         first_of_path.setdefault(path, ref)
         _tell(progress, index, cells[index], "queued")
