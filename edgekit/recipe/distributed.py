@@ -74,7 +74,16 @@ def connected(options: RayOptions):
         yield ray
     finally:
         if started:
-            ray.shutdown()
+            _shut_down(ray)
+
+
+def _shut_down(ray, wait_seconds: float = 30.0) -> None:
+    """Stop a Ray started here and wait for its processes to be gone: the timings that follow own the machine."""
+    import psutil
+
+    processes = psutil.Process().children(recursive=True)
+    ray.shutdown()
+    psutil.wait_procs(processes, timeout=wait_seconds)
 
 
 def loopback_only() -> None:
