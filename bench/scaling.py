@@ -153,4 +153,16 @@ def matrix_rows(workers: tuple[int, ...] = (2,)) -> list[list[str]]:
     for n in workers:
         wall, _ = _matrix_wall(CACHE / f"matrix-ray{n}", RayOptions(num_cpus=n))
         rows.append(["same matrix", f"{cells} cells", f"--ray, {n} local worker(s)", f"{wall:.1f} ({serial / wall:.2f}x)"])
+        wall = _matrix_wall_one_ray(n)
+        rows.append(
+            ["same matrix", f"{cells} cells", f"--ray, {n} worker(s), one Ray for all recipes", f"{wall:.1f} ({serial / wall:.2f}x)"]
+        )
     return rows
+
+
+def _matrix_wall_one_ray(workers: int) -> float:
+    """The matrix with one local Ray started before the clock (as on a cluster that is already up)."""
+    from edgekit.recipe.distributed import RayOptions, connected
+
+    with connected(RayOptions(num_cpus=workers)):
+        return _matrix_wall(CACHE / f"matrix-ray{workers}-shared", RayOptions(num_cpus=workers))[0]
