@@ -60,3 +60,109 @@ def run(sample_counts: tuple[int, ...] = (100, 300, 1000)) -> None:
         rows,
         ["MinMax calibration, batch 16, 2 cores; one run each (these are minutes-scale steps, not micro-benchmarks)."],
     )
+    run_matrix()
+
+
+def run_matrix() -> None:
+    """`python -m bench scaling`'s matrix row alone (python -c "from bench.scaling import run_matrix; run_matrix()")."""
+    publish(
+        "scaling-matrix",
+        "Recipe matrix wall time, serial against `edgekit run --ray` (seconds)",
+        ["matrix", "cells", "run", "wall s (speed-up)"],
+        matrix_rows(),
+        [
+            "From an empty cache; host work (conversion, calibration, accuracy) as Ray tasks, then every latency timed alone on the host, "
+            "as in a serial run. One run each. A local Ray is started and stopped per recipe (its start-up is in the time).",
+        ],
+    )
+
+
+MATRIX_MODELS = (
+    # name, model section, calibration, validation, formats
+    (
+        "fashion_cnn",
+        "{path: zoo:fashion-cnn}",
+        "zoo:fashion-mnist-calib",
+        "{path: zoo:fashion-mnist-test, limit: 2000}",
+        "[onnx, openvino]",
+    ),
+    (
+        "resnet18_shape",
+        "{path: 'edgekit.zoo.models:resnet18_shape', inputs: ['image:1x3x224x224']}",
+        "PHOTOS",
+        "{path: VAL, limit: 64}",
+        "[onnx]",
+    ),
+    (
+        "efficientnet_lite0",
+        "{path: 'edgekit.zoo.models:efficientnet_lite0', inputs: ['image:1x3x224x224']}",
+        "PHOTOS",
+        "{path: VAL, limit: 64}",
+        "[onnx]",
+    ),
+)
+
+
+def _matrix_recipes(folder) -> list:
+    """One recipe per model (fp32 + int8 cells), written under `folder`, each with its own report dir."""
+    from edgekit.recipe.schema import load_recipe
+
+    photos, val = photo_calibration(100), photo_calibration(64, seed=1)
+    recipes = []
+    for name, model, calib, validation, formats in MATRIX_MODELS:
+        path = folder / name / "edgekit.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            f"model: {model}\ncalibration: {{path: {str(photos) if calib == 'PHOTOS' else calib}, samples: 100}}\n"
+            f"validation: {validation.replace('VAL', str(val))}\nmatrix: {{formats: {formats}, precisions: [fp32, int8]}}\n"
+            "latency: {threads: 2, runs: 50, warmup: 5}\nreport: {dir: out, formats: [json]}\n"
+        )
+        recipes.append(load_recipe(path))
+    return recipes
+
+
+def _matrix_wall(folder, ray) -> tuple[float, int]:
+    """Wall time of every recipe's matrix from an empty cache (serial, or with `ray`), and its cell count."""
+    import shutil
+
+    from edgekit.recipe.run import run_recipe
+
+    shutil.rmtree(folder, ignore_errors=True)
+    recipes = _matrix_recipes(folder)
+    start = time.perf_counter()
+    rows = [row for recipe in recipes for row in run_recipe(recipe, use_cache=False, ray=ray)["rows"]]
+    failed = [r["status"] for r in rows if r["status"] != "ok"]
+    if failed:
+        raise RuntimeError(f"matrix cells failed: {failed}")
+    return time.perf_counter() - start, len(rows)
+
+
+def matrix_rows(workers: tuple[int, ...] = (2,)) -> list[list[str]]:
+    """Matrix wall time, serial against `--ray` with N local workers (a local Ray per recipe, as the CLI does)."""
+    from edgekit.recipe.distributed import RayOptions
+
+    serial, cells = _matrix_wall(CACHE / "matrix-serial", None)
+    rows = [
+        [
+            "matrix (FashionCNN onnx+openvino, ResNet-18 shape, EfficientNet-Lite0 onnx; fp32+int8)",
+            f"{cells} cells",
+            "serial",
+            f"{serial:.1f}",
+        ]
+    ]
+    for n in workers:
+        wall, _ = _matrix_wall(CACHE / f"matrix-ray{n}", RayOptions(num_cpus=n))
+        rows.append(["same matrix", f"{cells} cells", f"--ray, {n} local worker(s)", f"{wall:.1f} ({serial / wall:.2f}x)"])
+        wall = _matrix_wall_one_ray(n)
+        rows.append(
+            ["same matrix", f"{cells} cells", f"--ray, {n} worker(s), one Ray for all recipes", f"{wall:.1f} ({serial / wall:.2f}x)"]
+        )
+    return rows
+
+
+def _matrix_wall_one_ray(workers: int) -> float:
+    """The matrix with one local Ray started before the clock (as on a cluster that is already up)."""
+    from edgekit.recipe.distributed import RayOptions, connected
+
+    with connected(RayOptions(num_cpus=workers)):
+        return _matrix_wall(CACHE / f"matrix-ray{workers}-shared", RayOptions(num_cpus=workers))[0]

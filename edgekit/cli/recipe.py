@@ -21,19 +21,54 @@ def run(
     recipe: Path = typer.Argument(..., help="The recipe (edgekit.yaml)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Convert every cell again, even when a cached artifact matches."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress, only the table and errors (for CI logs)."),
+    ray: bool = typer.Option(
+        False,
+        "--ray",
+        help="Run the host-side work (conversion, calibration, accuracy) as Ray tasks; timings still run alone on their machine. "
+        "`--ray` starts a local Ray; `--ray auto` or `--ray ray://HEAD:10001` joins a cluster (docs/scale.md).",
+    ),
+    address: str = typer.Argument(None, metavar="[ADDRESS]", help="With --ray: the Ray cluster to join (auto, ray://HEAD:10001)."),
+    ray_cpus: int = typer.Option(None, "--ray-cpus", help="CPUs of the local Ray that --ray starts (default: this machine's cores)."),
 ) -> None:
     """Run a recipe's matrix; write the reports; exit 2 if a gate failed, 1 if a cell failed."""
-    from edgekit.cli.render import console, escape, print_run
+    from edgekit.cli.render import print_run
+    from edgekit.errors import EdgekitError
     from edgekit.recipe.reports import write_reports
-    from edgekit.recipe.run import run_recipe
     from edgekit.recipe.schema import load_recipe
 
     parsed = load_recipe(recipe)
-    progress = None if quiet else (lambda text: console.print(f"[dim]... {escape(text)}[/]", highlight=False))
-    result = run_recipe(parsed, use_cache=not no_cache, progress=progress)
+    options = None
+    if address and not ray:
+        raise EdgekitError(f"'{address}' after the recipe is a Ray address, but --ray is not given", hint="add --ray, or remove it")
+    if ray:
+        from edgekit.recipe.distributed import RayOptions
+
+        options = RayOptions(address=address, num_cpus=ray_cpus)
+    result = _run_with_progress(parsed, not no_cache, quiet, options)
     written = write_reports(result, Path(parsed.resolve(parsed.report.dir)), parsed.report.formats)
     print_run(result, written)
     raise typer.Exit(exit_code(result))
+
+
+def _run_with_progress(parsed, use_cache: bool, quiet: bool, ray) -> dict:
+    """The matrix run with its progress: lines for a serial run, one live table for --ray; Ctrl-C says what stays."""
+    from edgekit.cli.render import console, escape
+    from edgekit.recipe.run import run_recipe
+
+    try:
+        if quiet:
+            return run_recipe(parsed, use_cache=use_cache, ray=ray)
+        if ray is None:
+            return run_recipe(
+                parsed, use_cache=use_cache, progress=lambda text: console.print(f"[dim]... {escape(text)}[/]", highlight=False)
+            )
+        from edgekit.cli.progress import MatrixView
+
+        with MatrixView(parsed.matrix.cells()) as view:
+            return run_recipe(parsed, use_cache=use_cache, progress=view, ray=ray)
+    except KeyboardInterrupt:
+        print("interrupted: finished cells stay in the cache; run the recipe again to resume", file=sys.stderr)
+        raise typer.Exit(130) from None
 
 
 def exit_code(result: dict) -> int:

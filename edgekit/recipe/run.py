@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgekit.artifact import TensorSpec, parse_input_spec
@@ -22,18 +23,21 @@ log = logging.getLogger("edgekit")
 SCHEMA = "matrix"
 
 
-def run_recipe(recipe: Recipe, use_cache: bool = True, progress=None) -> dict:
-    """Run every cell; returns the matrix report (rows with gate results)."""
+def run_recipe(recipe: Recipe, use_cache: bool = True, progress=None, ray=None) -> dict:
+    """Run every cell; returns the matrix report (rows with gate results). `ray` (a
+    distributed.RayOptions) runs the cells' host-side work as Ray tasks; timings stay alone on their machine."""
     workdir = Path(recipe.resolve(recipe.report.dir))
     workdir.mkdir(parents=True, exist_ok=True)
     source, inputs, layout = model_source(recipe)
     validation = data_path(recipe.resolve(recipe.validation.path), workdir, layout)
     calibration = data_path(recipe.resolve(recipe.calibration.path), workdir, layout)
     source = apply_compression(recipe, source, inputs, validation, workdir / ".cache", progress)
-    rows = []
-    for fmt, precision, target in recipe.matrix.cells():
-        _say(progress, f"{fmt} {precision} on {target}")
-        rows.append(run_cell(recipe, source, inputs, fmt, precision, target, validation, calibration, workdir / ".cache", use_cache))
+    if ray is None:
+        rows = run_cells_here(recipe, source, inputs, validation, calibration, workdir / ".cache", use_cache, progress)
+    else:
+        from edgekit.recipe.distributed import run_cells
+
+        rows = run_cells(ray, recipe, source, inputs, validation, calibration, workdir / ".cache", use_cache, progress)
     rows = with_speedups(rows)
     gates = with_default_gates(recipe.gates)
     for row in rows:
@@ -50,8 +54,18 @@ def run_recipe(recipe: Recipe, use_cache: bool = True, progress=None) -> dict:
         default_gates=True,
         rows=rows,
         passed=all(r["passed"] for r in rows),
+        execution=ray.to_dict() if ray is not None else {"mode": "serial"},
     )
     return report
+
+
+def run_cells_here(recipe, source, inputs, validation, calibration, cache: Path, use_cache: bool, progress) -> list[dict]:
+    """Every cell in this process, one after the other."""
+    rows = []
+    for fmt, precision, target in recipe.matrix.cells():
+        _say(progress, f"{fmt} {precision} on {target}")
+        rows.append(run_cell(recipe, source, inputs, fmt, precision, target, validation, calibration, cache, use_cache))
+    return rows
 
 
 def _say(progress, text: str) -> None:
@@ -121,15 +135,34 @@ def apply_compression(recipe: Recipe, source: ModelSource, inputs, validation: s
     return source
 
 
+@dataclass
+class PreparedCell:
+    """A cell after its host-side work (conversion, accuracy), before its timing; or its failure."""
+
+    base: dict  # format, precision, target
+    cached: bool = False
+    failure: str | None = None
+    request: object = None  # the ValidationRequest
+    report: dict | None = None  # the validation report so far (no latency)
+    feeds: dict | None = None  # the inputs the latency run feeds
+    host_work: dict = field(default_factory=dict)  # where the host-side work ran
+    sizes: dict = field(default_factory=dict)  # gzip/coded sizes, where a size gate asks for them
+
+
 def run_cell(recipe, source, inputs, fmt, precision, target, validation, calibration, cache: Path, use_cache: bool) -> dict:
     """Convert (or reuse), validate and time one cell; an EdgekitError becomes the row's status."""
-    from edgekit.validate.validation import ValidationRequest, summary_row, validate
+    return time_cell(prepare_cell(recipe, source, inputs, fmt, precision, target, validation, calibration, cache, use_cache))
 
-    base = {"format": fmt, "precision": precision, "target": target}
+
+def prepare_cell(recipe, source, inputs, fmt, precision, target, validation, calibration, cache: Path, use_cache: bool) -> PreparedCell:
+    """The host-side work of a cell (convert or reuse, fidelity and accuracy): the part that may run anywhere."""
+    from edgekit.validate.validation import ValidationRequest, evaluate
+
+    cell = PreparedCell({"format": fmt, "precision": precision, "target": target}, host_work=where_this_runs())
     try:
-        artifact, cached = _artifact(recipe, source, inputs, fmt, precision, target, calibration, cache, use_cache)
+        artifact, cell.cached = _artifact(recipe, source, inputs, fmt, precision, target, calibration, cache, use_cache)
         lat = recipe.latency
-        request = ValidationRequest(
+        cell.request = ValidationRequest(
             artifact,
             source,
             target,
@@ -140,16 +173,46 @@ def run_cell(recipe, source, inputs, fmt, precision, target, validation, calibra
             latency=BenchSettings(target, lat.threads, lat.batch, lat.warmup, lat.runs),
             task=recipe.validation.task,
         )
-        row = {**summary_row(validate(request)), **base, "cached": cached}
+        cell.report, cell.feeds = evaluate(cell.request)
         if recipe.gates.size_metric in ("gzip", "coded") and artifact.path:
             from edgekit.compress.coding import size_metrics
 
-            row.update(size_metrics(artifact.path))
-        if row["random_data"]:
-            row["warning"] = "validated on random inputs: no accuracy"
-        return row
+            cell.sizes = size_metrics(artifact.path)
     except EdgekitError as exc:
-        return {**base, "status": f"failed: {exc.one_line()}", "cached": False}
+        cell.failure = f"failed: {exc.one_line()}"
+    return cell
+
+
+def time_cell(cell: PreparedCell) -> dict:
+    """The cell's latency run (alone on its machine) and its row; a failure becomes the row's status."""
+    from edgekit.validate.validation import add_latency, summary_row
+
+    where = {"host_work": cell.host_work}
+    if cell.failure:
+        return {**cell.base, "status": cell.failure, "cached": False, **where}
+    try:
+        report = add_latency(cell.report, cell.request, cell.feeds)
+    except EdgekitError as exc:
+        return {**cell.base, "status": f"failed: {exc.one_line()}", "cached": False, **where}
+    timed_on = {**where_this_runs(), "machine": timing_machine(cell.base["target"])}
+    row = {**summary_row(report), **cell.base, "cached": cell.cached, **where, "timed_on": timed_on, **cell.sizes}
+    if row["random_data"]:
+        row["warning"] = "validated on random inputs: no accuracy"
+    return row
+
+
+def timing_machine(target: str) -> str:
+    """Where a cell is timed: a device's name (`RUNTIME:DEVICE@NAME`), or "host" for this machine."""
+    name = target.rpartition("]")[2].rpartition("@")[2] if "@" in target.rpartition("]")[2] else ""
+    return name or "host"
+
+
+def where_this_runs() -> dict:
+    """The machine and process doing the work now (a report says where each cell ran and was timed)."""
+    import os
+    import socket
+
+    return {"host": socket.gethostname(), "pid": os.getpid()}
 
 
 def _artifact(recipe, source, inputs, fmt, precision, target, calibration, cache: Path, use_cache: bool) -> tuple[ModelSource, bool]:
@@ -162,13 +225,25 @@ def _artifact(recipe, source, inputs, fmt, precision, target, calibration, cache
                 f"matrix format {fmt} is the model itself, but the model is {source.format}", hint=f"list {source.family} instead"
             )
         return source, False
-    calib = recipe.calibration
-    calibration_options = CalibrationOptions(calibration, calib.samples, calib.method, calib.seed, calib.preprocess)
-    options = ConvertOptions(precision, inputs, calibration_options, for_target=target)
-    out = cache / cache_key(source, fmt, options) / f"{source.name}.{precision}{SUFFIXES[fmt]}"
+    options = _convert_options(recipe, inputs, precision, target, calibration)
+    out = artifact_path(recipe, source, inputs, fmt, precision, target, calibration, cache)
     cached = use_cache and out.exists()
     artifact = describe(out, fmt, None) if cached else convert(source, fmt, out, options)
     return ModelSource(str(artifact.path), fmt), cached
+
+
+def artifact_path(recipe, source, inputs, fmt, precision, target, calibration, cache: Path) -> Path | None:
+    """Where a cell's artifact lives in the content-addressed cache (None: the cell runs the model itself)."""
+    if fmt in SOURCE_FORMATS:
+        return None
+    options = _convert_options(recipe, inputs, precision, target, calibration)
+    return cache / cache_key(source, fmt, options) / f"{source.name}.{precision}{SUFFIXES[fmt]}"
+
+
+def _convert_options(recipe, inputs, precision, target, calibration) -> ConvertOptions:
+    calib = recipe.calibration
+    calibration_options = CalibrationOptions(calibration, calib.samples, calib.method, calib.seed, calib.preprocess)
+    return ConvertOptions(precision, inputs, calibration_options, for_target=target)
 
 
 def with_speedups(rows: list[dict]) -> list[dict]:

@@ -42,6 +42,13 @@ class ValidationRequest:
 
 def validate(request: ValidationRequest) -> dict:
     """The validation report (see docs/report-schema.md); gate failures are listed, not raised."""
+    report, feeds = evaluate(request)
+    return add_latency(report, request, feeds)
+
+
+def evaluate(request: ValidationRequest) -> tuple[dict, dict[str, np.ndarray] | None]:
+    """The host-side part of a validation: fidelity and accuracy, no timing. Returns the report so far
+    and the inputs the latency run will feed (None: random inputs of the artifact's shape)."""
     artifact = make_runner(request.artifact, request.target, request.latency.threads, list(request.inputs))
     artifact.load()
     reference = make_runner(
@@ -74,8 +81,13 @@ def validate(request: ValidationRequest) -> dict:
     if samples.provenance.get("random"):
         report["warnings"].append(RANDOM_WARNING)
     feeds = next(samples.batches(request.latency.batch)) if len(samples) >= request.latency.batch else None
+    return report, feeds
+
+
+def add_latency(report: dict, request: ValidationRequest, feeds: dict[str, np.ndarray] | None) -> dict:
+    """The timing part of a validation (a fresh process on this machine), then the gate."""
     report["latency"] = bench(
-        request.artifact, _with_target(request.latency, artifact.target), list(request.inputs) or None, feeds
+        request.artifact, _with_target(request.latency, report["target"]), list(request.inputs) or None, feeds
     ).to_dict()
     if report["latency"].get("device"):
         report["device"] = report["latency"]["device"]
