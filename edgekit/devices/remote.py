@@ -137,6 +137,9 @@ class RemoteRunner(Runner):
     def require(self) -> None:
         """Nothing to check here: the device says what it lacks when the runner starts there."""
 
+    def _check_device(self) -> None:
+        """The board checks its own runtime and device (a missing provider there is one clear error)."""
+
     def version(self) -> str:
         return self._version
 
