@@ -47,10 +47,22 @@ def parse_input_spec(text: str) -> TensorSpec:
     parts = text.split(":")
     if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
         raise InputMismatchError(f"--input '{text}' is not NAME:SHAPE[:DTYPE]", hint="e.g. --input image:1x3x224x224:float32")
-    dims = tuple(int(d) if d.isdigit() else d for d in parts[1].lower().split("x"))
+    dims = tuple(_parse_dim(d, text) for d in parts[1].lower().split("x"))
     dtype = parts[2] if len(parts) == 3 else "float32"
     _check_dtype(dtype, text)
     return TensorSpec(parts[0], dims, dtype)
+
+
+def _parse_dim(dim: str, text: str) -> int | str:
+    """A positive size, or a dynamic dim's name (batch, seq, height: two letters or more)."""
+    if dim.isdigit() and int(dim) > 0:
+        return int(dim)
+    if dim.isidentifier() and len(dim) > 1:
+        return dim
+    raise InputMismatchError(
+        f"--input '{text}': dim '{dim}' is neither a positive size nor a dynamic dim's name",
+        hint="write dims as NxCxHxW with positive sizes, or name a dynamic one (batch, seq), e.g. --input image:1x3x224x224",
+    )
 
 
 def _check_dtype(dtype: str, text: str) -> None:

@@ -52,6 +52,7 @@ def atomic_output(final: Path) -> Iterator[Path]:
     sidecar). On any error, or a kill before the commit, nothing at `final` changes.
     """
     final = Path(final).resolve()
+    check_output_path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     recover(final)
     _sweep_abandoned(final)
@@ -74,6 +75,25 @@ def work_folder(final: Path) -> Iterator[Path]:
         yield work
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def check_output_path(path: Path, option: str = "the output", example: str = "model.onnx") -> None:
+    """Refuse, before any work, a destination that cannot be written: a folder, a path under a file, a read-only folder."""
+    from edgekit.errors import EdgekitError
+
+    path = Path(path)
+    if path.is_dir():
+        raise EdgekitError(
+            f"{option} {path} is an existing folder, not a file name",
+            hint=f"name a file inside it, e.g. {path / example}, or another path",
+        )
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise EdgekitError(f"{option} {path} cannot be written: {parent} is a file, not a folder", hint="choose a path in a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise EdgekitError(f"{option} {path} cannot be written: no permission in {parent}", hint="choose a folder you can write to")
 
 
 def recover(final: Path) -> bool:

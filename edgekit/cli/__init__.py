@@ -29,11 +29,17 @@ def _options(
         logging.getLogger(noisy).setLevel(max(level, logging.ERROR))
 
 
+_registered: list[bool] = []
+
+
 def _register() -> None:
+    if _registered:  # main() may run more than once in one process (tests/corpus/batch_cli.py)
+        return
     from edgekit.cli import compress, convert, demo, info, measure, recipe
 
     for module in (info, convert, compress, measure, recipe, demo):
         module.register(app)
+    _registered.append(True)
 
 
 def main() -> None:

@@ -97,10 +97,24 @@ def gate(
     from edgekit.recipe.gating import regate
     from edgekit.recipe.reports import to_junit
     from edgekit.recipe.write import write_text
-    from edgekit.validate.report import load_json
 
-    result = regate(load_json(saved), load_json(baseline) if baseline else None, tolerance)
+    result = regate(_matrix_report(saved), _matrix_report(baseline) if baseline else None, tolerance)
     if junit:
         write_text(junit, to_junit(result), force=True)
     print_gate_check(result)
     raise typer.Exit(exit_code(result))
+
+
+def _matrix_report(path: Path) -> dict:
+    """A saved `edgekit run` report (a JSON object with rows), or a clear error naming the file."""
+    from edgekit.errors import EdgekitError
+    from edgekit.validate.report import load_json
+
+    data = load_json(path)
+    if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+        kind = data.get("kind") if isinstance(data, dict) else type(data).__name__
+        raise EdgekitError(
+            f"{path} is not a matrix report (it is a {kind or 'JSON object without rows'})",
+            hint="gate reads the report.json written by `edgekit run`; validate gates itself with --max-drop/--min-agreement",
+        )
+    return data

@@ -13,7 +13,7 @@ from edgekit.calibration import Samples, load_samples, random_samples
 from edgekit.calibration.samples import warn_if_few
 from edgekit.converters import ConversionData, ConvertOptions, needs_calibration, plan
 from edgekit.errors import EdgekitError
-from edgekit.fileio import SIDECAR_SUFFIX, atomic_output, work_folder
+from edgekit.fileio import SIDECAR_SUFFIX, atomic_output, check_output_path, work_folder
 from edgekit.loaders import ModelSource
 
 log = logging.getLogger("edgekit")
@@ -21,6 +21,7 @@ log = logging.getLogger("edgekit")
 
 def convert(source: ModelSource, to: str, out: Path, options: ConvertOptions) -> Artifact:
     """Convert `source` to format `to` at `options.precision`, written to `out`."""
+    check_output_path(Path(out), "-o", "model" + {"openvino": ".xml", "tensorrt": ".engine"}.get(to, f".{to}"))
     steps = plan(source.family, to, options.precision)
     if to == "tensorrt":
         steps, options = _tensorrt_steps(source, steps, options)

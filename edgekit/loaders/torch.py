@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import inspect
+import pickle
+import zipfile
 from pathlib import Path
 
 from edgekit.artifact import TensorSpec
@@ -24,7 +26,7 @@ def load_torch(source: ModelSource):
         module, specs = loaders[source.format](source)
     except ModelLoadError:
         raise
-    except (RuntimeError, ValueError, OSError, EOFError, KeyError) as exc:
+    except (RuntimeError, ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile) as exc:
         raise ModelLoadError(
             f"cannot load {source.spec}: {_first_line(exc)}",
             hint="check the file was saved by torch.export.save, torch.jit.save or torch.save",
@@ -39,9 +41,24 @@ def _first_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
+def _check_archive(path: Path) -> None:
+    """A .pt2 is a zip archive: check before torch.export.load (which logs a traceback on a bad one)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise ModelLoadError(
+            f"{path.name} is not a .pt2 archive ({exc}): damaged, truncated or another kind of file",
+            hint="re-export it with torch.export.save(torch.export.export(model.eval(), example_inputs), 'model.pt2')",
+        ) from None
+    if bad is not None:
+        raise ModelLoadError(f"{path.name} is damaged: {bad} fails its checksum", hint="copy or export the .pt2 again")
+
+
 def _load_exported(source: ModelSource):
     import torch
 
+    _check_archive(Path(source.spec))
     program = torch.export.load(str(source.spec))
     return program.module(), exported_input_specs(program)
 
@@ -99,7 +116,13 @@ def _load_factory(source: ModelSource):
 def _load_state_dict(model, weights: Path) -> None:
     import torch
 
-    state = torch.load(str(weights), map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(str(weights), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise ModelLoadError(
+            f"{weights} is not a plain state dict: loading it would run code from the file, which edgekit refused ({_first_line(exc)})",
+            hint="save the weights with torch.save(model.state_dict(), path); only tensors and plain containers load",
+        ) from None
     if isinstance(state, dict) and "state_dict" in state:
         state = state["state_dict"]
     result = model.load_state_dict(state, strict=False)

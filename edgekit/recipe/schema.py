@@ -117,6 +117,16 @@ class Recipe:
         return str(candidate if candidate.is_absolute() else self.base_dir / candidate)
 
 
+# The least value a count may take (a key not here is unchecked): runs: -3 is refused at parse, with its line.
+MINIMUMS = {
+    "latency.runs": 1,
+    "latency.batch": 1,
+    "latency.warmup": 0,
+    "latency.threads": 1,
+    "calibration.samples": 1,
+    "validation.samples": 1,
+}
+
 SECTIONS = {
     "model": ModelSection,
     "calibration": CalibrationSection,
@@ -195,10 +205,19 @@ def _section(cls, node, name: str, where: str):
         value = _value(value_node)
         expected = next(f for f in fields(cls) if f.name == key).type
         values[key] = _typed(value, expected, f"{name}: line {line + 1}: '{where}.{key}'")
+        _check_minimum(f"{where}.{key}", values[key], f"{name}: line {line + 1}")
     missing = [f.name for f in fields(cls) if _required(f) and f.name not in values]
     if missing:
         raise RecipeError(f"{name}: line {node.start_mark.line + 1}: '{where}' needs '{missing[0]}'", hint=f"add {missing[0]}: ...")
     return cls(**values)
+
+
+def _check_minimum(key: str, value, where: str) -> None:
+    least = MINIMUMS.get(key)
+    if least is not None and value is not None and value < least:
+        raise RecipeError(
+            f"{where}: '{key}' is {value}, below its minimum {least}", hint=f"set {key.split('.')[1]}: {max(least, 1)} or more"
+        )
 
 
 def _required(f) -> bool:

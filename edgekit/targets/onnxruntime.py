@@ -54,6 +54,9 @@ class OnnxRuntimeRunner(Runner):
         try:
             self.session = ort.InferenceSession(str(self.source.spec), options, providers=[provider])
         except Exception as exc:  # ORT raises its own exception types per failure
+            from edgekit.loaders.onnx import check_external_data, read_onnx
+
+            check_external_data(read_onnx(self.source.spec, load_weights=False), self.source.spec)  # the likelier cause, named
             raise ModelLoadError(
                 f"ONNX Runtime cannot load {self.source.spec}: {str(exc).splitlines()[0][:300]}",
                 hint="check the file with `edgekit info`; an op the runtime lacks needs another opset or target",
