@@ -24,14 +24,16 @@ def run(
 ) -> None:
     """Run a recipe's matrix; write the reports; exit 2 if a gate failed, 1 if a cell failed."""
     from edgekit.cli.render import console, escape, print_run
+    from edgekit.recipe.cache import report_folder
     from edgekit.recipe.reports import write_reports
     from edgekit.recipe.run import run_recipe
     from edgekit.recipe.schema import load_recipe
 
     parsed = load_recipe(recipe)
     progress = None if quiet else (lambda text: console.print(f"[dim]... {escape(text)}[/]", highlight=False))
-    result = run_recipe(parsed, use_cache=not no_cache, progress=progress)
-    written = write_reports(result, Path(parsed.resolve(parsed.report.dir)), parsed.report.formats)
+    with report_folder(Path(parsed.resolve(parsed.report.dir))) as folder:
+        result = run_recipe(parsed, use_cache=not no_cache, progress=progress)
+        written = write_reports(result, folder, parsed.report.formats)
     print_run(result, written)
     raise typer.Exit(exit_code(result))
 

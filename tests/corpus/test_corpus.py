@@ -7,47 +7,18 @@ The cases run in two interpreters (one per core), each importing the frameworks 
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import CliResult, assert_clean_error
-from tests.corpus.make_corpus import CASES, case_id, write_corpus
-
-BATCH = Path(__file__).with_name("batch_cli.py")
-ROOT = Path(__file__).parents[2]
-
-
-def _run_batch(cases: list[list[str]], cwd: Path) -> list[dict]:
-    env = {**os.environ, "COLUMNS": "200", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run(
-        [sys.executable, str(BATCH)],
-        input=json.dumps({"cases": cases, "cwd": str(cwd)}),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+from tests.corpus.make_corpus import CASES, case_id, run_all, write_corpus
 
 
 @pytest.fixture(scope="session")
 def corpus_results(tmp_path_factory) -> tuple[Path, dict[str, CliResult]]:
     folder = write_corpus(tmp_path_factory.mktemp("corpus"))
-    argv = [[a.replace("{d}", str(folder)) for a in case.args] for case in CASES]
-    halves = [list(range(0, len(CASES), 2)), list(range(1, len(CASES), 2))]
-    with ThreadPoolExecutor(2) as pool:
-        outputs = list(pool.map(lambda idx: _run_batch([argv[i] for i in idx], folder), halves))
-    results = {}
-    for idx, out in zip(halves, outputs, strict=True):
-        for i, r in zip(idx, out, strict=True):
-            results[_key(CASES[i])] = CliResult(r["code"], r["stdout"], r["stderr"])
+    results = {_key(c): CliResult(r["code"], r["stdout"], r["stderr"]) for c, r in zip(CASES, run_all(folder), strict=True)}
     return folder, results
 
 
