@@ -119,4 +119,32 @@ def _matrix_report(path: Path) -> dict:
             f"{path} is not a matrix report (it is a {kind or 'JSON object without rows'})",
             hint="gate reads the report.json written by `edgekit run`; validate gates itself with --max-drop/--min-agreement",
         )
+    problem = _matrix_problem(data)
+    if problem:
+        raise EdgekitError(f"{path} is a damaged matrix report: {problem}", hint="re-run `edgekit run` to write it again")
     return data
+
+
+def _matrix_problem(data: dict) -> str | None:
+    """What makes a matrix report unusable for gating (a hand edit, a truncation), or None."""
+    from edgekit.validate.gate import CHECKS, Thresholds
+
+    limits = data.get("thresholds", {})
+    if not isinstance(limits, dict) or set(limits) - set(Thresholds.__dataclass_fields__):
+        return "'thresholds' is not a mapping of known gate names"
+    if any(not _number(v) for v in limits.values()):
+        return "a threshold is not a number"
+    numeric = {key for key, *_ in CHECKS.values()}
+    for i, row in enumerate(data["rows"]):
+        if not isinstance(row, dict) or not all(isinstance(row.get(k), str) for k in ("format", "precision", "target", "status")):
+            return f"row {i} lacks format/precision/target/status"
+        if any(not _number(row.get(k)) for k in numeric):
+            return f"row {i} has a non-numeric measurement"
+        times = row.get("times_ms")
+        if times is not None and not (isinstance(times, list) and times and all(_number(t) and t > 0 for t in times)):
+            return f"row {i} has bad times_ms"
+    return None
+
+
+def _number(value) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and value == value)
