@@ -61,11 +61,12 @@ def _torch_to_openvino(module, specs):
     import openvino as ov
     import torch
 
-    from edgekit.loaders.torch import batch_dynamic_shapes, example_tensors
+    from edgekit.loaders.torch import batch_dynamic_shapes, example_tensors, export_batch
 
-    args = example_tensors(specs, 2)
+    args = example_tensors(specs, export_batch(module, 2))
+    batch = -1 if batch_dynamic_shapes(module, specs) is not None else 1  # a .pt2 exported at a fixed batch keeps it
     # Positional (forward() argument names may differ from the specs'); _name_tensors names them after.
-    shapes = [(ov.PartialShape([-1, *s.concrete_shape(1)[1:]]), ov.Type(s.dtype)) for s in specs]
+    shapes = [(ov.PartialShape([batch, *s.concrete_shape(1)[1:]]), ov.Type(s.dtype)) for s in specs]
     try:
         return ov.convert_model(module, example_input=args, input=shapes)
     except Exception as exc:  # tracing fails on GraphModules and some control flow

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import logging
 import pickle
 import zipfile
 from pathlib import Path
@@ -10,6 +11,9 @@ from pathlib import Path
 from edgekit.artifact import TensorSpec
 from edgekit.errors import InputMismatchError, ModelLoadError
 from edgekit.loaders import ModelSource
+
+log = logging.getLogger("edgekit")
+FIXED_BATCH = "edgekit_fixed_batch"  # set on a module whose .pt2 was exported at a fixed batch
 
 
 def load_torch(source: ModelSource):
@@ -60,7 +64,44 @@ def _load_exported(source: ModelSource):
 
     _check_archive(Path(source.spec))
     program = torch.export.load(str(source.spec))
-    return program.module(), exported_input_specs(program)
+    training = training_ops(program)
+    if training:
+        raise ModelLoadError(
+            f"{Path(source.spec).name} was exported from a module in training mode ({training[0]}: statistics updated "
+            "or activations dropped at run time)",
+            hint="export it in eval mode: torch.export.save(torch.export.export(model.eval(), example_inputs), 'model.pt2')",
+        )
+    module, specs = program.module(), exported_input_specs(program)
+    if specs and all(s.shape and isinstance(s.shape[0], int) for s in specs):
+        setattr(module, FIXED_BATCH, True)
+        log.warning(
+            "%s was exported with a fixed batch of %s: its artifacts take that batch only "
+            "(export with dynamic_shapes={'x': {0: torch.export.Dim('batch')}} for others)",
+            Path(source.spec).name,
+            specs[0].shape[0],
+        )
+    return module, specs
+
+
+def training_ops(program) -> list[str]:
+    """Ops of an exported program that behave as in training (batch norm updating its statistics, active dropout)."""
+    found = []
+    for node in program.graph.nodes:
+        name = str(node.target)
+        if node.op != "call_function":
+            continue
+        if name == "aten.batch_norm.default" and len(node.args) > 5 and node.args[5] is True:
+            found.append("batch_norm(training=True)")
+        elif name.startswith(("aten._native_batch_norm_legit_functional", "aten._native_batch_norm_legit.default")):
+            found.append(name)
+        elif name in ("aten.dropout.default", "aten.feature_dropout.default") and len(node.args) > 2 and node.args[2] is True:
+            found.append("dropout(train=True)")
+    return found
+
+
+def export_batch(module, wanted: int) -> int:
+    """The example batch to export `module` with: 1 for a .pt2 exported at a fixed batch (its guards allow no other)."""
+    return 1 if getattr(module, FIXED_BATCH, False) else wanted
 
 
 def exported_input_specs(program) -> list[TensorSpec]:
@@ -186,10 +227,13 @@ def check_forward(module, specs: list[TensorSpec], batch: int = 1) -> int:
     return len(out) if isinstance(out, (tuple, list)) else 1
 
 
-def batch_dynamic_shapes(module, specs: list[TensorSpec]) -> dict | tuple:
-    """torch.export dynamic_shapes with dim 0 of every input dynamic, keyed by forward()'s argument names."""
+def batch_dynamic_shapes(module, specs: list[TensorSpec]) -> dict | tuple | None:
+    """torch.export dynamic_shapes with dim 0 of every input dynamic, keyed by forward()'s argument names
+    (None for a .pt2 exported at a fixed batch)."""
     import torch
 
+    if getattr(module, FIXED_BATCH, False):
+        return None
     batch = torch.export.Dim("batch", min=1)
     params = forward_input_names(module)
     if len(params) >= len(specs):
