@@ -49,6 +49,8 @@ def main() -> None:
         code = app(standalone_mode=False)  # click returns (not raises) the code of a typer.Exit here
     except EdgekitError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
+        if exc.cause_lines():
+            print("cause:", *exc.cause_lines(), sep="\n", file=sys.stderr)
         sys.exit(1)
     except typer.Abort:
         print("aborted", file=sys.stderr)

@@ -50,9 +50,13 @@ def _to_openvino(model, specs):
     except EdgekitError:
         raise
     except Exception as exc:  # the frontends raise OpConversionFailure and friends
+        onnx_input = isinstance(model, (str, Path))
         raise ConversionError(
             f"OpenVINO cannot convert the model: {_openvino_reason(exc)}",
-            hint="an op may be unsupported; try converting through ONNX first",
+            hint="this ONNX has an op OpenVINO lacks (see the cause below): run it on onnxruntime:cpu, or replace the op"
+            if onnx_input
+            else "an op OpenVINO lacks (listed below): try --to onnx first, then convert that .onnx",
+            cause=str(exc),
         ) from None
 
 
@@ -81,6 +85,8 @@ def _torch_to_openvino(module, specs):
 def _openvino_reason(exc: Exception) -> str:
     """OpenVINO's messages start with 'Exception from src/...cpp:N:'; the reason is the next line."""
     lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip() and not ln.startswith("Exception from")]
+    unconverted = [ln.removeprefix("-- ") for ln in lines if "No conversion rule found" in ln]
+    lines = unconverted or [ln for ln in lines if not ln.startswith("Check '")] or lines
     return (lines[0] if lines else str(exc))[:300]
 
 

@@ -45,6 +45,7 @@ class TorchToOnnx(Converter):
             raise ConversionError(
                 f"ONNX export failed with both exporters: {_first_line(exc)}",
                 hint="an op may be unsupported; try another opset or rewrite the op",
+                cause=f"dynamo exporter: {reason}\nTorchScript exporter: {exc}",
             ) from None
         return {"exporter": "torchscript", "fallback_reason": reason, "external_data": False}
 

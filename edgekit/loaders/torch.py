@@ -34,6 +34,7 @@ def load_torch(source: ModelSource):
         raise ModelLoadError(
             f"cannot load {source.spec}: {_first_line(exc)}",
             hint="check the file was saved by torch.export.save, torch.jit.save or torch.save",
+            cause=str(exc),
         ) from None
     if isinstance(module, torch.nn.Module) and not isinstance(module, torch.fx.GraphModule):
         module.eval()

@@ -215,9 +215,7 @@ def _section(cls, node, name: str, where: str):
 def _check_minimum(key: str, value, where: str) -> None:
     least = MINIMUMS.get(key)
     if least is not None and value is not None and value < least:
-        raise RecipeError(
-            f"{where}: '{key}' is {value}, below its minimum {least}", hint=f"set {key.split('.')[1]}: {max(least, 1)} or more"
-        )
+        raise RecipeError(f"{where}: '{key}' is {value}, below its minimum {least}", hint=f"set {key.split('.')[1]}: {least} or more")
 
 
 def _required(f) -> bool:

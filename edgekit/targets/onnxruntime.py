@@ -60,6 +60,7 @@ class OnnxRuntimeRunner(Runner):
             raise ModelLoadError(
                 f"ONNX Runtime cannot load {self.source.spec}: {str(exc).splitlines()[0][:300]}",
                 hint="check the file with `edgekit info`; an op the runtime lacks needs another opset or target",
+                cause=str(exc),
             ) from None
         self.inputs = _session_specs(self.session.get_inputs())
         self.output_names = [o.name for o in self.session.get_outputs()]

@@ -37,9 +37,7 @@ class BenchSettings:
             ("--threads", self.threads, 1),
         ):
             if value is not None and value < least:
-                raise EdgekitError(
-                    f"{option} {value} is out of range: it must be at least {least}", hint=f"pass {option} {max(least, 1)} or more"
-                )
+                raise EdgekitError(f"{option} {value} is out of range: it must be at least {least}", hint=f"pass {option} {least} or more")
 
 
 @dataclass(frozen=True)

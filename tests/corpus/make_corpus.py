@@ -29,6 +29,7 @@ class Case:
     needles: tuple[str, ...] = ()  # what the error line must name (the file, the fix)
     code: int = 1
     forbid: tuple[str, ...] = field(default=())  # files that must not exist afterwards (e.g. a pickle's payload)
+    cause: tuple[str, ...] = ()  # what the `cause:` lines under the error must show (the framework's own words)
 
 
 def _tiny_onnx(path: Path, external: bool = False) -> None:
@@ -51,6 +52,22 @@ def _tiny_onnx(path: Path, external: bool = False) -> None:
         onnx.save(model, path, save_as_external_data=True, location=path.name + ".data", size_threshold=0)
     else:
         onnx.save(model, path)
+
+
+def _custom_op_onnx(path: Path) -> None:
+    """A valid ONNX using an op from a domain no runtime knows (as MediaPipe or vendor exports do)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("FancyNorm", ["image"], ["out"], domain="com.example.vendor")],
+        "custom",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 1, 4, 4])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 1, 4, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example.vendor", 1)])
+    model.ir_version = 8
+    onnx.save(model, path)
 
 
 class _Evil:
@@ -78,7 +95,9 @@ def write_corpus(d: Path) -> Path:
     (d / "truncated.pt2").write_bytes((d / "full.zip").read_bytes()[:300])
     (d / "corrupt.keras").write_bytes((d / "full.zip").read_bytes())  # a zip, but no Keras config inside
     (d / "full.zip").unlink()
-    (d / "not-ir.xml").write_text("<net name='x' version='11'><layers><layer id='0' type='Nope'/></layers></net>")
+    _custom_op_onnx(d / "custom-op.onnx")
+    (d / "not-ir.xml").write_text("<html><body>a web page saved as .xml</body></html>")
+    (d / "nobin.xml").write_text("<net name='x' version='11'><layers><layer id='0' type='Parameter'/></layers></net>")
     image = RANDOM.random((8, 1, 4, 4), dtype=np.float32)
     labels = np.arange(8) % 3
     np.savez(d / "good.npz", image=image, labels=labels)
@@ -122,14 +141,26 @@ def _model_cases() -> list[Case]:
         Case("random bytes named .onnx", ("bench", "{d}/random.onnx", "--runs", "3"), ("random.onnx",)),
         Case("random bytes named .onnx", ("convert", "{d}/random.onnx", "--to", "openvino", "-o", "{d}/out/b.xml"), ("random.onnx",)),
         Case("random bytes named .tflite", ("bench", "{d}/random.tflite", "--runs", "3"), ("random.tflite",)),
-        Case("random bytes named .keras", ("convert", "{d}/random.keras", "--to", "tflite", "-o", "{d}/out/c.tflite"), ("random.keras",)),
+        Case(
+            "random bytes named .keras",
+            ("convert", "{d}/random.keras", "--to", "tflite", "-o", "{d}/out/c.tflite"),
+            ("random.keras", "not a .keras archive"),
+        ),
         Case("random bytes named .xml", ("bench", "{d}/random.xml", "--runs", "3"), ("random.xml",)),
         Case("empty .onnx", ("info", "{d}/empty.onnx"), ("empty.onnx",)),
         Case("truncated .onnx", ("info", "{d}/truncated.onnx"), ("truncated.onnx",)),
         Case("truncated .onnx", ("bench", "{d}/truncated.onnx", "--runs", "3"), ("truncated.onnx",)),
         Case("truncated .pt2 (zip cut short)", ("info", "{d}/truncated.pt2"), ("truncated.pt2",)),
         Case("corrupt .keras (zip without a Keras config)", ("info", "{d}/corrupt.keras"), ("corrupt.keras",)),
-        Case("an .xml that is not OpenVINO IR", ("info", "{d}/not-ir.xml"), ("not-ir.xml",)),
+        Case(
+            "ONNX with an op OpenVINO lacks",
+            ("convert", "{d}/custom-op.onnx", "--to", "openvino", "-o", "{d}/out/f.xml"),
+            ("OpenVINO cannot convert", "onnxruntime"),
+            cause=("FancyNorm",),
+        ),
+        Case("ONNX with an op no runtime has", ("bench", "{d}/custom-op.onnx", "--runs", "3"), ("custom-op.onnx", "FancyNorm")),
+        Case("an .xml that is not OpenVINO IR", ("info", "{d}/not-ir.xml"), ("not-ir.xml", "not an OpenVINO IR")),
+        Case("an OpenVINO .xml whose .bin is missing", ("bench", "{d}/nobin.xml", "--runs", "3"), ("nobin.bin", "missing")),
         Case("ONNX whose external .data is missing", ("info", "{d}/nodata.onnx"), ("nodata.onnx.data",)),
         Case("ONNX whose external .data is missing", ("bench", "{d}/nodata.onnx", "--runs", "3"), ("nodata.onnx.data",)),
         Case(

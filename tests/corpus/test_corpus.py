@@ -34,6 +34,9 @@ def test_bad_input_gives_one_clean_error(case, corpus_results):
         assert_clean_error(result, *case.needles)
     else:
         assert result.code == case.code and "Traceback" not in result.stderr
+    cause = result.stderr.partition("\ncause:\n")[2]
+    for needle in case.cause:
+        assert needle in cause, result.stderr
     for name in case.forbid:
         assert not (folder / name).exists(), f"{name} was created: unsafe load"
 
