@@ -103,19 +103,21 @@ def _preprocessed(model: Path, workdir: Path) -> Path:
     """ONNX Runtime's quantization pre-processing (shape inference + graph optimisation)."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    target = workdir / "pre.onnx"
-    try:
-        quant_pre_process(str(model), str(target))
-    except Exception as exc:  # symbolic shape inference fails on some exporter outputs
-        log.info("symbolic shape inference failed (%s); pre-processing without it", str(exc).splitlines()[0][:200])
-        quant_pre_process(str(model), str(target), skip_symbolic_shape=True)
+    model, target = Path(model).resolve(), (workdir / "pre.onnx").resolve()
+    # ORT's symbolic shape inference drops sym_shape_infer_temp.onnx into the current folder when it gives up: keep it in workdir
+    with contextlib.chdir(workdir):
+        try:
+            quant_pre_process(str(model), str(target))
+        except Exception as exc:  # symbolic shape inference fails on some exporter outputs
+            log.info("symbolic shape inference failed (%s); pre-processing without it", str(exc).splitlines()[0][:200])
+            quant_pre_process(str(model), str(target), skip_symbolic_shape=True)
     return target
 
 
 def _int8_dynamic(model: Path, out: Path, options: ConvertOptions, samples, specs) -> dict:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=Path(out).parent, prefix=".work-") as tmp:  # beside the output: swept with it after a kill
         pre = _preprocessed(model, Path(tmp))
         # ConvInteger has u8-weight kernels only on CPU: dynamic int8 covers MatMul/Gemm (Linear, attention, RNN).
         quantize_dynamic(
@@ -145,7 +147,7 @@ def _int8_static(model: Path, out: Path, options: ConvertOptions, samples, specs
     scheme = choose_scheme(options.for_target)
     types = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}
     methods = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy, "percentile": CalibrationMethod.Percentile}
-    with tempfile.TemporaryDirectory() as tmp, _stdout_to_log():
+    with tempfile.TemporaryDirectory(dir=Path(out).parent, prefix=".work-") as tmp, _stdout_to_log():
         pre = _preprocessed(model, Path(tmp))
         quantize_static(
             str(pre),
