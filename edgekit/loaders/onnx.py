@@ -101,9 +101,22 @@ def has_qdq(path: Path) -> bool:
     return guess_precision(read_onnx(path, load_weights=False)) == "int8"
 
 
+def _parameters(graph) -> int:
+    """Weights in initializers, Constant nodes and subgraphs (If/Loop/Scan bodies), not only top-level initializers."""
+    total = sum(math.prod(i.dims) for i in graph.initializer)
+    for node in graph.node:
+        for attr in node.attribute:
+            if node.op_type == "Constant" and attr.HasField("t"):
+                total += math.prod(attr.t.dims)
+            if attr.HasField("g"):
+                total += _parameters(attr.g)
+            total += sum(_parameters(g) for g in attr.graphs)
+    return total
+
+
 def onnx_summary(path: Path) -> dict:
     """What `edgekit info` shows for an ONNX file."""
     model = read_onnx(path)
-    params = sum(math.prod(i.dims) for i in model.graph.initializer)
+    params = _parameters(model.graph)
     histogram = Counter(n.op_type for n in model.graph.node)
     return {"parameters": params, "opset": _opset(model), "ops": dict(histogram.most_common())}

@@ -99,3 +99,22 @@ def test_an_error_keeps_its_cause_below_the_line():
     err = EdgekitError("OpenVINO cannot convert the model", "replace the op", cause="Summary:\n-- No conversion rule for: A, B")
     assert err.cause_lines() == ["  Summary:", "  -- No conversion rule for: A, B"]
     assert EdgekitError("x failed: boom", cause="boom").cause_lines() == []
+
+
+def test_info_counts_weights_held_in_constant_nodes(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgekit.loaders.onnx import onnx_summary
+
+    const = helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(np.ones((4, 3), np.float32)))
+    graph = helper.make_graph(
+        [const, helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "c.onnx")
+    assert onnx_summary(tmp_path / "c.onnx")["parameters"] == 12
