@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +41,16 @@ class TensorSpec:
     @classmethod
     def from_dict(cls, data: dict) -> TensorSpec:
         return cls(data["name"], tuple(data["shape"]), data.get("dtype", "float32"))
+
+
+GENERATED_NAME = re.compile(r"(args|arg|input|inputs|input_layer|x|in|serving_default_\w+)(_\d+)?(:\d+)?")
+
+
+def is_generated_name(name: str) -> bool:
+    """A name a converter made up (litert-torch's args_0, tf2onnx's input_1), not one the model's author chose.
+
+    Data keyed and --input named after the source model's inputs are matched to such names by position."""
+    return bool(GENERATED_NAME.fullmatch(name))
 
 
 def parse_input_spec(text: str) -> TensorSpec:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.artifact import TensorSpec
+from edgekit.artifact import TensorSpec, is_generated_name
 from edgekit.errors import EdgekitError, InputMismatchError
 from edgekit.targets.base import check_array
 
@@ -38,8 +38,10 @@ class Samples:
     def bind(self, specs: list[TensorSpec]) -> Samples:
         """Name the arrays after `specs` and check their shapes and dtypes (errors name the input)."""
         arrays = dict(self.arrays)
-        if len(arrays) == 1 and len(specs) == 1 and specs[0].name not in arrays and self.provenance.get("unnamed", True):
-            arrays = {specs[0].name: next(iter(arrays.values()))}  # one unnamed array (.npy, a callable's bare arrays)
+        renamable = self.provenance.get("unnamed", True) or is_generated_name(specs[0].name) if len(specs) == 1 else False
+        if len(arrays) == 1 and len(specs) == 1 and specs[0].name not in arrays and renamable:
+            # one unnamed array (.npy, a callable's bare arrays), or an artifact whose input name a converter made up
+            arrays = {specs[0].name: next(iter(arrays.values()))}
         missing = [s.name for s in specs if s.name not in arrays]
         source = self.provenance.get("source", "the data")
         if missing:

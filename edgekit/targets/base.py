@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from edgekit.artifact import TensorSpec
+from edgekit.artifact import TensorSpec, is_generated_name
 from edgekit.errors import EdgekitError, InputMismatchError, RuntimeMissingError
 from edgekit.loaders import ModelSource
 
@@ -163,6 +163,9 @@ def apply_given_inputs(model: list[TensorSpec], given: list[TensorSpec]) -> list
         return model
     names = [s.name for s in model]
     unknown = [g.name for g in given if g.name not in names]
+    if len(unknown) == len(given) == len(model) and all(is_generated_name(n) for n in names):
+        given = [TensorSpec(spec.name, g.shape, g.dtype) for spec, g in zip(model, given, strict=True)]  # a converter renamed them
+        unknown = []
     if unknown:
         raise InputMismatchError(
             f"--input names {unknown}, but the model's inputs are {names}", hint="name the model's inputs (see `edgekit info`)"

@@ -118,3 +118,10 @@ def test_info_counts_weights_held_in_constant_nodes(tmp_path):
     model.ir_version = 8
     onnx.save(model, tmp_path / "c.onnx")
     assert onnx_summary(tmp_path / "c.onnx")["parameters"] == 12
+
+
+def test_names_a_converter_made_up_are_matched_by_position(tmp_path):
+    made_up = [TensorSpec("args_0", (1, 1, 4, 4))]  # litert-torch names a .tflite's input args_0
+    assert apply_given_inputs(made_up, [TensorSpec("image", ("batch", 1, 4, 4))])[0].name == "args_0"
+    np.savez(tmp_path / "d.npz", image=np.zeros((2, 1, 4, 4), np.float32))
+    assert list(load_samples(str(tmp_path / "d.npz"), specs=made_up).arrays) == ["args_0"]
