@@ -18,6 +18,7 @@ class TensorSpec:
     name: str
     shape: tuple[Dim, ...]
     dtype: str = "float32"
+    value: float | int | None = None  # a constant input (--input sr=16000:int64): fed as given, never batched or read from data
 
     def shape_text(self) -> str:
         return "x".join(str(d) if isinstance(d, int) else (d or "?") for d in self.shape)
@@ -36,11 +37,19 @@ class TensorSpec:
         return tuple(dims)
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+        out = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+        return out if self.value is None else {**out, "value": self.value}
 
     @classmethod
     def from_dict(cls, data: dict) -> TensorSpec:
-        return cls(data["name"], tuple(data["shape"]), data.get("dtype", "float32"))
+        return cls(data["name"], tuple(data["shape"]), data.get("dtype", "float32"), data.get("value"))
+
+    def constant(self):
+        """The constant input's array (scalar unless the model's shape says otherwise)."""
+        import numpy as np
+
+        shape = tuple(d for d in self.shape if isinstance(d, int))
+        return np.full(shape if len(shape) == len(self.shape) else (), self.value, dtype=self.dtype)
 
 
 GENERATED_NAME = re.compile(r"(args|arg|input|inputs|input_layer|x|in|serving_default_\w+)(_\d+)?(:\d+)?")
@@ -54,7 +63,10 @@ def is_generated_name(name: str) -> bool:
 
 
 def parse_input_spec(text: str) -> TensorSpec:
-    """Parse NAME:SHAPE[:DTYPE] as in `--input image:1x3x224x224:float32` (a dim may be a name)."""
+    """Parse NAME:SHAPE[:DTYPE] as in `--input image:1x3x224x224:float32` (a dim may be a name),
+    or NAME=VALUE[:DTYPE] for a constant input such as a sample rate: `--input sr=16000:int64`."""
+    if "=" in text.split(":")[0]:
+        return _parse_constant(text)
     parts = text.split(":")
     if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
         raise InputMismatchError(f"--input '{text}' is not NAME:SHAPE[:DTYPE]", hint="e.g. --input image:1x3x224x224:float32")
@@ -62,6 +74,22 @@ def parse_input_spec(text: str) -> TensorSpec:
     dtype = parts[2] if len(parts) == 3 else "float32"
     _check_dtype(dtype, text)
     return TensorSpec(parts[0], dims, dtype)
+
+
+def _parse_constant(text: str) -> TensorSpec:
+    head, _, dtype = text.partition(":")
+    name, _, value = head.partition("=")
+    dtype = dtype or ("float32" if any(c in value for c in ".eE") or value.lower() in ("nan", "inf") else "int64")
+    _check_dtype(dtype, text)
+    try:
+        number = float(value) if dtype.startswith(("float", "bfloat")) else int(value)
+    except ValueError:
+        number = None
+    if not name or number is None or number != number:
+        raise InputMismatchError(
+            f"--input '{text}' is not NAME=VALUE[:DTYPE] with a number", hint="e.g. --input sr=16000:int64 for a constant input"
+        )
+    return TensorSpec(name, (), dtype, number)
 
 
 def _parse_dim(dim: str, text: str) -> int | str:
@@ -81,7 +109,7 @@ def _check_dtype(dtype: str, text: str) -> None:
 
     try:
         np.dtype(dtype)
-    except TypeError:
+    except (TypeError, ValueError, SyntaxError):  # numpy raises all three for odd names ("01" is a SyntaxError)
         raise InputMismatchError(
             f"--input '{text}': unknown dtype '{dtype}'", hint="use a numpy dtype name such as float32, int64, uint8"
         ) from None

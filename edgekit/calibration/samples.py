@@ -37,6 +37,7 @@ class Samples:
 
     def bind(self, specs: list[TensorSpec]) -> Samples:
         """Name the arrays after `specs` and check their shapes and dtypes (errors name the input)."""
+        specs = [s for s in specs if s.value is None]  # constant inputs are fed by the runner, not read from data
         arrays = dict(self.arrays)
         renamable = self.provenance.get("unnamed", True) or is_generated_name(specs[0].name) if len(specs) == 1 else False
         if len(arrays) == 1 and len(specs) == 1 and specs[0].name not in arrays and renamable:
@@ -129,7 +130,12 @@ def random_samples(specs: list[TensorSpec], count: int, seed: int = 0) -> Sample
     """Uniform random inputs: only for plumbing, and marked as such in every report."""
     rng = np.random.default_rng(seed)
     arrays = {}
-    for s in specs:
+    for s in (s for s in specs if s.value is None):
+        if s.shape == ():
+            raise InputMismatchError(
+                f"input '{s.name}' is a scalar (a sample rate, a threshold...): edgekit will not make up its value",
+                hint=f"pass it as a constant: --input {s.name}=VALUE:{s.dtype}",
+            )
         shape = (count, *s.concrete_shape(1)[1:])
         kind = np.dtype(s.dtype).kind
         arrays[s.name] = rng.random(shape, dtype=np.float32).astype(s.dtype) if kind == "f" else np.zeros(shape, s.dtype)

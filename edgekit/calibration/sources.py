@@ -22,7 +22,7 @@ def numpy_file(path: Path, limit: int | None, seed: int) -> Samples:
         if array.ndim == 0:
             raise InputMismatchError(
                 f"array '{key}' in {path.name} is a scalar, not a set of samples",
-                hint="give every array a leading sample axis (np.savez(..., x=np.full((N,), value)))",
+                hint=f"give every array a leading sample axis; for a constant input (a sample rate) pass --input {key}=VALUE:DTYPE instead",
             )
     counts = {len(a) for a in arrays.values()} | ({len(labels)} if labels is not None else set())
     if len(counts) > 1:

@@ -117,6 +117,7 @@ class Runner:
         """
         if self.load_seconds is None:
             self.load()
+        feeds = {**{s.name: s.constant() for s in self.inputs if s.value is not None}, **feeds}
         self._check_feeds(feeds)
         return self._prepare_impl(feeds)
 
@@ -164,7 +165,7 @@ def apply_given_inputs(model: list[TensorSpec], given: list[TensorSpec]) -> list
     names = [s.name for s in model]
     unknown = [g.name for g in given if g.name not in names]
     if len(unknown) == len(given) == len(model) and all(is_generated_name(n) for n in names):
-        given = [TensorSpec(spec.name, g.shape, g.dtype) for spec, g in zip(model, given, strict=True)]  # a converter renamed them
+        given = [TensorSpec(spec.name, g.shape, g.dtype, g.value) for spec, g in zip(model, given, strict=True)]  # a converter renamed them
         unknown = []
     if unknown:
         raise InputMismatchError(
@@ -175,6 +176,8 @@ def apply_given_inputs(model: list[TensorSpec], given: list[TensorSpec]) -> list
 
 
 def _apply_one(spec: TensorSpec, given: TensorSpec) -> TensorSpec:
+    if given.value is not None:  # a constant: the model's shape (a scalar, or [1]), the given value
+        return TensorSpec(spec.name, spec.shape, spec.dtype, given.value)
     if len(given.shape) != len(spec.shape):
         raise InputMismatchError(
             f"--input {given.name}:{given.shape_text()} has {len(given.shape)} dims; the model's input is {spec.shape_text()}",

@@ -70,6 +70,25 @@ def _custom_op_onnx(path: Path) -> None:
     onnx.save(model, path)
 
 
+def scalar_input_onnx(path: Path) -> None:
+    """A real model with a scalar input (as audio models take a sample rate): audio [batch,16] * sr."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["sr"], ["srf"], to=TensorProto.FLOAT), helper.make_node("Mul", ["audio", "srf"], ["y"])],
+        "scalar",
+        [
+            helper.make_tensor_value_info("audio", TensorProto.FLOAT, ["batch", 16]),
+            helper.make_tensor_value_info("sr", TensorProto.INT64, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+
+
 class _Evil:
     def __reduce__(self):
         return (os.system, (f"touch {self.marker}",))
@@ -96,6 +115,7 @@ def write_corpus(d: Path) -> Path:
     (d / "corrupt.keras").write_bytes((d / "full.zip").read_bytes())  # a zip, but no Keras config inside
     (d / "full.zip").unlink()
     _custom_op_onnx(d / "custom-op.onnx")
+    scalar_input_onnx(d / "scalar-input.onnx")
     (d / "not-ir.xml").write_text("<html><body>a web page saved as .xml</body></html>")
     (d / "nobin.xml").write_text("<net name='x' version='11'><layers><layer id='0' type='Parameter'/></layers></net>")
     image = RANDOM.random((8, 1, 4, 4), dtype=np.float32)
@@ -198,6 +218,8 @@ def _cli_cases() -> list[Case]:
         Case("bench --warmup -1", (*bench, "--warmup", "-1"), ("--warmup",)),
         Case("bench --threads 0", (*bench, "--threads", "0"), ("--threads",)),
         Case("an --input that does not parse", (*bench, "--input", "image:1xAx28"), ("image:1xAx28",)),
+        Case("a scalar model input with no value given", ("bench", "{d}/scalar-input.onnx", "--runs", "3"), ("sr", "--input sr=")),
+        Case("a constant --input that is not a number", (*bench, "--input", "sr=fast:int64"), ("sr=fast",)),
         Case("an --input naming no model input", (*bench, "--input", "pixels:1x1x4x4", "--runs", "3"), ("pixels", "image")),
         Case(
             "validate --report under a file (fails before the run)",

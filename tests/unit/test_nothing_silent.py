@@ -125,3 +125,16 @@ def test_names_a_converter_made_up_are_matched_by_position(tmp_path):
     assert apply_given_inputs(made_up, [TensorSpec("image", ("batch", 1, 4, 4))])[0].name == "args_0"
     np.savez(tmp_path / "d.npz", image=np.zeros((2, 1, 4, 4), np.float32))
     assert list(load_samples(str(tmp_path / "d.npz"), specs=made_up).arrays) == ["args_0"]
+
+
+def test_a_scalar_input_takes_a_constant_from_input(tmp_path):
+    from tests.conftest import run_cli
+    from tests.corpus.make_corpus import scalar_input_onnx
+
+    scalar_input_onnx(tmp_path / "sr.onnx")
+    np.savez(tmp_path / "audio.npz", audio=np.random.default_rng(0).random((8, 16), dtype=np.float32))
+    result = run_cli("validate", tmp_path / "sr.onnx", "-r", tmp_path / "sr.onnx", "-d", tmp_path / "audio.npz", "--input", "sr=16000:int64",
+                     "--runs", "3", "--report", tmp_path / "v.json")  # fmt: skip
+    assert result.code == 0, result.stderr
+    report = json.loads((tmp_path / "v.json").read_text())
+    assert report["fidelity"][0]["top1_agreement"] == 100.0
