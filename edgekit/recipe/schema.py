@@ -171,7 +171,7 @@ def parse(root, name: str, base_dir: Path) -> Recipe:
                 hint="e.g. compress: [{method: magnitude, sparsity: 0.5}]",
             )
         values["compress"] = tuple(_section(CompressSection, item, name, f"compress[{i}]") for i, item in enumerate(items))
-    version = int(_plain(top["version"][1])) if "version" in top else VERSION
+    version = _typed(_plain(top["version"][1]), "int", f"{name}: line {top['version'][0] + 1}: 'version'") if "version" in top else VERSION
     if version != VERSION:
         raise RecipeError(
             f"{name}: line {top['version'][0] + 1}: recipe version {version} is not supported", hint=f"this edgekit reads version {VERSION}"
