@@ -237,6 +237,8 @@ def _value(node):
 def _plain(node):
     import yaml
 
+    if isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null":
+        return None  # `key:` with nothing after it (yaml.serialize cannot round-trip an empty scalar: found by fuzzing)
     return yaml.safe_load(yaml.serialize(node))
 
 
