@@ -203,6 +203,8 @@ def _section(cls, node, name: str, where: str):
     values = {}
     for key, (line, value_node) in keys.items():
         value = _value(value_node)
+        if value is None:  # `key:` left empty (or only a comment after it) means the default
+            continue
         expected = next(f for f in fields(cls) if f.name == key).type
         values[key] = _typed(value, expected, f"{name}: line {line + 1}: '{where}.{key}'")
         _check_minimum(f"{where}.{key}", values[key], f"{name}: line {line + 1}")
@@ -239,7 +241,13 @@ def _plain(node):
 
     if isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null":
         return None  # `key:` with nothing after it (yaml.serialize cannot round-trip an empty scalar: found by fuzzing)
-    return yaml.safe_load(yaml.serialize(node))
+    try:
+        return yaml.safe_load(yaml.serialize(node))
+    except yaml.YAMLError as exc:  # a tag such as !python/object, which safe_load refuses (found by fuzzing)
+        raise RecipeError(
+            f"recipe line {node.start_mark.line + 1}: {getattr(exc, 'problem', None) or exc}",
+            hint="remove the YAML tag (!...) or quote the value",
+        ) from None
 
 
 def _typed(value, expected: str, where: str):
