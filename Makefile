@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # torch is pinned to its CPU build through constraints.txt; without the pin pip pulls GBs of CUDA wheels.
 PIP_INSTALL := $(BIN)/pip install -q --disable-pip-version-check -c constraints.txt
 
-.PHONY: setup demo test test-fast bench lint clean emulate-avx2
+.PHONY: setup demo test test-fast fuzz bench lint clean emulate-avx2
 
 setup: $(VENV)/.installed
 
@@ -22,6 +22,10 @@ test: setup
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not e2e"
+
+# A longer Hypothesis search than the few dozen examples per target `make test` runs.
+fuzz: setup
+	EDGEKIT_FUZZ_EXAMPLES=$${EDGEKIT_FUZZ_EXAMPLES:-2000} $(BIN)/python -m pytest -q tests/fuzz
 
 bench: setup
 	$(BIN)/python -m bench

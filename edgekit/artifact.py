@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +18,7 @@ class TensorSpec:
     name: str
     shape: tuple[Dim, ...]
     dtype: str = "float32"
+    value: float | int | None = None  # a constant input (--input sr=16000:int64): fed as given, never batched or read from data
 
     def shape_text(self) -> str:
         return "x".join(str(d) if isinstance(d, int) else (d or "?") for d in self.shape)
@@ -35,22 +37,71 @@ class TensorSpec:
         return tuple(dims)
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+        out = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+        return out if self.value is None else {**out, "value": self.value}
 
     @classmethod
     def from_dict(cls, data: dict) -> TensorSpec:
-        return cls(data["name"], tuple(data["shape"]), data.get("dtype", "float32"))
+        return cls(data["name"], tuple(data["shape"]), data.get("dtype", "float32"), data.get("value"))
+
+    def constant(self):
+        """The constant input's array (scalar unless the model's shape says otherwise)."""
+        import numpy as np
+
+        shape = tuple(d for d in self.shape if isinstance(d, int))
+        return np.full(shape if len(shape) == len(self.shape) else (), self.value, dtype=self.dtype)
+
+
+GENERATED_NAME = re.compile(r"(args|arg|input|inputs|input_layer|x|in|serving_default_\w+)(_\d+)?(:\d+)?")
+
+
+def is_generated_name(name: str) -> bool:
+    """A name a converter made up (litert-torch's args_0, tf2onnx's input_1), not one the model's author chose.
+
+    Data keyed and --input named after the source model's inputs are matched to such names by position."""
+    return bool(GENERATED_NAME.fullmatch(name))
 
 
 def parse_input_spec(text: str) -> TensorSpec:
-    """Parse NAME:SHAPE[:DTYPE] as in `--input image:1x3x224x224:float32` (a dim may be a name)."""
+    """Parse NAME:SHAPE[:DTYPE] as in `--input image:1x3x224x224:float32` (a dim may be a name),
+    or NAME=VALUE[:DTYPE] for a constant input such as a sample rate: `--input sr=16000:int64`."""
+    if "=" in text.split(":")[0]:
+        return _parse_constant(text)
     parts = text.split(":")
     if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
         raise InputMismatchError(f"--input '{text}' is not NAME:SHAPE[:DTYPE]", hint="e.g. --input image:1x3x224x224:float32")
-    dims = tuple(int(d) if d.isdigit() else d for d in parts[1].lower().split("x"))
+    dims = tuple(_parse_dim(d, text) for d in parts[1].lower().split("x"))
     dtype = parts[2] if len(parts) == 3 else "float32"
     _check_dtype(dtype, text)
     return TensorSpec(parts[0], dims, dtype)
+
+
+def _parse_constant(text: str) -> TensorSpec:
+    head, _, dtype = text.partition(":")
+    name, _, value = head.partition("=")
+    dtype = dtype or ("float32" if any(c in value for c in ".eE") or value.lower() in ("nan", "inf") else "int64")
+    _check_dtype(dtype, text)
+    try:
+        number = float(value) if dtype.startswith(("float", "bfloat")) else int(value)
+    except ValueError:
+        number = None
+    if not name or number is None or number != number:
+        raise InputMismatchError(
+            f"--input '{text}' is not NAME=VALUE[:DTYPE] with a number", hint="e.g. --input sr=16000:int64 for a constant input"
+        )
+    return TensorSpec(name, (), dtype, number)
+
+
+def _parse_dim(dim: str, text: str) -> int | str:
+    """A positive size, or a dynamic dim's name (batch, seq, height: two letters or more)."""
+    if dim.isdigit() and int(dim) > 0:
+        return int(dim)
+    if dim.isidentifier() and len(dim) > 1:
+        return dim
+    raise InputMismatchError(
+        f"--input '{text}': dim '{dim}' is neither a positive size nor a dynamic dim's name",
+        hint="write dims as NxCxHxW with positive sizes, or name a dynamic one (batch, seq), e.g. --input image:1x3x224x224",
+    )
 
 
 def _check_dtype(dtype: str, text: str) -> None:
@@ -58,7 +109,7 @@ def _check_dtype(dtype: str, text: str) -> None:
 
     try:
         np.dtype(dtype)
-    except TypeError:
+    except (TypeError, ValueError, SyntaxError):  # numpy raises all three for odd names ("01" is a SyntaxError)
         raise InputMismatchError(
             f"--input '{text}': unknown dtype '{dtype}'", hint="use a numpy dtype name such as float32, int64, uint8"
         ) from None

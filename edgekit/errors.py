@@ -6,10 +6,19 @@ from __future__ import annotations
 class EdgekitError(Exception):
     """A mistake or missing piece the user can fix; the CLI prints it on one line, exit 1."""
 
-    def __init__(self, message: str, hint: str = "") -> None:
+    def __init__(self, message: str, hint: str = "", cause: str = "") -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.cause = cause  # the framework's full message (e.g. OpenVINO's list of unsupported ops), shown below the line
+
+    def cause_lines(self, limit: int = 40) -> list[str]:
+        """The cause as the CLI prints it under the error line: indented, at most `limit` lines."""
+        lines = [ln.rstrip() for ln in self.cause.strip().splitlines() if ln.strip()]
+        if len(lines) == 1 and lines[0].strip() in self.message:
+            return []  # the message already says it all
+        shown = [f"  {ln}" for ln in lines[:limit]]
+        return shown + ([f"  ... {len(lines) - limit} more lines (run with -v for the log)"] if len(lines) > limit else [])
 
     def one_line(self) -> str:
         """The message and the hint, as the CLI prints them."""

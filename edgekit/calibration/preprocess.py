@@ -37,9 +37,24 @@ class Preprocess:
             raise EdgekitError(f"unknown preprocessing key(s) {sorted(unknown)}", hint=f"known keys: {KEYS}")
         base = _defaults_for(spec)
         try:
-            return cls(**{**base, **{k: _coerce(k, v) for k, v in given.items()}})
+            return cls(**{**base, **{k: _coerce(k, v) for k, v in given.items()}})._checked()
         except (TypeError, ValueError) as exc:
             raise EdgekitError(f"bad preprocessing setting: {exc}", hint=f"known keys: {KEYS}") from None
+
+    def _checked(self) -> Preprocess:
+        """Values that parse but cannot work (found by fuzzing: scale=0/0, std=0, crop=0x0)."""
+        sizes = [self.resize or 1, *(self.crop or (1, 1))]
+        if any(v <= 0 for v in sizes):
+            raise ValueError(f"sizes must be positive: resize={self.resize}, crop={self.crop}")
+        if self.channels not in (1, 3):
+            raise ValueError(f"channels={self.channels} (1 or 3)")
+        numbers = (self.scale, *self.mean, *self.std)
+        if not all(np.isfinite(numbers)) or not all(self.std):
+            raise ValueError(f"scale, mean and std must be finite and std non-zero: {numbers}")
+        if len(self.mean) not in (1, self.channels) or len(self.std) not in (1, self.channels):
+            raise ValueError(f"mean/std need 1 or {self.channels} values")
+        np.dtype(self.dtype)
+        return self
 
     def apply(self, image) -> np.ndarray:
         """PIL image -> one preprocessed array (no batch axis)."""
@@ -101,6 +116,8 @@ def _coerce(key: str, value):
 def eval_fraction(text: str) -> float:
     """'1/255' or '0.0039' -> float."""
     num, _, den = text.partition("/")
+    if den and float(den) == 0:
+        raise ValueError(f"{text} divides by zero")
     return float(num) / float(den) if den else float(num)
 
 

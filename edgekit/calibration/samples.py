@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.artifact import TensorSpec
+from edgekit.artifact import TensorSpec, is_generated_name
 from edgekit.errors import EdgekitError, InputMismatchError
 from edgekit.targets.base import check_array
 
@@ -37,19 +37,41 @@ class Samples:
 
     def bind(self, specs: list[TensorSpec]) -> Samples:
         """Name the arrays after `specs` and check their shapes and dtypes (errors name the input)."""
+        specs = [s for s in specs if s.value is None]  # constant inputs are fed by the runner, not read from data
         arrays = dict(self.arrays)
-        if len(arrays) == 1 and len(specs) == 1 and specs[0].name not in arrays:
+        renamable = self.provenance.get("unnamed", True) or is_generated_name(specs[0].name) if len(specs) == 1 else False
+        if len(arrays) == 1 and len(specs) == 1 and specs[0].name not in arrays and renamable:
+            # one unnamed array (.npy, a callable's bare arrays), or an artifact whose input name a converter made up
             arrays = {specs[0].name: next(iter(arrays.values()))}
         missing = [s.name for s in specs if s.name not in arrays]
+        source = self.provenance.get("source", "the data")
         if missing:
             raise InputMismatchError(
-                f"data has no array for input(s) {missing}; it has {sorted(arrays)}",
+                f"{source} has no array for input(s) {missing}; it has {sorted(arrays)}; the model's inputs are {[s.name for s in specs]}",
                 hint="key the .npz arrays by the model's input names (see `edgekit info`)",
             )
         for s in specs:
             check_array(s, arrays[s.name])
         bound = {s.name: arrays[s.name] for s in specs}
+        _check_finite(bound, source, self.provenance.get("nonfinite", "error"))
         return Samples(bound, self.labels, {**self.provenance, "sha256": content_hash(bound, self.labels)})
+
+
+def _check_finite(arrays: dict[str, np.ndarray], source: str, policy: str) -> None:
+    """Inf/NaN in inputs: an error, or (policy 'warn') a logged warning; never silently used."""
+    for name, array in arrays.items():
+        if array.dtype.kind not in "fc":
+            continue
+        bad = int(array.size - np.count_nonzero(np.isfinite(array)))
+        if not bad:
+            continue
+        if policy == "warn":
+            log.warning("%s: input '%s' holds %d non-finite values (NaN/Inf), used as asked", source, name, bad)
+            continue
+        raise InputMismatchError(
+            f"{source}: input '{name}' holds {bad} non-finite values (NaN/Inf)",
+            hint="clean the data (np.nan_to_num) or drop those samples; EDGEKIT_NONFINITE=warn uses them with a warning",
+        )
 
 
 def content_hash(arrays: dict[str, np.ndarray], labels: np.ndarray | None) -> str:
@@ -76,6 +98,10 @@ def load_samples(
     """Read samples from an .npz/.npy file, an image folder or a `module:function`; sample `limit` of them."""
     from edgekit.calibration import sources
 
+    if limit is not None and limit < 1:
+        raise EdgekitError(
+            f"a sample limit of {limit} is out of range: it must be at least 1", hint="pass --limit / --calib-samples N with N >= 1"
+        )
     path = Path(spec)
     if path.is_dir():
         samples = sources.image_folder(path, limit, seed, preprocess, specs)
@@ -89,15 +115,27 @@ def load_samples(
         raise EdgekitError(f"data not found or not readable: {spec}", hint="give an .npz/.npy file, a folder of images, or module:function")
     if len(samples) == 0:
         raise EdgekitError(f"no samples in {spec}", hint="the data source is empty")
-    samples.provenance.update(source=spec, samples=len(samples), seed=seed, random=False)
+    samples.provenance.update(source=spec, samples=len(samples), seed=seed, random=False, nonfinite=nonfinite_policy())
     return samples if specs is None else samples.bind(specs)
+
+
+def nonfinite_policy() -> str:
+    """'error' (the default) or 'warn': what Inf/NaN in calibration or validation data does (EDGEKIT_NONFINITE)."""
+    import os
+
+    return "warn" if os.environ.get("EDGEKIT_NONFINITE", "").lower() == "warn" else "error"
 
 
 def random_samples(specs: list[TensorSpec], count: int, seed: int = 0) -> Samples:
     """Uniform random inputs: only for plumbing, and marked as such in every report."""
     rng = np.random.default_rng(seed)
     arrays = {}
-    for s in specs:
+    for s in (s for s in specs if s.value is None):
+        if s.shape == ():
+            raise InputMismatchError(
+                f"input '{s.name}' is a scalar (a sample rate, a threshold...): edgekit will not make up its value",
+                hint=f"pass it as a constant: --input {s.name}=VALUE:{s.dtype}",
+            )
         shape = (count, *s.concrete_shape(1)[1:])
         kind = np.dtype(s.dtype).kind
         arrays[s.name] = rng.random(shape, dtype=np.float32).astype(s.dtype) if kind == "f" else np.zeros(shape, s.dtype)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -16,23 +17,47 @@ IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".ti
 
 def numpy_file(path: Path, limit: int | None, seed: int) -> Samples:
     """An .npz (arrays keyed by input name, optional `labels`) or an .npy (one input)."""
-    try:
-        loaded = np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as exc:
-        raise EdgekitError(f"cannot read {path.name}: {exc}", hint="save the data with np.savez / np.save (no pickled objects)") from None
-    if isinstance(loaded, np.ndarray):
-        arrays, labels = {path.stem: loaded}, None
-    else:
-        with loaded:
-            arrays = {k: loaded[k] for k in loaded.files if k not in LABEL_KEYS}
-            labels = next((loaded[k] for k in LABEL_KEYS if k in loaded.files), None)
+    arrays, labels = _read_numpy(path)
+    for key, array in [*arrays.items(), *([("labels", labels)] if labels is not None else [])]:
+        if array.ndim == 0:
+            raise InputMismatchError(
+                f"array '{key}' in {path.name} is a scalar, not a set of samples",
+                hint=f"give every array a leading sample axis; for a constant input (a sample rate) pass --input {key}=VALUE:DTYPE instead",
+            )
     counts = {len(a) for a in arrays.values()} | ({len(labels)} if labels is not None else set())
     if len(counts) > 1:
         raise InputMismatchError(
             f"arrays in {path.name} have different sample counts {sorted(counts)}", hint="every array's first axis must be the sample axis"
         )
     index = choose(counts.pop() if counts else 0, limit, seed)
-    return Samples({k: v[index] for k, v in arrays.items()}, None if labels is None else labels[index].astype(np.int64), {"kind": "numpy"})
+    provenance = {"kind": "numpy", "unnamed": path.suffix == ".npy"}
+    return Samples({k: v[index] for k, v in arrays.items()}, None if labels is None else labels[index].astype(np.int64), provenance)
+
+
+NUMPY_MAGIC = (b"PK\x03\x04", b"PK\x05\x06", b"\x93NUMPY")
+NUMPY_HINT = "save the data with np.savez / np.save (numeric arrays, no pickled objects)"
+
+
+def _read_numpy(path: Path) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+    """The arrays and labels of an .npz/.npy, refusing pickles, object arrays and files of another kind."""
+    with open(path, "rb") as f:
+        head = f.read(6)
+    if not head.startswith(NUMPY_MAGIC):
+        raise EdgekitError(f"{path.name} is not a NumPy file (no .npz/.npy header)", hint=NUMPY_HINT)
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        if isinstance(loaded, np.ndarray):
+            return {path.stem: loaded}, None
+        with loaded:
+            arrays = {k: loaded[k] for k in loaded.files if k not in LABEL_KEYS}
+            labels = next((loaded[k] for k in LABEL_KEYS if k in loaded.files), None)
+        return arrays, labels
+    except ValueError as exc:
+        if "allow_pickle" in str(exc):
+            raise EdgekitError(f"{path.name} holds an object (pickled) array, which edgekit does not load", hint=NUMPY_HINT) from None
+        raise EdgekitError(f"cannot read {path.name}: {exc}", hint=NUMPY_HINT) from None
+    except (OSError, EOFError, KeyError, zipfile.BadZipFile) as exc:
+        raise EdgekitError(f"cannot read {path.name} (damaged or truncated?): {exc}", hint=NUMPY_HINT) from None
 
 
 def image_folder(path: Path, limit: int | None, seed: int, preprocess: str | None, specs: list[TensorSpec] | None) -> Samples:

@@ -29,11 +29,17 @@ def _options(
         logging.getLogger(noisy).setLevel(max(level, logging.ERROR))
 
 
+_registered: list[bool] = []
+
+
 def _register() -> None:
+    if _registered:  # main() may run more than once in one process (tests/corpus/batch_cli.py)
+        return
     from edgekit.cli import compress, convert, demo, devices, info, measure, recipe
 
     for module in (info, convert, compress, measure, recipe, demo, devices):
         module.register(app)
+    _registered.append(True)
 
 
 def main() -> None:
@@ -43,6 +49,8 @@ def main() -> None:
         code = app(standalone_mode=False)  # click returns (not raises) the code of a typer.Exit here
     except EdgekitError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
+        if exc.cause_lines():
+            print("cause:", *exc.cause_lines(), sep="\n", file=sys.stderr)
         sys.exit(1)
     except typer.Abort:
         print("aborted", file=sys.stderr)

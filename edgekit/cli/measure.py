@@ -55,6 +55,7 @@ def validate(
     from edgekit.validate.validation import ValidationRequest
     from edgekit.validate.validation import validate as run_validation
 
+    _check_destinations(report, emit_recipe)
     request = ValidationRequest(
         # The reference itself on another target (torch:cuda, compile, fp16) takes the same weights.
         open_source(artifact, weights if artifact == reference else None, allow_pickle),
@@ -93,6 +94,7 @@ def bench(
     emit_recipe: Path = options.EMIT_RECIPE,
 ) -> None:
     """Load time, first inference, then p50/p90/p99/mean/std/min latency after warm-up, throughput, peak RSS, size."""
+    _check_destinations(report, emit_recipe)
     from edgekit.cli.render import print_bench
     from edgekit.loaders import open_source
     from edgekit.validate.benchmark import BenchSettings
@@ -158,3 +160,13 @@ def _emit_bench(path, artifacts, settings, inputs) -> None:
         targets={fmt: [settings.target]} if settings.target else None,
         latency={"threads": settings.threads, "batch": settings.batch, "warmup": settings.warmup, "runs": settings.runs},
     )
+
+
+def _check_destinations(report: Path | None, recipe: Path | None) -> None:
+    """A report or recipe path that cannot be written fails before the run, not after it."""
+    from edgekit.fileio import check_output_path
+
+    if report is not None:
+        check_output_path(report, "--report", "report.json")
+    if recipe is not None:
+        check_output_path(recipe, "--emit-recipe", "recipe.yaml")

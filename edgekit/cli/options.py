@@ -6,7 +6,12 @@ import typer
 
 from edgekit.artifact import TensorSpec, parse_input_spec
 
-INPUT = typer.Option(None, "--input", "-i", help="Model input as NAME:SHAPE[:DTYPE], e.g. image:1x3x224x224:float32 (repeat per input).")
+INPUT = typer.Option(
+    None,
+    "--input",
+    "-i",
+    help="Model input as NAME:SHAPE[:DTYPE], e.g. image:1x3x224x224:float32, or a constant NAME=VALUE[:DTYPE], e.g. sr=16000:int64 (repeat per input).",
+)
 WEIGHTS = typer.Option(None, "--weights", help="State dict for a module:factory model.")
 ALLOW_PICKLE = typer.Option(
     False,

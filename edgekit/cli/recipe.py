@@ -33,6 +33,7 @@ def run(
     """Run a recipe's matrix; write the reports; exit 2 if a gate failed, 1 if a cell failed."""
     from edgekit.cli.render import print_run
     from edgekit.errors import EdgekitError
+    from edgekit.recipe.cache import report_folder
     from edgekit.recipe.reports import write_reports
     from edgekit.recipe.schema import load_recipe
 
@@ -44,8 +45,9 @@ def run(
         from edgekit.recipe.distributed import RayOptions
 
         options = RayOptions(address=address, num_cpus=ray_cpus)
-    result = _run_with_progress(parsed, not no_cache, quiet, options)
-    written = write_reports(result, Path(parsed.resolve(parsed.report.dir)), parsed.report.formats)
+    with report_folder(Path(parsed.resolve(parsed.report.dir))) as folder:
+        result = _run_with_progress(parsed, not no_cache, quiet, options)
+        written = write_reports(result, folder, parsed.report.formats)
     print_run(result, written)
     raise typer.Exit(exit_code(result))
 
@@ -144,7 +146,6 @@ def gate(
     from edgekit.recipe.gating import LatencyCheck, regate
     from edgekit.recipe.reports import to_junit
     from edgekit.recipe.write import write_text
-    from edgekit.validate.report import load_json
 
     overrides = options.thresholds(max_drop, min_cosine, min_agreement, min_snr, max_npu_fallback)
     progress = lambda text: console.print(f"[dim]... {escape(text)}[/]", highlight=False)  # noqa: E731
@@ -156,3 +157,4 @@ def gate(
         write_text(junit, to_junit(result), force=True)
     print_gate_check(result)
     raise typer.Exit(exit_code(result))
+

@@ -54,9 +54,13 @@ def _to_openvino(model, specs):
     except EdgekitError:
         raise
     except Exception as exc:  # the frontends raise OpConversionFailure and friends
+        onnx_input = isinstance(model, (str, Path))
         raise ConversionError(
             f"OpenVINO cannot convert the model: {_openvino_reason(exc)}",
-            hint="an op may be unsupported; try converting through ONNX first",
+            hint="this ONNX has an op OpenVINO lacks (see the cause below): run it on onnxruntime:cpu, or replace the op"
+            if onnx_input
+            else "an op OpenVINO lacks (listed below): try --to onnx first, then convert that .onnx",
+            cause=str(exc),
         ) from None
 
 
@@ -65,11 +69,12 @@ def _torch_to_openvino(module, specs):
     import openvino as ov
     import torch
 
-    from edgekit.loaders.torch import batch_dynamic_shapes, example_tensors
+    from edgekit.loaders.torch import batch_dynamic_shapes, example_tensors, export_batch
 
-    args = example_tensors(specs, 2)
+    args = example_tensors(specs, export_batch(module, 2))
+    batch = -1 if batch_dynamic_shapes(module, specs) is not None else 1  # a .pt2 exported at a fixed batch keeps it
     # Positional (forward() argument names may differ from the specs'); _name_tensors names them after.
-    shapes = [(ov.PartialShape([-1, *s.concrete_shape(1)[1:]]), ov.Type(s.dtype)) for s in specs]
+    shapes = [(ov.PartialShape([batch, *s.concrete_shape(1)[1:]]), ov.Type(s.dtype)) for s in specs]
     try:
         return ov.convert_model(module, example_input=args, input=shapes)
     except Exception as exc:  # tracing fails on GraphModules and some control flow
@@ -84,6 +89,8 @@ def _torch_to_openvino(module, specs):
 def _openvino_reason(exc: Exception) -> str:
     """OpenVINO's messages start with 'Exception from src/...cpp:N:'; the reason is the next line."""
     lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip() and not ln.startswith("Exception from")]
+    unconverted = [ln.removeprefix("-- ") for ln in lines if "No conversion rule found" in ln]
+    lines = unconverted or [ln for ln in lines if not ln.startswith("Check '")] or lines
     return (lines[0] if lines else str(exc))[:300]
 
 

@@ -113,12 +113,14 @@ def _preprocessed(model: Path, workdir: Path) -> tuple[Path, dict]:
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     model, opset = _raised_opset(model, workdir)
-    target = workdir / "pre.onnx"
-    try:
-        quant_pre_process(str(model), str(target))
-    except Exception as exc:  # symbolic shape inference fails on some exporter outputs
-        log.info("symbolic shape inference failed (%s); pre-processing without it", str(exc).splitlines()[0][:200])
-        quant_pre_process(str(model), str(target), skip_symbolic_shape=True)
+    model, target = Path(model).resolve(), (workdir / "pre.onnx").resolve()
+    # ORT's symbolic shape inference drops sym_shape_infer_temp.onnx into the current folder when it gives up: keep it in workdir
+    with contextlib.chdir(workdir):
+        try:
+            quant_pre_process(str(model), str(target))
+        except Exception as exc:  # symbolic shape inference fails on some exporter outputs
+            log.info("symbolic shape inference failed (%s); pre-processing without it", str(exc).splitlines()[0][:200])
+            quant_pre_process(str(model), str(target), skip_symbolic_shape=True)
     return target, opset
 
 
@@ -148,7 +150,7 @@ def _raised_opset(model: Path, workdir: Path) -> tuple[Path, dict]:
 def _int8_dynamic(model: Path, out: Path, options: ConvertOptions, samples, specs) -> dict:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=Path(out).parent, prefix=".work-") as tmp:  # beside the output: swept with it after a kill
         pre, opset = _preprocessed(model, Path(tmp))
         # ConvInteger has u8-weight kernels only on CPU: dynamic int8 covers MatMul/Gemm (Linear, attention, RNN).
         quantize_dynamic(
@@ -176,7 +178,7 @@ def _int8_static(model: Path, out: Path, options: ConvertOptions, data: Conversi
 
     scheme = choose_scheme(options.for_target)
     control = None
-    with tempfile.TemporaryDirectory() as tmp, _stdout_to_log():
+    with tempfile.TemporaryDirectory(dir=Path(out).parent, prefix=".work-") as tmp, _stdout_to_log():  # swept after a kill
         pre, opset = _preprocessed(model, Path(tmp))
         quantizer = StaticQuantizer(pre, data.calibration, specs, options, scheme, Path(tmp))
         if data.validation is not None:

@@ -6,7 +6,6 @@ import dataclasses
 import json
 import logging
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -16,15 +15,15 @@ from edgekit.calibration import Samples, load_samples, random_samples
 from edgekit.calibration.samples import warn_if_few
 from edgekit.converters import ConversionData, ConvertOptions, needs_calibration, plan
 from edgekit.errors import EdgekitError
-from edgekit.fileio import atomic_output
+from edgekit.fileio import SIDECAR_SUFFIX, atomic_output, check_output_path, work_folder
 from edgekit.loaders import ModelSource
 
 log = logging.getLogger("edgekit")
-SIDECAR_SUFFIX = ".edgekit.json"
 
 
 def convert(source: ModelSource, to: str, out: Path, options: ConvertOptions) -> Artifact:
     """Convert `source` to format `to` at `options.precision`, written to `out`."""
+    check_output_path(Path(out), "-o", "model" + {"openvino": ".xml", "tensorrt": ".engine"}.get(to, f".{to}"))
     steps = plan(source.family, to, options.precision)
     if to == "tensorrt":
         steps, options = _tensorrt_steps(source, steps, options)
@@ -42,7 +41,7 @@ def convert(source: ModelSource, to: str, out: Path, options: ConvertOptions) ->
     model, specs = load_for_conversion(source, list(options.inputs))
     data = ConversionData(calibration_samples(options, specs) if calibrate else None, validation_samples(options, specs))
     notes: dict = {}
-    with atomic_output(Path(out)) as final, tempfile.TemporaryDirectory() as work:
+    with atomic_output(Path(out)) as final, work_folder(Path(out)) as work:
         current = model
         for i, (converter, precision) in enumerate(steps):
             step_out = final if i == len(steps) - 1 else Path(work) / f"step{i}{final.suffix}"
@@ -53,6 +52,7 @@ def convert(source: ModelSource, to: str, out: Path, options: ConvertOptions) ->
         notes["verified"] = verify_written(final, specs)
         artifact = describe(final, to, options.precision)
         sidecar = _provenance(source, specs, options, steps, notes, data.calibration, artifact)
+        sidecar["files"] = sorted(p.name for p in final.parent.iterdir() if p.name != final.name) + [final.name + SIDECAR_SUFFIX]
         final.with_name(final.name + SIDECAR_SUFFIX).write_text(json.dumps(sidecar, indent=2, default=str) + "\n")
     return describe(Path(out), to, options.precision, sidecar)
 

@@ -26,13 +26,13 @@ class TorchToOnnx(Converter):
     def convert(self, model, specs, out: Path, options: ConvertOptions, data: ConversionData) -> dict:
         """Export the torch module `model` (inputs `specs`) to `out`; returns notes for the artifact's meta."""
         module = model
-        from edgekit.loaders.torch import check_forward, example_tensors
+        from edgekit.loaders.torch import check_forward, example_tensors, export_batch
 
         _quiet_exporter_logs()
         n_outputs = check_forward(module, specs)
         names = ["output"] if n_outputs == 1 else [f"output_{i}" for i in range(n_outputs)]
         external = _parameter_bytes(module) > TWO_GB
-        args = example_tensors(specs, EXPORT_BATCH)
+        args = example_tensors(specs, export_batch(module, EXPORT_BATCH))
         try:
             _export_dynamo(module, args, specs, names, out, external)
             return {"exporter": "dynamo", "external_data": external}
@@ -45,6 +45,7 @@ class TorchToOnnx(Converter):
             raise ConversionError(
                 f"ONNX export failed with both exporters: {_first_line(exc)}",
                 hint="an op may be unsupported; try another opset or rewrite the op",
+                cause=f"dynamo exporter: {reason}\nTorchScript exporter: {exc}",
             ) from None
         return {"exporter": "torchscript", "fallback_reason": reason, "external_data": False}
 

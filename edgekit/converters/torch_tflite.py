@@ -36,10 +36,10 @@ class TorchToTflite(Converter):
             import litert_torch
         logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
 
-        from edgekit.loaders.torch import check_forward, example_tensors
+        from edgekit.loaders.torch import check_forward, example_tensors, export_batch
 
         check_forward(model, specs)
-        args = example_tensors(specs, EXPORT_BATCH)
+        args = example_tensors(specs, export_batch(model, EXPORT_BATCH))
         notes = {"precision": options.precision, "layout": options.layout}
         module = model
         if options.layout == "nhwc":

@@ -55,6 +55,7 @@ class ModelSource:
 def open_source(spec: str, weights: str | None = None, allow_pickle: bool = False) -> ModelSource:
     """Classify `spec` as a model source, failing early with a clear message."""
     path = Path(spec)
+    _finish_interrupted_write(path)
     weights_path = Path(weights) if weights else None
     if weights_path is not None and not weights_path.is_file():
         raise ModelLoadError(f"weights file not found: {weights}", hint="check the --weights path")
@@ -70,6 +71,16 @@ def open_source(spec: str, weights: str | None = None, allow_pickle: bool = Fals
             hint=f"drop --weights, or name the factory that builds the model instead of {spec}",
         )
     return ModelSource(spec, _detect_file_format(path, allow_pickle), None, allow_pickle)
+
+
+def _finish_interrupted_write(path: Path) -> None:
+    """A write of this artifact killed after its commit point is completed before it is read."""
+    import contextlib
+
+    from edgekit.fileio import recover
+
+    with contextlib.suppress(OSError, ValueError):
+        recover(path)
 
 
 def _looks_like_factory(spec: str) -> bool:

@@ -38,11 +38,13 @@ class KerasModel:
             else:
                 import keras
 
+                _check_keras_archive(Path(source.spec))
                 self.keras = keras.models.load_model(str(source.spec), compile=False)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ModelLoadError(
                 f"cannot load {source.spec}: {str(exc).strip().splitlines()[0][:300]}",
                 hint="save it with model.save('m.keras') or model.export('dir'); Lambda layers need the code that defines them",
+                cause=str(exc),
             ) from None
         self.specs = self._specs()
         self.output_names = self._output_names()
@@ -82,3 +84,14 @@ class KerasModel:
         signature = [tf.TensorSpec((batch, *s.shape[1:]), s.dtype, name=s.name) for s in self.specs]
         self.keras.export(str(folder), input_signature=signature, verbose=False)
         return folder
+
+
+def _check_keras_archive(path: Path) -> None:
+    """A .keras file is a zip (Keras says "File not found" for one that is not); an .h5 starts with the HDF5 signature."""
+    import zipfile
+
+    if path.suffix == ".keras" and not zipfile.is_zipfile(path):
+        raise ModelLoadError(
+            f"{path.name} is not a .keras archive (not a zip file): damaged, truncated or another kind of file",
+            hint="save the model again with model.save('model.keras')",
+        )

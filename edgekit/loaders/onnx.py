@@ -15,6 +15,8 @@ def read_onnx(path: Path, load_weights: bool = True):
     import onnx
     from google.protobuf.message import DecodeError
 
+    if load_weights:
+        check_external_data(read_onnx(path, load_weights=False), path)
     try:
         model = onnx.load(str(path), load_external_data=load_weights)
     except (DecodeError, RuntimeWarning, ValueError, UnicodeDecodeError) as exc:
@@ -30,6 +32,16 @@ def read_onnx(path: Path, load_weights: bool = True):
             f"{Path(path).name} is not a valid ONNX file (no graph)", hint="re-export it; the file may be truncated or not ONNX at all"
         )
     return model
+
+
+def check_external_data(model, path: Path) -> None:
+    """Every external data file the ONNX names exists next to it."""
+    missing = sorted(loc for loc in _external_locations(model) if not (Path(path).parent / loc).is_file())
+    if missing:
+        raise ModelLoadError(
+            f"{Path(path).name}: its external data file {missing[0]} is missing (looked in {Path(path).parent})",
+            hint=f"keep {missing[0]} next to {Path(path).name} (copy or move them together)",
+        )
 
 
 def _first_line(exc: BaseException) -> str:
@@ -53,6 +65,7 @@ def value_specs(values) -> list[TensorSpec]:
 def onnx_artifact(path: Path, precision: str | None = None) -> Artifact:
     """An Artifact describing an ONNX file on disk."""
     model = read_onnx(path, load_weights=False)
+    check_external_data(model, path)
     inits = {i.name for i in model.graph.initializer}
     inputs = [s for s in value_specs(model.graph.input) if s.name not in inits]
     side = [str(Path(path).parent / loc) for loc in _external_locations(model)]
@@ -88,9 +101,22 @@ def has_qdq(path: Path) -> bool:
     return guess_precision(read_onnx(path, load_weights=False)) == "int8"
 
 
+def _parameters(graph) -> int:
+    """Weights in initializers, Constant nodes and subgraphs (If/Loop/Scan bodies), not only top-level initializers."""
+    total = sum(math.prod(i.dims) for i in graph.initializer)
+    for node in graph.node:
+        for attr in node.attribute:
+            if node.op_type == "Constant" and attr.HasField("t"):
+                total += math.prod(attr.t.dims)
+            if attr.HasField("g"):
+                total += _parameters(attr.g)
+            total += sum(_parameters(g) for g in attr.graphs)
+    return total
+
+
 def onnx_summary(path: Path) -> dict:
     """What `edgekit info` shows for an ONNX file."""
     model = read_onnx(path)
-    params = sum(math.prod(i.dims) for i in model.graph.initializer)
+    params = _parameters(model.graph)
     histogram = Counter(n.op_type for n in model.graph.node)
     return {"parameters": params, "opset": _opset(model), "ops": dict(histogram.most_common())}

@@ -14,6 +14,7 @@ def read_ir(path: Path):
     """Read an IR with one clear error for a missing .bin or a corrupt file."""
     import openvino as ov
 
+    _check_ir_header(Path(path))
     if not Path(path).with_suffix(".bin").exists():
         raise ModelLoadError(
             f"{Path(path).name}: weights file {Path(path).with_suffix('.bin').name} is missing", hint="keep the .bin next to the .xml"
@@ -24,7 +25,25 @@ def read_ir(path: Path):
         raise ModelLoadError(
             f"{Path(path).name} is not a valid OpenVINO IR ({str(exc).splitlines()[0][:200]})",
             hint="re-convert it with `edgekit convert --to openvino`",
+            cause=str(exc),
         ) from None
+
+
+def _check_ir_header(path: Path) -> None:
+    """An IR .xml is XML whose root is <net ... version=...>: say so before OpenVINO gives a vaguer message."""
+    import xml.etree.ElementTree as ET
+
+    try:
+        root = next(ET.iterparse(path, events=("start",)))[1]
+    except (ET.ParseError, StopIteration, UnicodeDecodeError) as exc:
+        raise ModelLoadError(
+            f"{path.name} is not an OpenVINO IR: not XML ({exc})", hint="give the .xml written by OpenVINO (with its .bin beside it)"
+        ) from None
+    if root.tag != "net" or "version" not in root.attrib or int(root.attrib.get("version", "0") or 0) < 10:
+        raise ModelLoadError(
+            f"{path.name} is XML but not an OpenVINO IR v10+ (root <{root.tag}>)",
+            hint="give the .xml written by OpenVINO (ov.save_model or `edgekit convert --to openvino`)",
+        )
 
 
 def port_specs(ports) -> list[TensorSpec]:

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import inspect
+import logging
+import pickle
+import zipfile
 from pathlib import Path
 
 from edgekit.artifact import TensorSpec
 from edgekit.errors import InputMismatchError, ModelLoadError
 from edgekit.loaders import ModelSource
+
+log = logging.getLogger("edgekit")
+FIXED_BATCH = "edgekit_fixed_batch"  # set on a module whose .pt2 was exported at a fixed batch
 
 
 def load_torch(source: ModelSource):
@@ -24,10 +30,11 @@ def load_torch(source: ModelSource):
         module, specs = loaders[source.format](source)
     except ModelLoadError:
         raise
-    except (RuntimeError, ValueError, OSError, EOFError, KeyError) as exc:
+    except (RuntimeError, ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile) as exc:
         raise ModelLoadError(
             f"cannot load {source.spec}: {_first_line(exc)}",
             hint="check the file was saved by torch.export.save, torch.jit.save or torch.save",
+            cause=str(exc),
         ) from None
     if isinstance(module, torch.nn.Module) and not isinstance(module, torch.fx.GraphModule):
         module.eval()
@@ -39,11 +46,63 @@ def _first_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
+def _check_archive(path: Path) -> None:
+    """A .pt2 is a zip archive: check before torch.export.load (which logs a traceback on a bad one)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise ModelLoadError(
+            f"{path.name} is not a .pt2 archive ({exc}): damaged, truncated or another kind of file",
+            hint="re-export it with torch.export.save(torch.export.export(model.eval(), example_inputs), 'model.pt2')",
+        ) from None
+    if bad is not None:
+        raise ModelLoadError(f"{path.name} is damaged: {bad} fails its checksum", hint="copy or export the .pt2 again")
+
+
 def _load_exported(source: ModelSource):
     import torch
 
+    _check_archive(Path(source.spec))
     program = torch.export.load(str(source.spec))
-    return program.module(), exported_input_specs(program)
+    training = training_ops(program)
+    if training:
+        raise ModelLoadError(
+            f"{Path(source.spec).name} was exported from a module in training mode ({training[0]}: statistics updated "
+            "or activations dropped at run time)",
+            hint="export it in eval mode: torch.export.save(torch.export.export(model.eval(), example_inputs), 'model.pt2')",
+        )
+    module, specs = program.module(), exported_input_specs(program)
+    if specs and all(s.shape and isinstance(s.shape[0], int) for s in specs):
+        setattr(module, FIXED_BATCH, True)
+        log.warning(
+            "%s was exported with a fixed batch of %s: its artifacts take that batch only "
+            "(export with dynamic_shapes={'x': {0: torch.export.Dim('batch')}} for others)",
+            Path(source.spec).name,
+            specs[0].shape[0],
+        )
+    return module, specs
+
+
+def training_ops(program) -> list[str]:
+    """Ops of an exported program that behave as in training (batch norm updating its statistics, active dropout)."""
+    found = []
+    for node in program.graph.nodes:
+        name = str(node.target)
+        if node.op != "call_function":
+            continue
+        if name == "aten.batch_norm.default" and len(node.args) > 5 and node.args[5] is True:
+            found.append("batch_norm(training=True)")
+        elif name.startswith(("aten._native_batch_norm_legit_functional", "aten._native_batch_norm_legit.default")):
+            found.append(name)
+        elif name in ("aten.dropout.default", "aten.feature_dropout.default") and len(node.args) > 2 and node.args[2] is True:
+            found.append("dropout(train=True)")
+    return found
+
+
+def export_batch(module, wanted: int) -> int:
+    """The example batch to export `module` with: 1 for a .pt2 exported at a fixed batch (its guards allow no other)."""
+    return 1 if getattr(module, FIXED_BATCH, False) else wanted
 
 
 def exported_input_specs(program) -> list[TensorSpec]:
@@ -99,7 +158,13 @@ def _load_factory(source: ModelSource):
 def _load_state_dict(model, weights: Path) -> None:
     import torch
 
-    state = torch.load(str(weights), map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(str(weights), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise ModelLoadError(
+            f"{weights} is not a plain state dict: loading it would run code from the file, which edgekit refused ({_first_line(exc)})",
+            hint="save the weights with torch.save(model.state_dict(), path); only tensors and plain containers load",
+        ) from None
     if isinstance(state, dict) and "state_dict" in state:
         state = state["state_dict"]
     result = model.load_state_dict(state, strict=False)
@@ -163,10 +228,13 @@ def check_forward(module, specs: list[TensorSpec], batch: int = 1) -> int:
     return len(out) if isinstance(out, (tuple, list)) else 1
 
 
-def batch_dynamic_shapes(module, specs: list[TensorSpec]) -> dict | tuple:
-    """torch.export dynamic_shapes with dim 0 of every input dynamic, keyed by forward()'s argument names."""
+def batch_dynamic_shapes(module, specs: list[TensorSpec]) -> dict | tuple | None:
+    """torch.export dynamic_shapes with dim 0 of every input dynamic, keyed by forward()'s argument names
+    (None for a .pt2 exported at a fixed batch)."""
     import torch
 
+    if getattr(module, FIXED_BATCH, False):
+        return None
     batch = torch.export.Dim("batch", min=1)
     params = forward_input_names(module)
     if len(params) >= len(specs):

@@ -14,6 +14,7 @@ from edgekit.converters import SUFFIXES, CalibrationOptions, ConvertOptions
 from edgekit.errors import EdgekitError
 from edgekit.isa import class_for, host_class, speedup_note
 from edgekit.loaders import ModelSource, open_source
+from edgekit.recipe.cache import cached_build
 from edgekit.recipe.schema import SOURCE_FORMATS, Recipe
 from edgekit.validate.benchmark import BenchSettings
 from edgekit.validate.gate import check_row, failures, with_default_gates
@@ -128,9 +129,9 @@ def apply_compression(recipe: Recipe, source: ModelSource, inputs, validation: s
         suffix = ".keras" if source.family == "keras" else ".pt2"
         key = fingerprint({"source": source_fingerprint(source), "stage": stage.__dict__, "data": _file_hash(validation)})
         out = cache / key / f"{source.name}.compress{i}{suffix}"
-        if not out.exists():
-            _say(progress, f"compress: {stage.method}")
-            prune(source, options, out, list(inputs), validation, recipe.resolve(stage.finetune))
+        finetune = recipe.resolve(stage.finetune)
+        build = lambda: (_say(progress, f"compress: {stage.method}"), prune(source, options, out, list(inputs), validation, finetune))  # noqa: E731,B023
+        cached_build(out, build)
         source = open_source(str(out))
     return source
 
@@ -227,8 +228,8 @@ def _artifact(recipe, source, inputs, fmt, precision, target, calibration, cache
         return source, False
     options = _convert_options(recipe, inputs, precision, target, calibration)
     out = artifact_path(recipe, source, inputs, fmt, precision, target, calibration, cache)
-    cached = use_cache and out.exists()
-    artifact = describe(out, fmt, None) if cached else convert(source, fmt, out, options)
+    cached = cached_build(out, lambda: convert(source, fmt, out, options), use_cache)
+    artifact = describe(out, fmt, None)
     return ModelSource(str(artifact.path), fmt), cached
 
 

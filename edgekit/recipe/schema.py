@@ -121,6 +121,16 @@ class Recipe:
         return str(candidate if candidate.is_absolute() else self.base_dir / candidate)
 
 
+# The least value a count may take (a key not here is unchecked): runs: -3 is refused at parse, with its line.
+MINIMUMS = {
+    "latency.runs": 1,
+    "latency.batch": 1,
+    "latency.warmup": 0,
+    "latency.threads": 1,
+    "calibration.samples": 1,
+    "validation.samples": 1,
+}
+
 SECTIONS = {
     "model": ModelSection,
     "calibration": CalibrationSection,
@@ -165,7 +175,7 @@ def parse(root, name: str, base_dir: Path) -> Recipe:
                 hint="e.g. compress: [{method: magnitude, sparsity: 0.5}]",
             )
         values["compress"] = tuple(_section(CompressSection, item, name, f"compress[{i}]") for i, item in enumerate(items))
-    version = int(_plain(top["version"][1])) if "version" in top else VERSION
+    version = _typed(_plain(top["version"][1]), "int", f"{name}: line {top['version'][0] + 1}: 'version'") if "version" in top else VERSION
     if version != VERSION:
         raise RecipeError(
             f"{name}: line {top['version'][0] + 1}: recipe version {version} is not supported", hint=f"this edgekit reads version {VERSION}"
@@ -197,12 +207,21 @@ def _section(cls, node, name: str, where: str):
     values = {}
     for key, (line, value_node) in keys.items():
         value = _value(value_node)
+        if value is None:  # `key:` left empty (or only a comment after it) means the default
+            continue
         expected = next(f for f in fields(cls) if f.name == key).type
         values[key] = _typed(value, expected, f"{name}: line {line + 1}: '{where}.{key}'")
+        _check_minimum(f"{where}.{key}", values[key], f"{name}: line {line + 1}")
     missing = [f.name for f in fields(cls) if _required(f) and f.name not in values]
     if missing:
         raise RecipeError(f"{name}: line {node.start_mark.line + 1}: '{where}' needs '{missing[0]}'", hint=f"add {missing[0]}: ...")
     return cls(**values)
+
+
+def _check_minimum(key: str, value, where: str) -> None:
+    least = MINIMUMS.get(key)
+    if least is not None and value is not None and value < least:
+        raise RecipeError(f"{where}: '{key}' is {value}, below its minimum {least}", hint=f"set {key.split('.')[1]}: {least} or more")
 
 
 def _required(f) -> bool:
@@ -224,7 +243,15 @@ def _value(node):
 def _plain(node):
     import yaml
 
-    return yaml.safe_load(yaml.serialize(node))
+    if isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null":
+        return None  # `key:` with nothing after it (yaml.serialize cannot round-trip an empty scalar: found by fuzzing)
+    try:
+        return yaml.safe_load(yaml.serialize(node))
+    except yaml.YAMLError as exc:  # a tag such as !python/object, which safe_load refuses (found by fuzzing)
+        raise RecipeError(
+            f"recipe line {node.start_mark.line + 1}: {getattr(exc, 'problem', None) or exc}",
+            hint="remove the YAML tag (!...) or quote the value",
+        ) from None
 
 
 def _typed(value, expected: str, where: str):

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from edgekit.artifact import TensorSpec
+from edgekit.artifact import TensorSpec, is_generated_name
 from edgekit.errors import EdgekitError, InputMismatchError, RuntimeMissingError
 from edgekit.loaders import ModelSource
 
@@ -60,6 +60,7 @@ class Runner:
         self.device = device
         self.threads = threads or default_threads()
         self.inputs: list[TensorSpec] = list(inputs or [])
+        self.given_inputs: list[TensorSpec] = list(inputs or [])  # --input, applied to the loaded model's specs
         self.output_names: list[str] = []
         self.load_seconds: float | None = None
         self.compile_seconds: float | None = None  # set by runners that compile on first use (torch.compile)
@@ -110,6 +111,7 @@ class Runner:
         self._check_device()
         start = time.perf_counter()
         self._load_impl()
+        self.inputs = apply_given_inputs(self.inputs, self.given_inputs)
         self.load_seconds = time.perf_counter() - start
         return self.load_seconds
 
@@ -141,6 +143,7 @@ class Runner:
         """
         if self.load_seconds is None:
             self.load()
+        feeds = {**{s.name: s.constant() for s in self.inputs if s.value is not None}, **feeds}
         self._check_feeds(feeds)
         return self._prepare_impl(feeds)
 
@@ -177,6 +180,44 @@ class Runner:
     def config(self) -> dict:
         """Runtime settings that change speed, recorded in reports (threads are recorded separately)."""
         return {}
+
+
+def apply_given_inputs(model: list[TensorSpec], given: list[TensorSpec]) -> list[TensorSpec]:
+    """The model's input specs with --input's sizes for its dynamic dims (the batch axis stays the batch).
+
+    An --input naming no model input, or contradicting a fixed dim, is an error, never ignored."""
+    if not given or not model:
+        return model
+    names = [s.name for s in model]
+    unknown = [g.name for g in given if g.name not in names]
+    if len(unknown) == len(given) == len(model) and all(is_generated_name(n) for n in names):
+        given = [TensorSpec(spec.name, g.shape, g.dtype, g.value) for spec, g in zip(model, given, strict=True)]  # a converter renamed them
+        unknown = []
+    if unknown:
+        raise InputMismatchError(
+            f"--input names {unknown}, but the model's inputs are {names}", hint="name the model's inputs (see `edgekit info`)"
+        )
+    by_name = {g.name: g for g in given}
+    return [_apply_one(s, by_name[s.name]) if s.name in by_name else s for s in model]
+
+
+def _apply_one(spec: TensorSpec, given: TensorSpec) -> TensorSpec:
+    if given.value is not None:  # a constant: the model's shape (a scalar, or [1]), the given value
+        return TensorSpec(spec.name, spec.shape, spec.dtype, given.value)
+    if len(given.shape) != len(spec.shape):
+        raise InputMismatchError(
+            f"--input {given.name}:{given.shape_text()} has {len(given.shape)} dims; the model's input is {spec.shape_text()}",
+            hint=f"give all {len(spec.shape)} dims",
+        )
+    dims = []
+    for i, (have, want) in enumerate(zip(spec.shape, given.shape, strict=True)):
+        if isinstance(have, int) and isinstance(want, int) and have != want and i > 0:
+            raise InputMismatchError(
+                f"--input {given.name}:{given.shape_text()} contradicts the model's fixed shape {spec.shape_text()}",
+                hint=f"drop --input {given.name}, or give {spec.shape_text()}",
+            )
+        dims.append(want if i > 0 and not isinstance(have, int) and isinstance(want, int) else have)
+    return TensorSpec(spec.name, tuple(dims), spec.dtype)
 
 
 def check_array(spec: TensorSpec, array: np.ndarray) -> None:

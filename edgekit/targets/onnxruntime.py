@@ -54,9 +54,13 @@ class OnnxRuntimeRunner(Runner):
         try:
             self.session = ort.InferenceSession(str(self.source.spec), options, providers=[provider])
         except Exception as exc:  # ORT raises its own exception types per failure
+            from edgekit.loaders.onnx import check_external_data, read_onnx
+
+            check_external_data(read_onnx(self.source.spec, load_weights=False), self.source.spec)  # the likelier cause, named
             raise ModelLoadError(
                 f"ONNX Runtime cannot load {self.source.spec}: {str(exc).splitlines()[0][:300]}",
                 hint="check the file with `edgekit info`; an op the runtime lacks needs another opset or target",
+                cause=str(exc),
             ) from None
         self.inputs = _session_specs(self.session.get_inputs())
         self.output_names = [o.name for o in self.session.get_outputs()]

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from edgekit.artifact import TensorSpec, file_size
+from edgekit.errors import EdgekitError
 from edgekit.loaders import ModelSource
 
 
@@ -27,6 +28,16 @@ class BenchSettings:
     batch: int = 1
     warmup: int = 10
     runs: int = 100
+
+    def __post_init__(self) -> None:
+        for option, value, least in (
+            ("--runs", self.runs, 1),
+            ("--batch", self.batch, 1),
+            ("--warmup", self.warmup, 0),
+            ("--threads", self.threads, 1),
+        ):
+            if value is not None and value < least:
+                raise EdgekitError(f"{option} {value} is out of range: it must be at least {least}", hint=f"pass {option} {least} or more")
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -29,9 +30,31 @@ def new_report(kind: str, runtimes: tuple[str, ...] = ()) -> dict:
 
 
 def write_json(report: dict, path: Path) -> None:
-    """Write a report atomically."""
+    """Write a report atomically, as strict JSON: non-finite numbers become null and are counted."""
+    text = strict_json(report)
     with atomic_output(Path(path)) as tmp:
-        tmp.write_text(json.dumps(report, indent=2, default=_json_default) + "\n")
+        tmp.write_text(text + "\n")
+
+
+def strict_json(report: dict) -> str:
+    """The report as strict JSON (never a bare NaN/Infinity); `non_finite_values` counts the nulls put in their place."""
+    count = [0]
+    clean = _finite(json.loads(json.dumps(report, default=_json_default)), count)
+    if count[0]:
+        clean["non_finite_values"] = count[0]
+        clean.setdefault("warnings", []).append(f"{count[0]} non-finite values (NaN/Inf) were written as null")
+    return json.dumps(clean, indent=2, allow_nan=False)
+
+
+def _finite(value, count: list[int]):
+    if isinstance(value, float) and not math.isfinite(value):
+        count[0] += 1
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v, count) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v, count) for v in value]
+    return value
 
 
 def _json_default(value):
@@ -50,7 +73,9 @@ def load_json(path: Path) -> dict:
         report = json.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise EdgekitError(f"cannot read report {path}: {exc}", hint=NOT_A_REPORT_HINT) from None
-    if not isinstance(report, dict) or "schema_version" not in report:
+    if not isinstance(report, dict):
+        raise EdgekitError(f"{path} holds a JSON {type(report).__name__}, not an edgekit report", hint=NOT_A_REPORT_HINT)
+    if "schema_version" not in report:
         raise EdgekitError(f"{path} is not an edgekit report (no schema_version)", hint=NOT_A_REPORT_HINT)
     _check_version(path, str(report["schema_version"]))
     problem = schema_problem(report)
