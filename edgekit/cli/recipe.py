@@ -146,6 +146,7 @@ def gate(
     from edgekit.recipe.gating import LatencyCheck, regate
     from edgekit.recipe.reports import to_junit
     from edgekit.recipe.write import write_text
+    from edgekit.validate.report import load_json
 
     overrides = options.thresholds(max_drop, min_cosine, min_agreement, min_snr, max_npu_fallback)
     progress = lambda text: console.print(f"[dim]... {escape(text)}[/]", highlight=False)  # noqa: E731
@@ -157,4 +158,3 @@ def gate(
         write_text(junit, to_junit(result), force=True)
     print_gate_check(result)
     raise typer.Exit(exit_code(result))
-
