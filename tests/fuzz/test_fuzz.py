@@ -163,13 +163,13 @@ report_like = st.fixed_dictionaries(
 @FUZZ
 @given(st.one_of(report_like, json_value))
 def test_report_json_is_read_and_gated_or_gives_a_clean_error(data):
-    from edgekit.cli.recipe import _matrix_report
-    from edgekit.recipe.gating import regate
+    from edgekit.recipe.gating import LatencyCheck, regate
+    from edgekit.validate.report import load_json
 
     path = SCRATCH / "report.json"
     path.write_text(json.dumps(data))
     try:
-        regate(_matrix_report(path), None)
+        regate(load_json(path), None, LatencyCheck(retime=False))
     except EdgekitError:
         return
 
