@@ -111,16 +111,10 @@ def retime(old: ModelSource, new: ModelSource, settings: RetimeSettings, progres
         if len(rounds) < max(settings.min_rounds, 2):
             continue
         verdict = decide(rounds, settings.tolerance)
-        if not _beyond_noise(verdict, aa_spread(rounds)):
-            _refuse_small_tolerance(settings.tolerance, aa_spread(rounds))
         if verdict["verdict"] != "INCONCLUSIVE":
-            break
+            break  # the interval over rounds already settles it, whatever the noise inside a round
+        _refuse_small_tolerance(settings.tolerance, aa_spread(rounds))  # more rounds cannot resolve a tolerance inside the noise
     return _result(verdict, rounds, settings)
-
-
-def _beyond_noise(verdict: dict, spread: float) -> bool:
-    """A regression larger than twice the A/A spread stands whatever the tolerance: the noise cannot have made it."""
-    return verdict["verdict"] == "REGRESSION" and verdict["ratio"] - 1 > 2 * spread
 
 
 def _refuse_small_tolerance(tolerance: float, spread: float) -> None:
