@@ -95,8 +95,12 @@ def choose(count: int, limit: int | None, seed: int) -> np.ndarray:
 def load_samples(
     spec: str, limit: int | None = None, seed: int = 0, preprocess: str | None = None, specs: list[TensorSpec] | None = None
 ) -> Samples:
-    """Read samples from an .npz/.npy file, an image folder or a `module:function`; sample `limit` of them."""
+    """Read samples from an .npz/.npy file, an image folder, a `module:function` or a zoo: data name; sample `limit` of them."""
     from edgekit.calibration import sources
+    from edgekit.zoo.names import is_zoo, zoo_data
+
+    if is_zoo(spec):
+        spec = str(zoo_data(spec))
 
     if limit is not None and limit < 1:
         raise EdgekitError(

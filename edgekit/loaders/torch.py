@@ -152,7 +152,15 @@ def _load_factory(source: ModelSource):
         )
     if source.weights is not None:
         _load_state_dict(model, source.weights)
-    return model, None
+    return model, _declared_inputs(model)
+
+
+def _declared_inputs(model) -> list | None:
+    """Input specs a module declares as `edgekit_inputs` ("name:dims[:dtype]" strings), so --input is not needed."""
+    from edgekit.artifact import parse_input_spec
+
+    declared = getattr(model, "edgekit_inputs", None)
+    return [parse_input_spec(spec) for spec in declared] if declared else None
 
 
 def _load_state_dict(model, weights: Path) -> None:

@@ -76,17 +76,10 @@ def _say(progress, text: str) -> None:
 
 def model_source(recipe: Recipe) -> tuple[ModelSource, tuple[TensorSpec, ...], str]:
     """The recipe's model (a zoo: name or a path/factory), its --input specs and input layout."""
-    from edgekit.demo import demo_source
-    from edgekit.zoo.fashion_mnist import KERAS_MODEL
+    from edgekit.zoo.names import is_zoo, zoo_model
 
-    zoo = {
-        "zoo:fashion-cnn": (demo_source(), ("image:1x1x28x28",), "nchw"),
-        "zoo:fashion-cnn-keras": (ModelSource(str(KERAS_MODEL), "keras"), (), "nhwc"),
-    }
-    if recipe.model.path in zoo:
-        source, inputs, layout = zoo[recipe.model.path]
-    elif recipe.model.path.startswith("zoo:"):
-        raise EdgekitError(f"unknown zoo model '{recipe.model.path}'", hint=f"known: {', '.join(zoo)}")
+    if is_zoo(recipe.model.path):
+        source, inputs, layout = zoo_model(recipe.model.path)
     else:
         source, inputs, layout = (
             open_source(recipe.resolve(recipe.model.path), recipe.resolve(recipe.model.weights), recipe.model.allow_pickle),
@@ -98,14 +91,9 @@ def model_source(recipe: Recipe) -> tuple[ModelSource, tuple[TensorSpec, ...], s
 
 def data_path(path: str | None, workdir: Path, layout: str) -> str | None:
     """A data path, with zoo:fashion-mnist-test / zoo:fashion-mnist-calib written out on first use."""
-    if path is None or not path.startswith("zoo:"):
-        return path
-    from edgekit.demo import write_demo_data
+    from edgekit.zoo.names import is_zoo, zoo_data
 
-    names = {"zoo:fashion-mnist-test": 0, "zoo:fashion-mnist-calib": 1}
-    if path not in names:
-        raise EdgekitError(f"unknown zoo data '{path}'", hint=f"known: {', '.join(names)}")
-    return str(write_demo_data(workdir, layout)[names[path]])
+    return str(zoo_data(path, workdir, layout)) if is_zoo(path) else path
 
 
 def apply_compression(recipe: Recipe, source: ModelSource, inputs, validation: str | None, cache: Path, progress) -> ModelSource:

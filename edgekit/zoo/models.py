@@ -15,6 +15,8 @@ class FashionCNN(nn.Module):
     Normalisation lives inside the model, so every runtime sees the same raw input.
     """
 
+    edgekit_inputs = ("image:batchx1x28x28",)  # what edgekit loaders read, so no --input is needed
+
     def __init__(self) -> None:
         super().__init__()
         self.features = nn.Sequential(
@@ -56,6 +58,8 @@ class _BasicBlock(nn.Module):
 
 class ResNet18Shape(nn.Module):
     """The ResNet-18 architecture (11.7 M parameters, 1.8 GMACs at 224x224), for latency work."""
+
+    edgekit_inputs = ("image:batchx3x224x224",)  # what edgekit loaders read, so no --input is needed
 
     def __init__(self, num_classes: int = 1000, width: int = 64) -> None:
         super().__init__()
@@ -112,6 +116,8 @@ class EfficientNetLite(nn.Module):
 
     Normalisation lives inside the model (as FashionCNN's does), so every runtime sees the same raw input.
     """
+
+    edgekit_inputs = ("image:batchx3x224x224",)  # what edgekit loaders read, so no --input is needed
 
     def __init__(self, net: nn.Module) -> None:
         super().__init__()

@@ -221,3 +221,20 @@ def test_the_example_ci_recipe_runs_and_passes(tmp_path):
     assert report["passed"] and [(r["format"], r["precision"]) for r in report["rows"]] == [("onnx", "fp32"), ("onnx", "int8")]
     assert all(g["passed"] for r in report["rows"] for g in r["gates"])
     assert [g["metric"] for g in report["rows"][1]["gates"]] == ["accuracy_drop", "top1_agreement", "nonfinite_values", "size_mb"]
+
+
+def test_zoo_names_work_for_models_and_data_with_no_extra_flags(tmp_path, monkeypatch):
+    """The first hour: the repo's trained model to int8 and validated on its real test set, one command each."""
+    monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "fashion.int8.onnx"
+    converted = run_cli("convert", "zoo:fashion-cnn", "--to", "onnx", "-p", "int8", "--calib", "zoo:fashion-mnist-calib", "-o", out)
+    assert converted.code == 0, converted.stderr
+    assert (tmp_path / "cache" / "zoo" / "fashion_mnist_calib.npz").exists()  # written out where EDGEKIT_CACHE says
+    report = tmp_path / "r.json"
+    result = run_cli("validate", out, "-r", "zoo:fashion-cnn", "-d", "zoo:fashion-mnist-test", "--runs", "20", "--report", report)
+    assert result.code == 0, result.stderr
+    data = json.loads(report.read_text())
+    assert data["accuracy"]["samples"] == 10000 and data["accuracy"]["reference"] > 91.0  # the trained weights came with the name
+    assert data["accuracy"]["drop_points"] <= 0.5
+    unknown = run_cli("info", "zoo:no-such-model")
+    assert_clean_error(unknown, "unknown zoo model 'zoo:no-such-model'")
