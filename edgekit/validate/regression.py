@@ -112,8 +112,9 @@ def retime(old: ModelSource, new: ModelSource, settings: RetimeSettings, progres
             continue
         verdict = decide(rounds, settings.tolerance)
         if verdict["verdict"] != "INCONCLUSIVE":
-            break  # the interval over rounds already settles it, whatever the noise inside a round
-        _refuse_small_tolerance(settings.tolerance, aa_spread(rounds))  # more rounds cannot resolve a tolerance inside the noise
+            break  # the interval over rounds settles it, whatever the noise inside a round
+    if verdict["verdict"] == "INCONCLUSIVE":  # still open at the cap: say so plainly when the tolerance is inside the noise
+        _refuse_small_tolerance(settings.tolerance, aa_spread(rounds))
     return _result(verdict, rounds, settings)
 
 

@@ -186,7 +186,7 @@ def test_a_tolerance_inside_the_aa_spread_is_refused():
     _refuse_small_tolerance(0.15, spread)  # twice the spread: accepted
     from edgekit.validate.regression import decide
 
-    # retime() refuses only a verdict still INCONCLUSIVE: rounds that agree settle it even on this noisy machine
+    # retime() refuses only a verdict still INCONCLUSIVE at the round cap: rounds that agree settle it even on a noisy machine
     assert decide(_rounds(1.33, 1.35, 1.31, aa=0.06), 0.10)["verdict"] == "REGRESSION"
     assert decide(_rounds(1.00, 1.01, 0.99, aa=0.06), 0.10)["verdict"] == "SAME"
     assert decide(_rounds(1.02, 1.25, 0.95, aa=0.06), 0.10)["verdict"] == "INCONCLUSIVE"
