@@ -111,11 +111,19 @@ def retime(old: ModelSource, new: ModelSource, settings: RetimeSettings, progres
         if len(rounds) < max(settings.min_rounds, 2):
             continue
         verdict = decide(rounds, settings.tolerance)
-        if verdict["verdict"] != "INCONCLUSIVE":
-            break  # the interval over rounds settles it, whatever the noise inside a round
-    if verdict["verdict"] == "INCONCLUSIVE":  # still open at the cap: say so plainly when the tolerance is inside the noise
+        if _settled(verdict, settings.tolerance, aa_spread(rounds)):
+            break
+    if not _settled(verdict, settings.tolerance, aa_spread(rounds)):  # still open at the cap: a tolerance inside the noise says so
         _refuse_small_tolerance(settings.tolerance, aa_spread(rounds))
     return _result(verdict, rounds, settings)
+
+
+def _settled(verdict: dict, tolerance: float, spread: float) -> bool:
+    """SAME stands; a REGRESSION stands when the tolerance is outside the A/A noise or the slow-down is beyond it
+    (a tolerance inside the noise would otherwise flag the same artifact's order effects); INCONCLUSIVE never."""
+    if verdict["verdict"] == "SAME":
+        return True
+    return verdict["verdict"] == "REGRESSION" and (tolerance >= 2 * spread or verdict["ratio"] - 1 > 2 * spread)
 
 
 def _refuse_small_tolerance(tolerance: float, spread: float) -> None:

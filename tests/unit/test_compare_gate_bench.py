@@ -184,12 +184,16 @@ def test_a_tolerance_inside_the_aa_spread_is_refused():
         _refuse_small_tolerance(0.10, spread)
     assert "--tolerance 0.13" in info.value.hint
     _refuse_small_tolerance(0.15, spread)  # twice the spread: accepted
-    from edgekit.validate.regression import decide
+    from edgekit.validate.regression import _settled, decide
 
-    # retime() refuses only a verdict still INCONCLUSIVE at the round cap: rounds that agree settle it even on a noisy machine
-    assert decide(_rounds(1.33, 1.35, 1.31, aa=0.06), 0.10)["verdict"] == "REGRESSION"
-    assert decide(_rounds(1.00, 1.01, 0.99, aa=0.06), 0.10)["verdict"] == "SAME"
-    assert decide(_rounds(1.02, 1.25, 0.95, aa=0.06), 0.10)["verdict"] == "INCONCLUSIVE"
+    # retime() adds rounds until the verdict is settled, and refuses a tolerance inside the noise only at the cap
+    regression = decide(_rounds(1.33, 1.35, 1.31, aa=0.06), 0.10)
+    assert regression["verdict"] == "REGRESSION" and _settled(regression, 0.10, spread)  # x1.33 is beyond twice the noise
+    same = decide(_rounds(1.00, 1.01, 0.99, aa=0.06), 0.10)
+    assert same["verdict"] == "SAME" and _settled(same, 0.10, spread)
+    assert not _settled(decide(_rounds(1.02, 1.25, 0.95, aa=0.06), 0.10), 0.10, spread)  # INCONCLUSIVE
+    small = decide(_rounds(1.02, 1.02, 1.02, aa=0.06), 0.001)  # an order effect of 2% against a 0.1% tolerance
+    assert small["verdict"] == "REGRESSION" and not _settled(small, 0.001, spread)
 
 
 def test_machine_state_is_recorded_with_each_run():
