@@ -98,34 +98,26 @@ def finetune_centroids(model, books: dict, samples: Samples, epochs: int, learni
     """Train the shared centroids (gradient of a centroid = sum over its weights) and the unshared parameters."""
     import torch
 
-    from edgekit.compress.torch_prune import prunable
+    from edgekit.compress.torch_prune import labelled_batches, prunable
 
-    if samples.labels is None:
-        raise EdgekitError("fine-tuning needs labels", hint="add a `labels` array to the --finetune data")
     layers = dict(prunable(model))
     centroids = {name: torch.nn.Parameter(c.clone()) for name, (c, _) in books.items()}
     shared = {id(layers[name].weight) for name in books}
     others = [p for p in model.parameters() if id(p) not in shared]
     optimizer = torch.optim.AdamW([*others, *centroids.values()], lr=learning_rate, weight_decay=0)
-    generator = torch.Generator().manual_seed(seed)
-    inputs = torch.from_numpy(next(iter(samples.arrays.values())))
-    labels = torch.from_numpy(samples.labels.astype(np.int64))
     model.train()
-    for _ in range(epochs):
-        order = torch.randperm(len(inputs), generator=generator)
-        for start in range(0, len(inputs), batch):
-            idx = order[start : start + batch]
-            loss = torch.nn.functional.cross_entropy(model(inputs[idx]), labels[idx])
-            optimizer.zero_grad()
-            for layer in layers.values():
-                layer.weight.grad = None
-            loss.backward()
-            for name, (_, assignment) in books.items():
-                members = assignment >= 0
-                grad = layers[name].weight.grad[members]
-                centroids[name].grad = torch.zeros_like(centroids[name]).index_add_(0, assignment[members], grad)
-            optimizer.step()
-            _write_back(layers, books, centroids)
+    for _, inputs, labels in labelled_batches(samples, epochs, seed, batch):
+        loss = torch.nn.functional.cross_entropy(model(inputs), labels)
+        optimizer.zero_grad()
+        for layer in layers.values():
+            layer.weight.grad = None
+        loss.backward()
+        for name, (_, assignment) in books.items():
+            members = assignment >= 0
+            grad = layers[name].weight.grad[members]
+            centroids[name].grad = torch.zeros_like(centroids[name]).index_add_(0, assignment[members], grad)
+        optimizer.step()
+        _write_back(layers, books, centroids)
     model.eval()
 
 

@@ -125,35 +125,27 @@ def surgery_finetune(model, samples: Samples, options: PruneOptions, batch: int 
     layers = dict(prunable(model))
     masks = magnitude_masks(model, options.sparsity * (1 - (1 - 1 / options.epochs) ** 3), options.scope)
     returned = {n: torch.zeros_like(m) for n, m in masks.items()}
-    generator = torch.Generator().manual_seed(options.seed)
-    inputs = torch.from_numpy(next(iter(samples.arrays.values())))
-    labels = torch.from_numpy(samples.labels.astype(np.int64))
     optimizer = torch.optim.AdamW(model.parameters(), lr=options.learning_rate, weight_decay=0)
-    steps_per_epoch = -(-len(inputs) // batch)
-    surgery_steps, step, final = int(SURGERY_SHARE * options.epochs * steps_per_epoch), 0, None
+    steps_per_epoch = -(-len(samples) // batch)
+    surgery_steps, final = int(SURGERY_SHARE * options.epochs * steps_per_epoch), None
     model.train()
-    for epoch in range(1, options.epochs + 1):
-        target = options.sparsity * (1 - (1 - epoch / options.epochs) ** 3)
-        order = torch.randperm(len(inputs), generator=generator)
-        for start in range(0, len(inputs), batch):
-            idx = order[start : start + batch]
-            if step == surgery_steps:  # t = 0 from here on: exactly the target sparsity, trained as plain masked fine-tuning
-                final = magnitude_masks(model, options.sparsity, options.scope)
-                apply_masks(model, final)
-            if final is None:
-                _surgery_step(model, layers, masks, optimizer, inputs[idx], labels[idx])
-                cuts = surgery_cuts(model, target, options.scope)
-                for n, layer in layers.items():
-                    mask = surgery_mask(layer.weight, masks[n], cuts[n], cuts[n] * (1 + options.surgery_band))
-                    returned[n] |= mask & ~masks[n]  # cut before, spliced back now
-                    masks[n] = mask
-            else:
-                loss = torch.nn.functional.cross_entropy(model(inputs[idx]), labels[idx])
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-                apply_masks(model, final)
-            step += 1
+    for step, (epoch, inputs, labels) in enumerate(labelled_batches(samples, options.epochs, options.seed, batch)):
+        if step == surgery_steps:  # t = 0 from here on: exactly the target sparsity, trained as plain masked fine-tuning
+            final = magnitude_masks(model, options.sparsity, options.scope)
+            apply_masks(model, final)
+        if final is None:
+            _surgery_step(model, layers, masks, optimizer, inputs, labels)
+            cuts = surgery_cuts(model, options.sparsity * (1 - (1 - epoch / options.epochs) ** 3), options.scope)
+            for n, layer in layers.items():
+                mask = surgery_mask(layer.weight, masks[n], cuts[n], cuts[n] * (1 + options.surgery_band))
+                returned[n] |= mask & ~masks[n]  # cut before, spliced back now
+                masks[n] = mask
+        else:
+            loss = torch.nn.functional.cross_entropy(model(inputs), labels)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            apply_masks(model, final)
     if final is None:
         final = magnitude_masks(model, options.sparsity, options.scope)
         apply_masks(model, final)
@@ -244,8 +236,8 @@ def recalibrate_batchnorm(model, samples: Samples, batch: int = 64) -> None:
     model.eval()
 
 
-def finetune(model, samples: Samples, epochs: int, learning_rate: float, masks: dict | None, seed: int, batch: int = 128) -> None:
-    """Cross-entropy fine-tuning on labelled samples; masks (if any) are re-applied after every step."""
+def labelled_batches(samples: Samples, epochs: int, seed: int, batch: int = 128):
+    """(epoch, inputs, labels) mini-batches for fine-tuning, shuffled per epoch by a seeded generator (epochs count from 1)."""
     import torch
 
     if samples.labels is None:
@@ -253,18 +245,26 @@ def finetune(model, samples: Samples, epochs: int, learning_rate: float, masks: 
     generator = torch.Generator().manual_seed(seed)
     inputs = torch.from_numpy(next(iter(samples.arrays.values())))
     labels = torch.from_numpy(samples.labels.astype(np.int64))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0)
-    model.train()
-    for _ in range(epochs):
+    for epoch in range(1, epochs + 1):
         order = torch.randperm(len(inputs), generator=generator)
         for start in range(0, len(inputs), batch):
             idx = order[start : start + batch]
-            loss = torch.nn.functional.cross_entropy(model(inputs[idx]), labels[idx])
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            if masks:
-                apply_masks(model, masks)
+            yield epoch, inputs[idx], labels[idx]
+
+
+def finetune(model, samples: Samples, epochs: int, learning_rate: float, masks: dict | None, seed: int, batch: int = 128) -> None:
+    """Cross-entropy fine-tuning on labelled samples; masks (if any) are re-applied after every step."""
+    import torch
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0)
+    model.train()
+    for _, inputs, labels in labelled_batches(samples, epochs, seed, batch):
+        loss = torch.nn.functional.cross_entropy(model(inputs), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if masks:
+            apply_masks(model, masks)
     model.eval()
 
 
