@@ -184,13 +184,7 @@ class RemoteRunner(Runner):
                 f"the runner on device '{self.board.name}' stopped {during}: {last}",
                 hint="run `edgekit devices check` for the device's state",
             )
-        try:
-            header = json.loads(line)
-        except ValueError:
-            raise EdgekitError(
-                f"device '{self.board.name}' answered something that is not edgekit's runner: {line[:120]!r}",
-                hint="check that --python is Python 3.9+ and the login prints nothing to stdout",
-            ) from None
+        header = ssh.parse_header(self.board, line)
         return header, self._proc.stdout.read(header.get("size", 0))
 
     def close(self) -> None:

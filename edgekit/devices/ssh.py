@@ -173,11 +173,16 @@ def _copy(device: Device, workdir: str, uploads: list[Upload]) -> None:
 def decode_reply(device: Device, stdout: bytes) -> tuple[dict, bytes]:
     """The runner's first frame (a JSON line, then its payload)."""
     line, _, rest = stdout.partition(b"\n")
+    header = parse_header(device, line)
+    return header, rest[: header.get("size", 0)]
+
+
+def parse_header(device: Device, line: bytes) -> dict:
+    """A frame's JSON header line from the device runner, or a clear error when something else answered."""
     try:
-        header = json.loads(line)
+        return json.loads(line)
     except ValueError:
         raise EdgekitError(
             f"device '{device.name}' answered something that is not edgekit's runner: {line[:120]!r}",
             hint="check `--python` points at Python 3.9+ and that the login prints nothing to stdout (~/.bashrc)",
         ) from None
-    return header, rest[: header.get("size", 0)]
