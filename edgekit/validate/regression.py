@@ -119,11 +119,13 @@ def retime(old: ModelSource, new: ModelSource, settings: RetimeSettings, progres
 
 
 def _settled(verdict: dict, tolerance: float, spread: float) -> bool:
-    """SAME stands; a REGRESSION stands when the tolerance is outside the A/A noise or the slow-down is beyond it
-    (a tolerance inside the noise would otherwise flag the same artifact's order effects); INCONCLUSIVE never."""
+    """A verdict stands when the tolerance is outside the A/A noise (at least twice the spread); a REGRESSION also
+    stands when the slow-down itself is beyond twice the noise. Inside the noise a SAME or a small REGRESSION only
+    reflects the same artifact's order effects, so more rounds are taken; INCONCLUSIVE never stands."""
+    outside_noise = tolerance >= 2 * spread
     if verdict["verdict"] == "SAME":
-        return True
-    return verdict["verdict"] == "REGRESSION" and (tolerance >= 2 * spread or verdict["ratio"] - 1 > 2 * spread)
+        return outside_noise
+    return verdict["verdict"] == "REGRESSION" and (outside_noise or verdict["ratio"] - 1 > 2 * spread)
 
 
 def _refuse_small_tolerance(tolerance: float, spread: float) -> None:

@@ -190,10 +190,13 @@ def test_a_tolerance_inside_the_aa_spread_is_refused():
     regression = decide(_rounds(1.33, 1.35, 1.31, aa=0.06), 0.10)
     assert regression["verdict"] == "REGRESSION" and _settled(regression, 0.10, spread)  # x1.33 is beyond twice the noise
     same = decide(_rounds(1.00, 1.01, 0.99, aa=0.06), 0.10)
-    assert same["verdict"] == "SAME" and _settled(same, 0.10, spread)
+    assert same["verdict"] == "SAME" and not _settled(same, 0.10, spread)  # a 10% tolerance inside 2 x 6.2% noise
+    assert _settled(decide(_rounds(1.00, 1.01, 0.99, aa=0.06), 0.15), 0.15, spread)
     assert not _settled(decide(_rounds(1.02, 1.25, 0.95, aa=0.06), 0.10), 0.10, spread)  # INCONCLUSIVE
     small = decide(_rounds(1.02, 1.02, 1.02, aa=0.06), 0.001)  # an order effect of 2% against a 0.1% tolerance
     assert small["verdict"] == "REGRESSION" and not _settled(small, 0.001, spread)
+    faster = decide(_rounds(0.97, 0.98, 0.97, aa=0.06), 0.0001)  # SAME against a 0.01% tolerance: only order effects
+    assert faster["verdict"] == "SAME" and not _settled(faster, 0.0001, spread)
 
 
 def test_machine_state_is_recorded_with_each_run():
