@@ -27,6 +27,7 @@ def _options(
     logging.basicConfig(level=level, format="%(levelname)s: %(message)s", stream=sys.stderr, force=True)
     for noisy in ("onnxscript", "torch", "onnx_ir", "root"):
         logging.getLogger(noisy).setLevel(max(level, logging.ERROR))
+    logging.getLogger("edgekit").setLevel(level)  # "root" above is the root logger: edgekit's own warnings must still show
 
 
 _registered: list[bool] = []

@@ -19,7 +19,7 @@ def demo(
     emit_recipe: Path = typer.Option(None, "--emit-recipe", help="Write the recipe this demo runs (then `edgekit run` it)."),
 ) -> None:
     """Run the embedded recipe: a real Fashion-MNIST CNN to ONNX, OpenVINO and TFLite in fp32/fp16/int8, validated on 10k test images, timed, gated."""
-    from edgekit.cli.recipe import exit_code
+    from edgekit.api.results import exit_code
     from edgekit.cli.render import console, escape, print_run
     from edgekit.demo import RECIPES, run_demo
 

@@ -96,6 +96,7 @@ def print_artifact(artifact) -> None:
     if calib:
         console.print(
             f"  calibration: {calib['samples']} samples from {calib['source']} ({calib['method']}, sha256 {calib['sha256'][:12]})"
+            + (f": the default calibration set of {calib['default_of']} (no --calib given)" if calib.get("default_of") else "")
         )
         if calib.get("random"):
             console.print("  [bold red]calibrated on RANDOM data: accuracy of this model is not meaningful[/]")
@@ -130,6 +131,7 @@ def print_validation(report: dict) -> None:
     console.print(
         f"[bold]{report['artifact']['spec']}[/] on {escape(report['target'])} vs {report['reference']['spec']} on {escape(report['reference']['target'])}, "
         f"{report['data']['samples']} samples from {report['data']['source']}"
+        + (f" (the validation set of {report['data']['default_of']}; -d to choose)" if report["data"].get("default_of") else "")
     )
     for note in report.get("input_alignment", []):
         console.print(f"  input: {note}")

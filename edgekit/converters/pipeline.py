@@ -213,6 +213,8 @@ def calibration_samples(options: ConvertOptions, specs: list[TensorSpec]) -> Sam
         log.warning("calibrating on RANDOM data as asked: the int8 result is not meaningful for accuracy")
         samples = random_samples(specs, calib.samples, calib.seed)
     samples.provenance["method"] = calib.method
+    if calib.default_of:
+        samples.provenance["default_of"] = calib.default_of
     return samples
 
 
@@ -246,18 +248,25 @@ def read_provenance(path: Path) -> dict | None:
         return None
 
 
+def source_provenance(source: ModelSource) -> dict:
+    """What names the model an artifact came from: enough to open it again (`validate ARTIFACT` needs no -r)."""
+    weights = {"weights": str(Path(source.weights).resolve())} if source.weights and not source.zoo else {}
+    return {"spec": source.spec, "format": source.format, **weights, **({"zoo": source.zoo} if source.zoo else {})}
+
+
 def _provenance(
     source: ModelSource, specs: list[TensorSpec], options: ConvertOptions, steps, notes: dict, samples: Samples | None, artifact: Artifact
 ) -> dict:
     from edgekit.machine import package_versions
 
     return {
-        "source": {"spec": source.spec, "format": source.format},
+        "source": source_provenance(source),
         "precision": options.precision,
         "steps": [f"{conv.__name__}({precision})" for conv, precision in steps],
         "inputs": [s.to_dict() for s in artifact.inputs],
         "source_inputs": [s.to_dict() for s in specs],
         "calibration": samples.provenance if samples is not None else None,
+        "options": {k: v for k, v in dataclasses.asdict(options).items() if k not in ("precision", "inputs", "calibration")},
         "versions": package_versions("torch", "onnx", "onnxruntime", "onnxscript", "onnxconverter-common"),
         **notes,
     }

@@ -113,6 +113,7 @@ def apply_compression(recipe: Recipe, source: ModelSource, inputs, validation: s
             clusters=stage.clusters,
             init=stage.init,
             surgery=stage.surgery,
+            learning_rate=stage.lr,
         )
         suffix = ".keras" if source.family == "keras" else ".pt2"
         key = fingerprint({"source": source_fingerprint(source), "stage": stage.__dict__, "data": _file_hash(validation)})
@@ -230,9 +231,29 @@ def artifact_path(recipe, source, inputs, fmt, precision, target, calibration, c
 
 
 def _convert_options(recipe, inputs, precision, target, calibration) -> ConvertOptions:
-    calib = recipe.calibration
-    calibration_options = CalibrationOptions(calibration, calib.samples, calib.method, calib.seed, calib.preprocess)
-    return ConvertOptions(precision, inputs, calibration_options, for_target=target)
+    """The cell's options: the recipe's calibration and `convert:` section (quantization options on int8 cells only)."""
+    calib, conv = recipe.calibration, recipe.convert
+    calibration_options = CalibrationOptions(calibration, calib.samples, calib.method, calib.seed, calib.preprocess, calib.random)
+    int8 = precision.startswith("int8")
+    return ConvertOptions(
+        precision,
+        inputs,
+        calibration_options,
+        per_tensor=conv.per_tensor and int8,
+        exclude=conv.exclude,
+        for_target=conv.for_target or target,
+        model_type=conv.model_type,
+        validation_data=recipe.resolve(conv.val) if precision == "int8" else None,
+        validation_samples=conv.val_samples,
+        max_drop=conv.max_drop if precision == "int8" else None,
+        min_agreement=conv.min_agreement if precision == "int8" else None,
+        io_dtype=conv.io_dtype or ("int8" if conv.device else "float32"),
+        layout=conv.layout,
+        device=conv.device,
+        max_batch=conv.max_batch,
+        opt_batch=conv.opt_batch,
+        keep_sensitive=conv.keep_sensitive,
+    )
 
 
 def with_speedups(rows: list[dict]) -> list[dict]:
@@ -261,6 +282,7 @@ def cache_key(source: ModelSource, fmt: str, options: ConvertOptions) -> str:
             **options.calibration.__dict__,
             "data": _file_hash(options.calibration.data) if options.precision == "int8" else None,
         },
+        "options": {k: v for k, v in options.__dict__.items() if k not in ("precision", "inputs", "calibration", "for_target")},
         # the int8 scheme depends on where the cell runs: a cache made on a VNNI host is not an AVX2 host's
         "int8_for": _int8_for(options.for_target) if options.precision == "int8" else None,
     }

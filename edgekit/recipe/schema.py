@@ -41,6 +41,7 @@ class CalibrationSection:
     method: str = "minmax"
     preprocess: str | None = None
     seed: int = 0
+    random: bool = False  # calibrate on random data (plumbing only: reports mark it)
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,27 @@ class CompressSection:
     clusters: int = 16
     init: str = "linear"
     surgery: bool = False
+    lr: float = 1e-3
+
+
+@dataclass(frozen=True)
+class ConvertSection:
+    """Conversion options, as `edgekit convert` takes them (for_target: the int8 scheme's target; default: the cell's)."""
+
+    for_target: str | None = None
+    per_tensor: bool = False
+    exclude: tuple[str, ...] = ()
+    keep_sensitive: bool = True
+    model_type: str | None = None
+    val: str | None = None  # labelled data for accuracy-controlled int8, with max_drop or min_agreement
+    val_samples: int = 1000
+    max_drop: float | None = None
+    min_agreement: float | None = None
+    io_dtype: str | None = None
+    layout: str = "nchw"
+    device: str | None = None
+    max_batch: int = 64
+    opt_batch: int = 1
 
 
 @dataclass(frozen=True)
@@ -102,6 +124,7 @@ class Recipe:
     calibration: CalibrationSection = CalibrationSection()
     validation: ValidationSection = ValidationSection()
     compress: tuple[CompressSection, ...] = ()
+    convert: ConvertSection = ConvertSection()
     matrix: MatrixSection = MatrixSection()
     latency: LatencySection = LatencySection()
     gates: Thresholds = Thresholds()
@@ -135,6 +158,7 @@ SECTIONS = {
     "model": ModelSection,
     "calibration": CalibrationSection,
     "validation": ValidationSection,
+    "convert": ConvertSection,
     "matrix": MatrixSection,
     "latency": LatencySection,
     "gates": Thresholds,
