@@ -105,7 +105,7 @@ def emit(
         "model": {"path": here(model), **({"weights": here(weights)} if weights else {}), **({"inputs": list(inputs)} if inputs else {})},
     }
     for key, value in (("calibration", calibration), ("validation", validation)):
-        if value and value.get("path") is not None:
+        if value and (value.get("path") is not None or value.get("random")):
             recipe[key] = {k: here(v) if k == "path" else v for k, v in value.items() if v is not None}
     if compress:
         recipe["compress"] = [{k: here(v) if k == "finetune" else v for k, v in stage.items()} for stage in compress]
@@ -207,7 +207,8 @@ def recipe_of_validation(request, reference: str, weights: str | None, inputs) -
         "formats": [fmt],
         "precisions": [provenance.get("precision", "fp32")],
         "targets": {fmt: [request.target or DEFAULT_TARGET[fmt]]},
-        "calibration": {k: calibration.get(k) for k in ("samples", "method", "seed", "preprocess")} | {"path": calibration.get("source")},
+        "calibration": {k: calibration.get(k) for k in ("samples", "method", "seed", "preprocess")}
+        | ({"path": None, "random": True} if calibration.get("random") else {"path": calibration.get("source")}),
         "validation": {"path": request.data, "limit": request.data_limit, "preprocess": request.preprocess, "task": request.task},
         "convert": options or None,
         "latency": {"threads": lat.threads, "batch": lat.batch, "warmup": lat.warmup, "runs": lat.runs},
