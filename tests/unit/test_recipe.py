@@ -2,6 +2,7 @@
 
 import json
 import textwrap
+from pathlib import Path
 from xml.etree import ElementTree as ET
 
 import numpy as np
@@ -164,8 +165,10 @@ def test_convert_emits_a_recipe_that_reproduces_it(tmp_path, weights_path, demo_
     )
     assert result.code == 0
     parsed = load_recipe(recipe)
-    assert parsed.matrix.cells() == [("onnx", "int8", "onnxruntime:cpu")] and parsed.calibration.path == str(demo_data[1])
-    assert parsed.model.weights == str(weights_path)
+    assert parsed.matrix.cells() == [("onnx", "int8", "onnxruntime:cpu")]
+    # paths are written relative to the recipe, and resolved from its folder
+    assert Path(parsed.resolve(parsed.calibration.path)).resolve() == Path(demo_data[1]).resolve()
+    assert Path(parsed.resolve(parsed.model.weights)).resolve() == Path(weights_path).resolve()
 
 
 def test_a_failed_cell_does_not_stop_the_others(tmp_path, small_test_npz):
