@@ -285,7 +285,7 @@ def bench(
     if emit_recipe:
         from edgekit.recipe.write import emit, recipe_of_bench
 
-        emit(emit_recipe, **recipe_of_bench([str(a) for a in artifacts], settings, inputs))
+        emit(emit_recipe, **recipe_of_bench([str(a) for a in artifacts], settings, inputs, weights))
     specs = list(_specs(inputs)) or None
     results = [run_bench(open_source(str(a), weights, allow_pickle), settings, specs).to_dict() for a in artifacts]
     result = new_report("bench", tuple({r["target"].split(":")[0] for r in results}))

@@ -195,7 +195,7 @@ def recipe_of_validation(request, reference: str, weights: str | None, inputs) -
     from edgekit.converters.pipeline import read_provenance
     from edgekit.targets import DEFAULT_TARGET
 
-    fmt = request.artifact.format
+    fmt = request.artifact.family  # onnx, openvino, ...; torch or keras: the model itself as the matrix row
     provenance = (read_provenance(request.artifact.path) if request.artifact.path else None) or {}
     calibration = provenance.get("calibration") or {}
     options = convert_section_of(provenance.get("options"))
@@ -216,15 +216,17 @@ def recipe_of_validation(request, reference: str, weights: str | None, inputs) -
     }
 
 
-def recipe_of_bench(artifacts: list[str], settings, inputs) -> dict:
-    """`bench`: the artifact as the model, run as it is (fp32 = no precision pass), with these latency settings."""
+def recipe_of_bench(artifacts: list[str], settings, inputs, weights: str | None = None) -> dict:
+    """`bench`: the artifact as the model, run as it is (fp32 = no precision pass; a PyTorch or Keras model is its
+    own matrix format), with these latency settings."""
     from edgekit.loaders import open_source
 
     if len(artifacts) != 1:
         raise EdgekitError("--emit-recipe writes one recipe per artifact", hint="bench one artifact at a time to emit its recipe")
-    fmt = open_source(artifacts[0]).format
+    fmt = open_source(artifacts[0], weights).family
     return {
         "model": artifacts[0],
+        "weights": weights,
         "inputs": list(inputs or []),
         "formats": [fmt],
         "precisions": ["fp32"],

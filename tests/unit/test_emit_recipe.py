@@ -136,3 +136,13 @@ def test_prune_recipe_gives_the_same_model_and_accuracy(workspace, small_test_np
     compressed = next((work / "recipes" / "edgekit-report" / ".cache").glob("*/*.compress0.pt2"))
     assert pt2_content(compressed) == pt2_content(work / "p.pt2")
     assert row["accuracy"] == pruned["accuracy"] and row["samples"] == 2000
+
+
+def test_a_torch_model_benched_is_its_own_matrix_row(tmp_path):
+    from edgekit.recipe.write import emit, recipe_of_bench
+    from edgekit.validate.benchmark import BenchSettings
+
+    emit(tmp_path / "b.yaml", **recipe_of_bench(["zoo:fashion-cnn"], BenchSettings("torch:cpu[dtype=bf16]", 1, 1, 2, 7), None))
+    recipe = load_recipe(tmp_path / "b.yaml")
+    assert recipe.matrix.cells() == [("torch", "fp32", "torch:cpu[dtype=bf16]")] and recipe.model.path == "zoo:fashion-cnn"
+    assert (recipe.latency.threads, recipe.latency.warmup, recipe.latency.runs) == (1, 2, 7)
