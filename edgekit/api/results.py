@@ -162,7 +162,7 @@ class Validation(Report):
         acc = f", accuracy {self.accuracy['artifact']:.2f}% (drop {self.accuracy['drop_points']:+.2f} pts)" if self.accuracy else ""
         worst = min((f.cosine_mean for f in self.fidelity), default=float("nan"))
         return (
-            f"Validation({self.artifact.get('spec')} on {self.target} vs {self.reference.get('spec')}: "
+            f"Validation({self.artifact.get('spec')} on {self.target} vs {self.reference.get('zoo') or self.reference.get('spec')}: "
             f"cosine {worst:.5f}{acc}, p50 {self.latency.latency.p50:.3f} ms, gate {'passed' if self.passed else 'FAILED'})"
             if self.latency
             else f"Validation({self.artifact.get('spec')}{acc})"

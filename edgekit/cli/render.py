@@ -129,7 +129,7 @@ def print_validation(report: dict) -> None:
     for warning in report["warnings"]:
         console.print(f"[bold red]WARNING: {warning}[/]")
     console.print(
-        f"[bold]{report['artifact']['spec']}[/] on {escape(report['target'])} vs {report['reference']['spec']} on {escape(report['reference']['target'])}, "
+        f"[bold]{report['artifact']['spec']}[/] on {escape(report['target'])} vs {report['reference'].get('zoo') or report['reference']['spec']} on {escape(report['reference']['target'])}, "
         f"{report['data']['samples']} samples from {report['data']['source']}"
         + (f" (the validation set of {report['data']['default_of']}; -d to choose)" if report["data"].get("default_of") else "")
     )

@@ -230,7 +230,7 @@ def _accuracy(ref_logits, art_logits, labels) -> dict | None:
 def _describe(source: ModelSource, target: str) -> dict:
     from edgekit.converters.pipeline import DESCRIBERS, describe
 
-    described = {"spec": source.spec, "format": source.format, "target": target}
+    described = {"spec": source.spec, "format": source.format, "target": target, **({"zoo": source.zoo} if source.zoo else {})}
     if source.format in DESCRIBERS:
         described.update(describe(source.path, source.format, None).to_dict())
     return described

@@ -66,7 +66,7 @@ def test_convert_a_zoo_model_to_int8_with_its_own_calibration_set(zoo_int8):
 def test_validate_finds_reference_and_data_and_returns_typed_results(validated):
     result, _ = validated
     assert isinstance(result, Validation) and result.kind == "validate"
-    assert result.reference["spec"] == "edgekit.zoo.models:fashion_cnn"  # the zoo model, trained weights included
+    assert result.reference["zoo"] == "zoo:fashion-cnn" and result.reference["spec"] == "edgekit.zoo.models:fashion_cnn"
     assert result.data["source"] == "zoo:fashion-mnist-test" and result.data["default_of"] == "zoo:fashion-cnn"
     assert result.accuracy["samples"] == 2000 and result.accuracy["reference"] > 90.0 and abs(result.accuracy["drop_points"]) < 1.0
     assert isinstance(result.fidelity[0], Fidelity) and result.fidelity[0].cosine_mean > 0.999
@@ -85,7 +85,7 @@ def test_the_typed_result_is_the_written_report(validated):
     assert list(result.to_dict()) == list(written)  # same keys, same order
     again = as_result(written)
     assert isinstance(again, Validation) and again.to_dict() == written and schema_problem(again.to_dict()) is None
-    assert "image" not in again.extra and "task" in again.extra  # open keys are kept, schema fields are attributes
+    assert {"task", "output_pairing"} <= set(again.extra) and "fidelity" not in again.extra  # open keys kept, schema fields typed
 
 
 def test_gate_on_the_saved_report(validated):
@@ -112,7 +112,9 @@ def test_the_documented_one_liner_runs_as_shown(zoo_int8):
     proc = subprocess.run([sys.executable, *args[1:]], capture_output=True, text=True, cwd=zoo_int8.path.parent, timeout=600)
     assert proc.returncode == 0, proc.stderr
     line = proc.stdout.strip()
-    assert line.startswith("Validation(fashion-cnn.int8.onnx on onnxruntime:cpu") and "gate passed" in line, line
+    assert (
+        line.startswith("Validation(fashion-cnn.int8.onnx on onnxruntime:cpu vs zoo:fashion-cnn: cosine 0.99") and "gate passed" in line
+    ), line
     assert re.search(r"accuracy 9\d\.\d\d% \(drop [+-]\d\.\d\d pts\)", line), line
 
 
