@@ -206,6 +206,9 @@ def _print_latency_rows(results: list[dict], report: dict) -> None:
         "peak RSS",
         "size",
     )
+    gpu = any(r.get("peak_gpu_memory_mb") is not None for r in results)
+    if gpu:  # CUDA targets: torch's peak allocation in the timed process
+        table.add_column("peak GPU")
     for r in results:
         lat = r["latency"]
         table.add_row(
@@ -223,6 +226,7 @@ def _print_latency_rows(results: list[dict], report: dict) -> None:
             f"{lat['throughput']:.0f}",
             f"{r['peak_rss_mb']:.0f} MB",
             fmt_size(r["size_bytes"]),
+            *([fmt(r.get("peak_gpu_memory_mb"), ".0f") + (" MB" if r.get("peak_gpu_memory_mb") is not None else "")] if gpu else []),
         )
     console.print(table)
     for r in results:

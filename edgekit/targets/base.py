@@ -177,6 +177,10 @@ class Runner:
         """The last inference's time as the runtime itself measured it (no Python overhead), where it reports one."""
         return None
 
+    def peak_gpu_memory_mb(self) -> float | None:
+        """The most GPU memory this process allocated through the runtime (weights, activations, buffers); None off a GPU."""
+        return None
+
     def config(self) -> dict:
         """Runtime settings that change speed, recorded in reports (threads are recorded separately)."""
         return {}

@@ -104,6 +104,7 @@ class BenchResult:
     runtime_config: dict | None = None
     compile_ms: float | None = None  # torch.compile and CUDA-graph capture on the first calls, apart from run time
     device: dict | None = None  # on a board (target RUNTIME:DEVICE@NAME): its name, probed facts, thermal state
+    peak_gpu_memory_mb: float | None = None  # torch.cuda.max_memory_allocated over load and runs on a CUDA target; else None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -157,6 +158,7 @@ def bench_in_process(
         None if reported is None else LatencyStats.from_times(reported, settings.batch),
         runner.config(),
         None if runner.compile_seconds is None else runner.compile_seconds * 1000,
+        peak_gpu_memory_mb=runner.peak_gpu_memory_mb(),
     )
 
 
