@@ -27,15 +27,30 @@ MARGIN = {"l": 70, "r": 30, "t": 60, "b": 60}
 CHAR_PX, LABEL_H, MARKER_R = 7.0, 16.0, 8.0  # 12 px font: ~7 px per character
 
 
+def figures(report: dict) -> list[tuple]:
+    """(title, plotly figure or None when nothing to plot, caption, why nothing) per chart; rows that failed stay out."""
+    rows = [r for r in report["rows"] if r["status"] == "ok"]
+    return [
+        (
+            "Accuracy vs p50 latency",
+            _scatter(rows),
+            "Hover a point for its row. Ringed points are on the Pareto front.",
+            "no row has an accuracy",
+        ),
+        ("Latency distributions", _boxes(rows), "Box: p25-p75, line: p50, whiskers: p1-p99, over the timed runs.", "no row has timings"),
+        (
+            "Speed-up vs fp32 on the same target",
+            _speedups(rows),
+            "p50 of the fp32 row / p50 of the row; 1.0x is no change.",
+            "no fp32 row to compare with",
+        ),
+    ]
+
+
 def to_html(report: dict) -> str:
     """The whole page."""
     plotly = _plotly()
-    rows = [r for r in report["rows"] if r["status"] == "ok"]
-    figures = [
-        ("Accuracy vs p50 latency", _scatter(rows), "Hover a point for its row. Ringed points are on the Pareto front."),
-        ("Latency distributions", _boxes(rows), "Box: p25-p75, line: p50, whiskers: p1-p99, over the timed runs."),
-        ("Speed-up vs fp32 on the same target", _speedups(rows), "p50 of the fp32 row / p50 of the row; 1.0x is no change."),
-    ]
+    charts = "".join(_section(i, *figure) for i, figure in enumerate(figures(report)))
     verdict = "passed" if report["passed"] else "FAILED"
     thresholds = ", ".join(f"{k}={v}" for k, v in report["thresholds"].items()) or "none"
     notes = "".join(f"<p class='note'>{html.escape(n)}</p>" for n in speedup_notes(report))
@@ -44,7 +59,7 @@ def to_html(report: dict) -> str:
 <h2>edgekit: {html.escape(str(report["model"]))} &mdash; gates <span class="{verdict}">{verdict}</span></h2>
 <p class="machine">Measured on {html.escape(machine_text(report))}. Thresholds: {html.escape(thresholds)}.</p>
 {_table(report["rows"])}{notes}
-{"".join(_section(i, title, figure, caption) for i, (title, figure, caption) in enumerate(figures))}
+{charts}
 </body></html>"""
 
 
@@ -76,9 +91,9 @@ def _table(rows: list[dict]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def _section(index: int, title: str, figure, caption: str) -> str:
+def _section(index: int, title: str, figure, caption: str, empty: str) -> str:
     if figure is None:
-        return f"<h3>{html.escape(title)}</h3><p class='caption'>nothing to plot: {html.escape(caption.split(':')[0].lower())}</p>"
+        return f"<h3>{html.escape(title)}</h3><p class='caption'>Nothing to plot: {html.escape(empty)}.</p>"
     div = figure.to_html(
         full_html=False, include_plotlyjs=False, div_id=f"plot-{index}", config={"displaylogo": False, "responsive": False}
     )
@@ -185,11 +200,12 @@ def _axis_range(values: list[float], log: bool, pad: float, min_span: float) -> 
 
 
 def _axis(title: str, values: list[float], log: bool, pad: float, min_span: float) -> dict:
-    """A latency axis: linear from the data's range, or log with ticks at 1, 2, 5 x 10^k labelled as plain numbers."""
+    """A latency axis: linear from the data's range, or log with ticks at 1, 2, (3,) 5 x 10^k labelled as plain numbers."""
     span_range = _axis_range(values, log, pad, min_span)
     axis = {"title": {"text": title + (", log scale" if log else "")}, "type": "log" if log else "linear", "range": span_range}
     if log:
-        ticks = [m * 10.0**k for k in range(math.floor(span_range[0]) - 1, math.ceil(span_range[1]) + 1) for m in (1, 2, 5)]
+        steps = (1, 2, 3, 5) if span_range[1] - span_range[0] < 1.5 else (1, 2, 5)  # within a decade or two: one more
+        ticks = [m * 10.0**k for k in range(math.floor(span_range[0]) - 1, math.ceil(span_range[1]) + 1) for m in steps]
         ticks = [t for t in ticks if span_range[0] <= math.log10(t) <= span_range[1]]
         axis |= {"tickvals": ticks, "ticktext": [f"{t:g}" for t in ticks]}
     else:

@@ -9,9 +9,10 @@ import os
 import shutil
 import textwrap
 
+import numpy as np
 import pytest
 
-from edgekit.recipe.html_report import LOG_SPREAD, Box, pareto_front, place_labels, to_html
+from edgekit.recipe.html_report import LOG_SPREAD, Box, figures, pareto_front, place_labels, to_html
 from tests.chromium import Page, find_chromium
 from tests.conftest import run_cli
 
@@ -37,19 +38,21 @@ PAGE_FACTS = """JSON.stringify({
 def recipe_run(tmp_path_factory, small_test_npz):
     """A real matrix run: its folder and report.json."""
     folder = tmp_path_factory.mktemp("html")
+    with np.load(small_test_npz) as npz:  # 500 real test images are enough for a page
+        np.savez(folder / "test500.npz", image=npz["image"][:500], labels=npz["labels"][:500])
     (folder / "edgekit.yaml").write_text(
         textwrap.dedent(
-            f"""
+            """
             version: 1
-            model: {{path: zoo:fashion-cnn}}
-            calibration: {{path: zoo:fashion-mnist-calib, samples: 200}}
-            validation: {{path: {small_test_npz}}}
+            model: {path: zoo:fashion-cnn}
+            calibration: {path: zoo:fashion-mnist-calib, samples: 100}
+            validation: {path: test500.npz}
             matrix:
               formats: [onnx, torch]
               precisions: [fp32, int8]
-              targets: {{torch: ["torch:cpu", "torch:cpu[channels_last=1]"]}}
-            latency: {{threads: 1, runs: 50, warmup: 5}}
-            report: {{dir: out}}
+              targets: {torch: ["torch:cpu", "torch:cpu[channels_last=1]"]}
+            latency: {threads: 1, runs: 30, warmup: 3}
+            report: {dir: out}
             """
         )
     )
@@ -98,6 +101,21 @@ def test_report_renders_cleanly_in_chromium(recipe_run, tmp_path):
                 tick,
             )
     assert facts["width"] <= 1280  # no horizontal scrolling
+
+
+def test_failed_cells_stay_in_the_table_and_out_of_the_plots(recipe_run):
+    _, report = recipe_run
+    broken = json.loads(json.dumps(report))
+    broken["rows"][1]["status"] = "ConversionError: the int8 pass failed"
+    charts = {title: figure for title, figure, *_ in figures(broken)}
+    scatter, boxes = charts["Accuracy vs p50 latency"], charts["Latency distributions"]
+    assert sum(len(t.x) for t in scatter.data[:-1]) == len(report["rows"]) - 1  # the last trace is the Pareto front
+    assert len(boxes.data) == len(report["rows"]) - 1
+    assert "ConversionError: the int8 pass failed" in to_html(broken)
+    for row in broken["rows"]:
+        row["status"] = "error"
+    assert [figure for _, figure, *_ in figures(broken)] == [None, None, None]
+    assert to_html(broken).count("Nothing to plot") == 3
 
 
 def test_pareto_front_keeps_only_unbeaten_points():
