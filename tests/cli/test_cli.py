@@ -15,7 +15,7 @@ IMAGE = "image:1x1x28x28"
 
 
 def test_help_imports_no_framework():
-    code = "import sys, edgekit.cli as c; c._register(); print(sorted(m for m in ('torch','tensorflow','onnx','onnxruntime','openvino','keras','ray') if m in sys.modules))"
+    code = "import sys, edgekit.cli as c; c._register(); print(sorted(m for m in ('torch','tensorflow','onnx','onnxruntime','openvino','keras','ray','plotly') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
     result = run_cli("--help")
