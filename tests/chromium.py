@@ -30,6 +30,7 @@ class Page:
         self.errors: list[str] = []
         self._id = 0
         self._buffer = b""
+        self._events: list[dict] = []  # events that arrived while waiting for a reply
 
     def __enter__(self) -> Page:
         to_browser_r, self._to_browser = os.pipe()
@@ -56,6 +57,14 @@ class Page:
         self._proc = subprocess.Popen(args, preexec_fn=child_fds, pass_fds=(3, 4), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         os.close(to_browser_r)
         os.close(from_browser_w)
+        try:
+            self._open_tab()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _open_tab(self) -> None:
         target = self._send("Target.createTarget", {"url": "about:blank"})["targetId"]
         self._session = self._send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Page", "Runtime", "Log"):
@@ -65,7 +74,6 @@ class Page:
             {"width": self.width, "height": self.height, "deviceScaleFactor": 1, "mobile": False},
             True,
         )
-        return self
 
     def __exit__(self, *exc) -> None:
         try:
@@ -82,9 +90,11 @@ class Page:
         shutil.rmtree(self._profile, ignore_errors=True)
 
     def load(self, path: Path) -> None:
-        """Navigate to a local file and wait for its load event."""
+        """Navigate to a local file, wait for its load event, then for two animation frames (drawing done)."""
+        self._events.clear()
         self._send("Page.navigate", {"url": Path(path).resolve().as_uri()}, True)
         self._wait_event("Page.loadEventFired")
+        self.evaluate("new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => done(true))))")
 
     def evaluate(self, expression: str):
         """The JSON value of a JavaScript expression (awaited when it is a promise)."""
@@ -115,11 +125,15 @@ class Page:
                     raise RuntimeError(f"{method}: {reply['error']}")
                 return reply["result"]
             self._note(reply)
+            self._events.append(reply)
 
     def _wait_event(self, method: str) -> dict:
         while True:
-            message = self._read()
-            self._note(message)
+            if self._events:
+                message = self._events.pop(0)
+            else:
+                message = self._read()
+                self._note(message)
             if message.get("method") == method:
                 return message["params"]
 
