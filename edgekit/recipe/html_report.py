@@ -1,8 +1,8 @@
 """The HTML matrix report: the table and three interactive plotly charts in one self-contained page.
 
 Accuracy against p50 latency (Pareto front marked, labels placed so none overlaps), each row's latency
-distribution (a log axis when the p50s spread beyond LOG_SPREAD) and the speed-up per target against its
-fp32 row. plotly.js is inlined once per page (reports are opened offline); plotly is imported only here.
+distribution and the speed-up per target against its fp32 row. A latency axis is logarithmic when what it
+plots spans more than LOG_SPREAD (the p50s; p1 to p99 for the distributions). plotly.js is inlined once per page (reports are opened offline); plotly is imported only here.
 """
 
 from __future__ import annotations
@@ -10,13 +10,14 @@ from __future__ import annotations
 import html
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from edgekit.errors import EdgekitError
 from edgekit.recipe.reports import COLUMNS, cells, machine_text, speedup_notes
 
-LOG_SPREAD = 5.0  # slowest p50 / fastest p50 above which latency axes are logarithmic
+LOG_SPREAD = 5.0  # largest / smallest plotted latency above which an axis is logarithmic
 PRECISION_SYMBOLS = {"fp32": "circle", "fp16": "diamond", "bf16": "diamond-open", "int8": "square", "int8-dynamic": "square-open"}
 COLORS = ("#3573b9", "#e07b39", "#3a9a5b", "#c0392b", "#8e5fb5", "#7f7f7f", "#b5a642", "#1fa2b3")
 FONT = "system-ui, -apple-system, Segoe UI, sans-serif"
@@ -101,7 +102,21 @@ def _section(index: int, title: str, figure, caption: str, empty: str) -> str:
 
 
 def row_label(row: dict) -> str:
-    return f"{row['format']} {row['precision']}"
+    return row["format"] + ("" if row.get("precision") in (None, "-") else f" {row['precision']}")
+
+
+def display_names(rows: list[dict], with_target: bool = False) -> list[str]:
+    """A distinct name per row, as short as it can be: format precision, then (only where names collide)
+    @ target, then the artifact's file name @ target, then a number."""
+    steps = (
+        lambda r: f"{row_label(r)} @ {r['target']}",
+        lambda r: f"{Path(r.get('artifact') or row_label(r)).name} @ {r['target']}",
+    )
+    names = [steps[0](r) if with_target else row_label(r) for r in rows]
+    for step in steps:
+        clashes = {n for n in names if names.count(n) > 1}
+        names = [step(r) if n in clashes else n for r, n in zip(rows, names, strict=True)]
+    return [n if names.count(n) == 1 else f"{n} #{i + 1}" for i, n in enumerate(names)]
 
 
 def _hover(row: dict) -> str:
@@ -279,7 +294,7 @@ def _labels(rows, xs, ys, xr, yr, log) -> list[dict]:
         u = math.log10(x) if log else x
         return plot_w * (u - xr[0]) / (xr[1] - xr[0]), plot_h * (yr[1] - y) / (yr[1] - yr[0])
 
-    texts = [_short_label(r, rows) for r in rows]
+    texts = display_names(rows)
     anchors = [px(x, y) for x, y in zip(xs, ys, strict=True)]
     offsets = place_labels(anchors, texts, Box(0, 0, plot_w, plot_h))
     return [
@@ -302,12 +317,6 @@ def _labels(rows, xs, ys, xr, yr, log) -> list[dict]:
     ]
 
 
-def _short_label(row: dict, rows: list[dict]) -> str:
-    """format precision, plus the target where the format runs on more than one."""
-    targets = {r["target"] for r in rows if r["format"] == row["format"]}
-    return row_label(row) + (f" @ {row['target']}" if len(targets) > 1 else "")
-
-
 # --- latency distributions -------------------------------------------------------------------------
 
 
@@ -317,11 +326,11 @@ def _boxes(rows: list[dict]):
     rows = [r for r in rows if r.get("times_ms")]
     if not rows:
         return None
-    log = _log_scale([r["p50_ms"] for r in rows])
+    lows, highs = [float(np.percentile(r["times_ms"], 1)) for r in rows], [float(np.percentile(r["times_ms"], 99)) for r in rows]
+    log = _log_scale(lows + highs)  # a tail 5x beyond the fastest p1 would squeeze every box into a sliver
     fig = go.Figure()
-    for r in reversed(rows):  # the table's first row on top
+    for r, name in reversed(list(zip(rows, display_names(rows, with_target=True), strict=True))):  # the table's first row on top
         p1, p25, p50, p75, p99 = np.percentile(r["times_ms"], [1, 25, 50, 75, 99]).tolist()
-        name = f"{row_label(r)} · {r['target']}"
         fig.add_trace(
             go.Box(
                 y=[name],
@@ -340,7 +349,6 @@ def _boxes(rows: list[dict]):
                 hoverinfo="text",
             )
         )
-    lows, highs = [float(np.percentile(r["times_ms"], 1)) for r in rows], [float(np.percentile(r["times_ms"], 99)) for r in rows]
     fig.update_layout(
         _layout(
             height=110 + 34 * len(rows),

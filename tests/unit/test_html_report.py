@@ -12,7 +12,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from edgekit.recipe.html_report import LOG_SPREAD, Box, figures, pareto_front, place_labels, to_html
+from edgekit.recipe.html_report import LOG_SPREAD, Box, display_names, figures, pareto_front, place_labels, to_html
 from tests.chromium import Page, find_chromium
 from tests.conftest import run_cli
 
@@ -88,8 +88,9 @@ def test_report_renders_cleanly_in_chromium(recipe_run, tmp_path):
     assert sum(scatter["points"][:-1]) == len(ok) and scatter["points"][-1] >= 1  # every row, then the Pareto front
     assert boxes["points"] == [1] * len(ok) and bars["points"] and all(bars["points"])
     assert all(p["marks"] >= len(p["points"]) for p in plots.values()), {k: p["marks"] for k, p in plots.items()}
-    p50s = [r["p50_ms"] for r in ok]
-    assert boxes["xtype"] == ("log" if max(p50s) / min(p50s) > LOG_SPREAD else "linear")
+    p50s, drawn = [r["p50_ms"] for r in ok], [np.percentile(r["times_ms"], [1, 99]) for r in ok]
+    assert scatter["xtype"] == ("log" if max(p50s) / min(p50s) > LOG_SPREAD else "linear")
+    assert boxes["xtype"] == ("log" if max(d[1] for d in drawn) / min(d[0] for d in drawn) > LOG_SPREAD else "linear")
     labels = [Box(b["left"], b["top"], b["right"], b["bottom"]) for b in scatter["labels"]]
     assert len(labels) == len(ok)
     assert not [(a, b) for i, a in enumerate(labels) for b in labels[i + 1 :] if a.overlaps(b)]
@@ -116,6 +117,15 @@ def test_failed_cells_stay_in_the_table_and_out_of_the_plots(recipe_run):
         row["status"] = "error"
     assert [figure for _, figure, *_ in figures(broken)] == [None, None, None]
     assert to_html(broken).count("Nothing to plot") == 3
+
+
+def test_every_row_gets_a_distinct_name_as_short_as_it_can_be(recipe_run):
+    _, report = recipe_run
+    rows = report["rows"]
+    assert display_names(rows) == ["onnx fp32", "onnx int8", "torch fp32 @ torch:cpu", "torch fp32 @ torch:cpu[channels_last=1]"]
+    assert display_names(rows, with_target=True)[0] == "onnx fp32 @ onnxruntime:cpu"
+    twice = rows + rows  # e.g. `edgekit report` of a bench report that timed the same model twice
+    assert len(set(display_names(twice))) == len(twice)
 
 
 def test_pareto_front_keeps_only_unbeaten_points():
