@@ -2,7 +2,8 @@
 
 Accuracy against p50 latency (Pareto front marked, labels placed so none overlaps), each row's latency
 distribution and the speed-up per target against its fp32 row. A latency axis is logarithmic when what it
-plots spans more than LOG_SPREAD (the p50s; p1 to p99 for the distributions). plotly.js is inlined once per page (reports are opened offline); plotly is imported only here.
+plots spans more than LOG_SPREAD (the p50s; p1 to p99 for the distributions). plotly.js is inlined once per
+page (reports are opened offline); plotly is imported only here.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 
 from edgekit.errors import EdgekitError
 from edgekit.recipe.reports import COLUMNS, cells, machine_text, speedup_notes
+from edgekit.validate.report import fmt_size
 
 LOG_SPREAD = 5.0  # largest / smallest plotted latency above which an axis is logarithmic
 PRECISION_SYMBOLS = {"fp32": "circle", "fp16": "diamond", "bf16": "diamond-open", "int8": "square", "int8-dynamic": "square-open"}
@@ -35,7 +37,7 @@ def figures(report: dict) -> list[tuple]:
         (
             "Accuracy vs p50 latency",
             _scatter(rows),
-            "Hover a point for its row. Ringed points are on the Pareto front.",
+            "Hover a point for its row. Ringed points are on the Pareto front. Symbols: circle fp32, diamond fp16, square int8.",
             "no row has an accuracy",
         ),
         ("Latency distributions", _boxes(rows), "Box: p25-p75, line: p50, whiskers: p1-p99, over the timed runs.", "no row has timings"),
@@ -78,8 +80,6 @@ def _plotly():
         raise EdgekitError(
             "the HTML report needs plotly, which is not installed", hint="pip install plotly (an edgekit dependency)"
         ) from None
-    import plotly
-
     return plotly
 
 
@@ -131,7 +131,8 @@ def _hover(row: dict) -> str:
     ):
         if row.get(key) is not None:
             parts.append(f"{name}: {row[key]:{spec}}{unit}")
-    parts.append(f"size: {row['size_bytes'] / 1024:.0f} KiB")
+    if row.get("size_bytes"):
+        parts.append(f"size: {fmt_size(row['size_bytes'])}")
     parts.append("gates: " + ("pass" if row.get("passed") else "FAIL"))
     return "<br>".join(parts)
 
@@ -341,8 +342,8 @@ def _boxes(rows: list[dict]):
                 upperfence=[p99],
                 orientation="h",
                 name=name,
-                marker={"color": "#c0392b" if not r.get("passed") else "#3573b9"},
-                fillcolor="rgba(53,115,185,0.25)",
+                marker={"color": "#3573b9" if r.get("passed") else "#c0392b"},  # a row that failed a gate in red
+                fillcolor="rgba(53,115,185,0.25)" if r.get("passed") else "rgba(192,57,43,0.2)",
                 line={"width": 1.5},
                 showlegend=False,
                 hovertext=_hover(r) + f"<br>runs: {len(r['times_ms'])}, p1 {p1:.3f}, p99 {p99:.3f} ms",
