@@ -146,7 +146,7 @@ def test_target_options_parse_and_are_checked(fashion_source):
     )
     assert parse_target("onnxruntime") == ("onnxruntime", "cpu", {})
     runner = make_runner(fashion_source, "torch:cpu[dtype=bf16]", 1, list(INPUTS))
-    assert runner.target == "torch:cpu[dtype=bf16]" and runner.settings == {"compile": "eager", "dtype": "bf16"}
+    assert runner.target == "torch:cpu[dtype=bf16]" and runner.settings == {"compile": "eager", "dtype": "bf16", "channels_last": "0"}
     assert make_runner(fashion_source, "torch:cpu[dtype=fp32]", 1, list(INPUTS)).target == "torch:cpu"
     with pytest.raises(EdgekitError, match="take no option 'threads'"):
         make_runner(fashion_source, "torch:cpu[threads=2]")
