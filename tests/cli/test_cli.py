@@ -8,18 +8,41 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import assert_clean_error, run_cli
+from tests.conftest import CliResult, assert_clean_error, run_cli
 
 FACTORY = "edgekit.zoo.models:fashion_cnn"
 IMAGE = "image:1x1x28x28"
 
 
+FRAMEWORKS = ("torch", "tensorflow", "keras", "onnxruntime", "openvino", "jax", "ray")
+
+
+def imported_packages(*args: str) -> tuple[CliResult, set[str]]:
+    """Run `edgekit ARGS` under `python -X importtime`; the top-level packages it imported."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "edgekit", *map(str, args)], capture_output=True, text=True, timeout=300
+    )
+    timed = [ln.rpartition("|")[2].strip() for ln in proc.stderr.splitlines() if ln.startswith("import time:")]
+    shown = "\n".join(ln for ln in proc.stderr.splitlines() if not ln.startswith("import time:"))
+    return CliResult(proc.returncode, proc.stdout, shown), {name.split(".")[0] for name in timed}
+
+
 def test_help_imports_no_framework():
-    code = "import sys, edgekit.cli as c; c._register(); print(sorted(m for m in ('torch','tensorflow','onnx','onnxruntime','openvino','keras','ray') if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
-    assert out == "[]"
-    result = run_cli("--help")
+    result, imported = imported_packages("--help")
     assert result.code == 0 and "convert" in result.stdout and "validate" in result.stdout
+    assert imported.isdisjoint({*FRAMEWORKS, "onnx"}), sorted(imported & {*FRAMEWORKS, "onnx"})
+
+
+def test_targets_imports_no_framework():
+    result, imported = imported_packages("targets")
+    assert result.code == 0 and "onnxruntime:cpu" in result.stdout, result.stderr
+    assert "typer" in imported and imported.isdisjoint(FRAMEWORKS), sorted(imported & set(FRAMEWORKS))
+
+
+def test_info_on_onnx_imports_onnx_only(fashion_onnx):
+    result, imported = imported_packages("info", fashion_onnx["int8"])
+    assert result.code == 0 and "QuantizeLinear" in result.stdout, result.stderr
+    assert "onnx" in imported and imported.isdisjoint(FRAMEWORKS), sorted(imported & set(FRAMEWORKS))
 
 
 def test_targets_lists_found_and_missing_runtimes():
@@ -28,6 +51,14 @@ def test_targets_lists_found_and_missing_runtimes():
     lines = result.stdout.splitlines()
     assert any("onnxruntime:cpu" in ln and "available" in ln and "unavailable" not in ln for ln in lines)
     assert any("onnxruntime:cuda" in ln and "unavailable" in ln and "onnxruntime-gpu" in ln for ln in lines)
+
+
+def test_targets_listed_from_files_agree_with_the_runtimes():
+    from edgekit.summary import list_targets
+
+    listed = {row["target"]: row["available"] for row in list_targets()}
+    probed = {row["target"]: row["available"] for row in list_targets(probe=True)}
+    assert listed == probed
 
 
 def test_info_shows_signature_params_and_ops(fashion_onnx):

@@ -216,6 +216,9 @@ def _cli_cases() -> list[Case]:
         Case("bench --runs -3", (*bench, "--runs", "-3"), ("--runs",)),
         Case("bench --batch 0", (*bench, "--batch", "0"), ("--batch",)),
         Case("bench --warmup -1", (*bench, "--warmup", "-1"), ("--warmup",)),
+        Case("an option that does not exist", (*bench, "--bogus"), ("--bogus", "edgekit bench --help")),
+        Case("an option value of the wrong type", (*bench, "--runs", "abc"), ("--runs", "edgekit bench --help")),
+        Case("a command that does not exist", ("benchmark", "{d}/tiny.onnx"), ("benchmark", "edgekit --help")),
         Case("bench --threads 0", (*bench, "--threads", "0"), ("--threads",)),
         Case("an --input that does not parse", (*bench, "--input", "image:1xAx28"), ("image:1xAx28",)),
         Case("a scalar model input with no value given", ("bench", "{d}/scalar-input.onnx", "--runs", "3"), ("sr", "--input sr=")),
@@ -323,7 +326,8 @@ def markdown_table(d: Path) -> str:
     """docs/robustness.md's table, from a run of every case."""
     rows = ["| case | command | exit | message |", "|---|---|---|---|"]
     for case, result in zip(CASES, run_all(d), strict=True):
-        line = next((ln for ln in result["stderr"].splitlines() if ln.startswith("error: ")), "(no error line)")
+        shown = [ln for ln in result["stderr"].splitlines() if ln.startswith(("error: ", "hint: "))]
+        line = "<br>".join(shown) or "(no error line)"
         line = line.replace(str(d) + os.sep, "").replace(str(d), ".").replace("|", "\\|")
         command = " ".join(a.replace("{d}/", "") for a in case.args)
         rows.append(f"| {case.name} | `edgekit {command}` | {result['code']} | {line} |")

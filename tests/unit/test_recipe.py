@@ -186,7 +186,7 @@ def test_a_failed_cell_does_not_stop_the_others(tmp_path, small_test_npz):
     assert status[("fp32", "onnxruntime:cpu")] == "ok"
     assert (
         "needs calibration data" in status[("int8", "onnxruntime:cpu")]
-        and "onnxruntime:cuda is not available here (hint: pip install onnxruntime-gpu)" in status[("fp32", "onnxruntime:cuda")]
+        and "onnxruntime:cuda is not available here; hint: pip install onnxruntime-gpu" in status[("fp32", "onnxruntime:cuda")]
     )
 
 
