@@ -138,6 +138,7 @@ def write_corpus(d: Path) -> Path:
     (d / "existing-folder").mkdir(exist_ok=True)
     _recipe(d / "runs-negative.yaml", "latency:\n  runs: -3\n")
     _recipe(d / "batch-zero.yaml", "latency:\n  batch: 0\n")
+    _recipe(d / "todo.yaml", "calibration:\n  path: TODO\n  samples: 300\n")
     (d / "not-yaml.yaml").write_text("model: [unclosed\n")
     (d / "recipe-list.yaml").write_text("- a\n- b\n")
     _recipe(d / "unknown-format.yaml", "", formats="[onnx, caffe]")
@@ -276,6 +277,7 @@ def _report_cases() -> list[Case]:
         Case("gate on a validate report", ("gate", "{d}/validate-report.json"), ("validate-report.json",)),
         Case("recipe with runs: -3", ("run", "{d}/runs-negative.yaml"), ("runs-negative.yaml", "runs")),
         Case("recipe with batch: 0", ("run", "{d}/batch-zero.yaml"), ("batch-zero.yaml", "batch")),
+        Case("recipe with a TODO left by init", ("run", "{d}/todo.yaml"), ("todo.yaml", "calibration.path (line 12)")),
         Case("recipe that is not YAML", ("run", "{d}/not-yaml.yaml"), ("not-yaml.yaml",)),
         Case("recipe that is a YAML list", ("run", "{d}/recipe-list.yaml"), ("recipe-list.yaml",)),
         Case("recipe with an unknown format", ("run", "{d}/unknown-format.yaml"), ("caffe",)),

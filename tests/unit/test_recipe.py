@@ -136,10 +136,20 @@ def test_init_writes_a_recipe_that_validates(tmp_path, weights_path):
         "--val",
         "v.npz",
     )
-    assert result.code == 0
+    assert result.code == 0 and "TODO" not in result.stdout + out.read_text(), result.stdout  # no TODO claimed where none is
     recipe = load_recipe(out)
     assert recipe.model.inputs == ("image:1x1x28x28",) and recipe.gates.max_drop == 0.5
     assert_clean_error(run_cli("init", "edgekit.zoo.models:fashion_cnn", "-o", out), "exists")
+
+
+def test_a_recipe_with_todo_fields_is_refused_before_any_work(tmp_path):
+    out = tmp_path / "edgekit.yaml"
+    written = run_cli("init", "zoo:fashion-cnn", "-o", out, "--val", "zoo:fashion-mnist-test")
+    line = next(i for i, text in enumerate(out.read_text().splitlines(), 1) if "TODO" in text and "path:" in text)
+    assert written.code == 0 and f"fill in calibration.path (line {line})" in written.stdout and "validation" not in written.stdout
+    result = run_cli("run", out)
+    assert_clean_error(result, f"1 field(s) still TODO: calibration.path (line {line})")
+    assert not (tmp_path / "edgekit-report").exists()  # refused before the report folder (or any conversion) was made
 
 
 def test_convert_emits_a_recipe_that_reproduces_it(tmp_path, weights_path, demo_data):
