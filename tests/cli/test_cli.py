@@ -71,6 +71,19 @@ def test_info_shows_signature_params_and_ops(fashion_onnx):
     assert "op histogram" in table.stdout and "Conv" in table.stdout
 
 
+def test_info_prints_the_provenance(fashion_onnx):
+    """Without --json too: where the model came from, the steps, the int8 scheme and why, the calibration, the tools."""
+    prov = json.loads(run_cli("info", fashion_onnx["int8"], "--json").stdout)["provenance"]
+    text = run_cli("info", fashion_onnx["int8"]).stdout
+    calib = prov["calibration"]
+    assert f"from: {prov['source']['spec']}" in text and f"steps: {' -> '.join(prov['steps'])}" in text
+    assert f"why: {prov['quantization']['reason']}" in text
+    assert (
+        f"calibration: 300 samples from {calib['source']} ({calib['method']}, seed {calib['seed']}, sha256 {calib['sha256'][:12]})" in text
+    )
+    assert f"onnxruntime {prov['versions']['onnxruntime']}" in text.partition("tools: ")[2]
+
+
 def test_convert_and_validate_with_labels(tmp_path, weights_path, small_test_npz):
     out = tmp_path / "m.onnx"
     converted = run_cli("convert", FACTORY, "--weights", weights_path, "--to", "onnx", "-i", IMAGE, "-o", out)
