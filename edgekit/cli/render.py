@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -407,6 +410,10 @@ def print_run(result: dict, written) -> None:
         from edgekit.recipe.reports import machine_text
 
         console.print(f"[dim]measured on {machine_text(result)}; reports: {', '.join(str(p) for p in written)}[/]")
+    published = [Path(r["published"]).parent for r in result["rows"] if r.get("published")]
+    if published:
+        names = ", ".join(dict.fromkeys(p.name for p in published))
+        console.print(f"[dim]artifacts: {escape(str(published[0].parent))}{os.sep}{{{escape(names)}}}[/]")
 
 
 def print_gate_check(result: dict) -> None:
