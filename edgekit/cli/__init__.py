@@ -21,13 +21,34 @@ app = typer.Typer(
 
 @app.callback()
 def _options(
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show info-level logs."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only errors (for CI logs)."),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="Show info-level logs, and the frameworks' own logs, warnings and progress bars."
+    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only results and errors: no progress, no warnings (for CI logs)."),
 ) -> None:
+    """Global options, before the command: frameworks are quiet unless --verbose; edgekit's progress shows unless --quiet."""
+    from edgekit import native, progress
+
     level = logging.ERROR if quiet else logging.INFO if verbose else logging.WARNING
-    logging.basicConfig(level=level, format="%(levelname)s: %(message)s", stream=sys.stderr, force=True)
-    for noisy in ("onnxscript", "torch", "onnx_ir", "root"):
-        logging.getLogger(noisy).setLevel(max(level, logging.ERROR))
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_LevelFormatter())
+    logging.basicConfig(level=level, handlers=[handler], force=True)
+    native.set_verbose(verbose)
+    for name in () if verbose else native.CHATTY:
+        logging.getLogger(name).setLevel(max(level, logging.ERROR))
+    if quiet:
+        progress.report_to(None)
+    else:
+        from edgekit.cli.progress import spinner
+
+        progress.report_to(spinner)
+
+
+class _LevelFormatter(logging.Formatter):
+    """`warning: ...`, in the voice of `error: ...`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{record.levelname.lower()}: {record.getMessage()}"
 
 
 _registered: list[bool] = []
