@@ -48,7 +48,8 @@ class _LevelFormatter(logging.Formatter):
     """`warning: ...`, in the voice of `error: ...`."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return f"{record.levelname.lower()}: {record.getMessage()}"
+        text = f"{record.levelname.lower()}: {record.getMessage()}"
+        return f"{text}\n{self.formatException(record.exc_info)}" if record.exc_info else text
 
 
 _registered: list[bool] = []
@@ -80,7 +81,7 @@ def main() -> None:
     sys.exit(code if isinstance(code, int) else 0)
 
 
-def _fail(lines: list[str], cause: list[str] = ()) -> None:
+def _fail(lines: list[str], cause: list[str] | None = None) -> None:
     print(*lines, sep="\n", file=sys.stderr)
     if cause:
         print("cause:", *cause, sep="\n", file=sys.stderr)
