@@ -48,4 +48,4 @@ lint: setup
 	$(BIN)/ruff check edgekit tests bench scripts && $(BIN)/ruff format --check edgekit tests bench scripts
 
 clean:
-	rm -rf $(VENV) edgekit-demo .pytest_cache
+	rm -rf $(VENV) edgekit-demo edgekit-demo-keras .pytest_cache

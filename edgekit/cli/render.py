@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -47,6 +50,8 @@ def print_info(summary: dict) -> None:
         for op, count in summary["ops"].items():
             table.add_row(op, str(count))
         console.print(table)
+    if summary.get("provenance"):
+        print_provenance(summary["provenance"])
 
 
 def print_targets(rows: list[dict]) -> None:
@@ -59,8 +64,27 @@ def print_targets(rows: list[dict]) -> None:
 
 
 def print_artifact(artifact) -> None:
-    prov = artifact.meta.get("provenance") or {}
     console.print(f"wrote [bold]{artifact.path}[/] ({artifact.format}, {artifact.precision}, {fmt_size(artifact.size_bytes())})")
+    print_how_made(artifact.meta.get("provenance") or {})
+
+
+def print_provenance(prov: dict) -> None:
+    """The sidecar's story in full, for `info`: where from, which steps, how quantized and calibrated, with what tools."""
+    console.print("[bold]provenance[/]")
+    source = prov.get("source") or {}
+    if source:
+        console.print(f"  from: {escape(str(source.get('spec')))} ({source.get('format', '?')})")
+    if prov.get("steps"):
+        console.print(f"  steps: {' -> '.join(prov['steps'])}")
+    print_how_made(prov)
+    if prov.get("verified"):
+        console.print(f"  verified: {prov['verified']}")
+    if prov.get("versions"):
+        console.print(f"  tools: {', '.join(f'{name} {version}' for name, version in prov['versions'].items())}")
+
+
+def print_how_made(prov: dict) -> None:
+    """Exporter, quantization scheme and why, layers kept in float, NPU estimate, calibration: what `convert` prints."""
     if prov.get("exporter"):
         console.print(
             f"  exporter: {prov['exporter']}" + (f" (fallback: {prov['fallback_reason']})" if prov.get("fallback_reason") else "")
@@ -95,10 +119,15 @@ def print_artifact(artifact) -> None:
     calib = prov.get("calibration")
     if calib:
         console.print(
-            f"  calibration: {calib['samples']} samples from {calib['source']} ({calib['method']}, sha256 {calib['sha256'][:12]})"
+            f"  calibration: {calib['samples']} samples from {escape(str(calib['source']))} "
+            f"({', '.join(filter(None, (calib.get('method'), _seed(calib), 'sha256 ' + calib['sha256'][:12])))})"
         )
         if calib.get("random"):
             console.print("  [bold red]calibrated on RANDOM data: accuracy of this model is not meaningful[/]")
+
+
+def _seed(calib: dict) -> str:
+    return f"seed {calib['seed']}" if calib.get("seed") is not None else ""
 
 
 def print_tensorrt_findings(findings: list[dict], indent: str = "") -> None:
@@ -385,6 +414,10 @@ def print_run(result: dict, written) -> None:
         from edgekit.recipe.reports import machine_text
 
         console.print(f"[dim]measured on {machine_text(result)}; reports: {', '.join(str(p) for p in written)}[/]")
+    published = [Path(r["published"]).parent for r in result["rows"] if r.get("published")]
+    if published:
+        names = ", ".join(dict.fromkeys(p.name for p in published))
+        console.print(f"[dim]artifacts: {escape(str(published[0].parent))}{os.sep}{{{escape(names)}}}[/]")
 
 
 def print_gate_check(result: dict) -> None:

@@ -13,16 +13,29 @@ first calls and is timed apart (`compile_seconds`), never mixed into run time.
 
 from __future__ import annotations
 
+import re
 import time
 
 import numpy as np
 
 from edgekit.errors import ConversionError, RuntimeMissingError
-from edgekit.targets.base import DeviceInfo, Runner
+from edgekit.targets.base import DeviceInfo, Runner, package_files
 
 COMPILE_MODES = ("eager", "default", "reduce-overhead", "max-autotune")
 DTYPES = ("fp32", "fp16", "bf16")
 COMPILE_CALLS = 3  # reduce-overhead records its CUDA graph on the calls after the first
+
+
+def listed_cuda(target: str) -> DeviceInfo:
+    """`target` (torch:cuda, tensorrt:cuda) as told without importing torch: a CUDA (or ROCm) build of torch and a GPU the driver lists."""
+    from edgekit.machine import nvidia_gpus
+
+    build = next((f.read_text() for f in package_files("torch", "version.py")), "")
+    gpu_build = re.search(r"^(cuda|hip)\b.*=\s*'[^']+'", build, re.MULTILINE)
+    gpus = nvidia_gpus()
+    if not gpu_build:
+        return DeviceInfo(target, False, "torch is a CPU-only build")
+    return DeviceInfo(target, bool(gpus), gpus[0] if gpus else "no CUDA device")
 
 
 class TorchRunner(Runner):
@@ -40,6 +53,10 @@ class TorchRunner(Runner):
 
         cuda = torch.cuda.is_available()
         return [DeviceInfo("torch:cpu", True), DeviceInfo("torch:cuda", cuda, torch.cuda.get_device_name(0) if cuda else "no CUDA device")]
+
+    @classmethod
+    def listed_devices(cls) -> list[DeviceInfo]:
+        return [DeviceInfo("torch:cpu", True), listed_cuda("torch:cuda")]
 
     def config(self) -> dict:
         import torch

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from edgekit import progress
 from edgekit.artifact import TensorSpec, file_size
 from edgekit.errors import EdgekitError
 from edgekit.loaders import ModelSource
@@ -182,5 +183,6 @@ def bench(
         from edgekit.devices.remote import bench_on_device
 
         return bench_on_device(source, settings, inputs, feeds)
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(bench_in_process, source, settings, inputs, feeds).result()
+    with progress.step(f"{source.name}: timing on {settings.target or 'its runtime'}"):
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            return pool.submit(bench_in_process, source, settings, inputs, feeds).result()
