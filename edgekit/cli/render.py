@@ -42,6 +42,9 @@ def print_info(summary: dict) -> None:
         console.print(
             f"{delegate['name']} delegate: {delegate['ops_on_delegate']} of {delegate['ops_total']} ops in {delegate['partitions']} partition(s); on the CPU: {cpu}"
         )
+        for title, rows in (("not delegated", delegate.get("cpu_ops")), ("data movement (no arithmetic)", delegate.get("data_movement"))):
+            for row in rows or []:
+                console.print(f"  {title}: {row['op']} x{row['count']}: {escape(row['why'])}")
     if summary.get("ops"):
         table = Table("op", "count", title="op histogram", title_justify="left")
         for op, count in summary["ops"].items():

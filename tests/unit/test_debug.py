@@ -160,3 +160,16 @@ def test_cli_json_html_and_data_that_does_not_fit(tmp_path, damaged_onnx, fashio
     with np.load(small_test_npz) as npz:
         np.savez(tmp_path / "nhwc.npz", image=npz["image"][:4].transpose(0, 2, 3, 1))
     assert_clean_error(run_cli("debug", path, "-r", fashion_onnx["fp32"], "-d", tmp_path / "nhwc.npz"), "does not match")
+
+
+def test_info_says_which_ops_xnnpack_leaves_and_why(keras_tflite):
+    from edgekit.loaders.tflite import tflite_summary
+
+    paths, _ = keras_tflite
+    fp32 = tflite_summary(paths["fp32"])["delegate"]
+    why = {row["op"]: row["why"] for row in fp32["cpu_ops"]}
+    assert sum(r["count"] for r in fp32["cpu_ops"]) == fp32["ops_total"] - fp32["ops_on_delegate"] > 0
+    assert "no SHAPE kernel" in why["SHAPE"] and "computed at run time" in why["RESHAPE"]  # Flatten's shape arithmetic
+    int8 = tflite_summary(paths["int8"])["delegate"]
+    # the int8 graph quantizes its input and dequantizes its output only: no layout or requantize passes inside
+    assert int8["data_movement"] == []
