@@ -44,7 +44,8 @@ def debug(request: DebugRequest) -> dict:
     reference = capture(request.reference, partner=artifact)
     samples = load_samples(request.data, request.samples, request.seed, specs=artifact.inputs)
     ref_samples, alignment = align_inputs(samples, artifact.inputs, reference.inputs)
-    matched, unmatched = match(reference.tensors, artifact.tensors)
+    by_order = getattr(reference, "ops_kept", False) and getattr(artifact, "ops_kept", False)
+    matched, unmatched = match(reference.tensors, artifact.tensors, by_order)
     if not matched:
         raise EdgekitError(
             f"{request.artifact.spec} and {request.reference.spec} share no intermediate tensor names",
@@ -97,25 +98,41 @@ def _torch_capture(source: ModelSource, partner):
     return TorchCapture(source, partner.model, partner.inputs)
 
 
-def match(reference: list[TensorRef], artifact: list[TensorRef]) -> tuple[list[tuple[TensorRef, TensorRef]], dict]:
-    """Pairs of tensors with a name in common, in the reference's order, and what had no partner."""
+def match(reference: list[TensorRef], artifact: list[TensorRef], by_order: bool = False) -> tuple[list[tuple[TensorRef, TensorRef]], dict]:
+    """Pairs of tensors with a name in common, in the reference's order, and what had no partner.
+
+    `by_order` (two graphs from the same converter, whose ops keep their types: TFLite): a name match needs the
+    same op type too, and the tensors left are paired by op type and order where both graphs have as many of that type.
+    """
     by_name: dict[str, TensorRef] = {}
     for tensor in artifact:
         for name in tensor.names:
             by_name.setdefault(name, tensor)
-    pairs, used = [], set()
+    pairs: dict[str, TensorRef] = {}
+    used: set[str] = set()
     for tensor in reference:
         partner = next((by_name[n] for n in tensor.names if n in by_name and by_name[n].key not in used), None)
-        if partner is not None:
-            pairs.append((tensor, partner))
+        if partner is not None and (not by_order or partner.op == tensor.op):
+            pairs[tensor.key] = partner
             used.add(partner.key)
-    paired = {ref.key for ref, _ in pairs}
+    if by_order:
+        _pair_by_order([t for t in reference if t.key not in pairs], [t for t in artifact if t.key not in used], pairs, used)
     unmatched = {
-        "reference_only": [t.key for t in reference if t.key not in paired],
+        "reference_only": [t.key for t in reference if t.key not in pairs],
         "artifact_only": [t.key for t in artifact if t.key not in used],
         "skipped": [],
     }
-    return pairs, unmatched
+    return [(t, pairs[t.key]) for t in reference if t.key in pairs], unmatched
+
+
+def _pair_by_order(reference: list[TensorRef], artifact: list[TensorRef], pairs: dict, used: set) -> None:
+    """The k-th unpaired output of an op type in one graph with the k-th in the other, where the counts agree."""
+    for op in dict.fromkeys(t.op for t in reference):
+        mine, theirs = [t for t in reference if t.op == op], [t for t in artifact if t.op == op]
+        if len(mine) == len(theirs):
+            for ref, art in zip(mine, theirs, strict=True):
+                pairs[ref.key] = art
+                used.add(art.key)
 
 
 def compare(reference, artifact, pairs, ref_samples, samples, unmatched: dict) -> dict[str, ErrorStats]:

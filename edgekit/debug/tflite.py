@@ -21,6 +21,8 @@ CONVERSION_OPS = ("QUANTIZE", "DEQUANTIZE")
 class TfliteCapture:
     """Every op output of a .tflite model, dequantized, keyed by tensor name, in execution order."""
 
+    ops_kept = True  # int8 and fp32 graphs of one converter keep the op types: pairs may be made by type and order
+
     def __init__(self, path: Path) -> None:
         from edgekit.loaders.tflite import _builtin_without_default_delegates
         from edgekit.targets.litert import _spec, interpreter_class

@@ -173,3 +173,15 @@ def test_info_says_which_ops_xnnpack_leaves_and_why(keras_tflite):
     int8 = tflite_summary(paths["int8"])["delegate"]
     # the int8 graph quantizes its input and dequantizes its output only: no layout or requantize passes inside
     assert int8["data_movement"] == []
+
+
+def test_tflite_pairs_by_op_type_and_order_where_names_differ():
+    from edgekit.debug import match
+    from edgekit.debug.metrics import TensorRef
+
+    fp32 = [TensorRef("a;1", "MUL", ""), TensorRef("conv_fp32", "CONV_2D", ""), TensorRef("x", "ADD", ""), TensorRef("y", "ADD", "")]
+    int8 = [TensorRef("a;1", "SUB", ""), TensorRef("conv_int8", "CONV_2D", ""), TensorRef("x2", "ADD", "")]
+    pairs, unmatched = match(fp32, int8, by_order=True)
+    assert [(r.key, a.key) for r, a in pairs] == [("conv_fp32", "conv_int8")]  # same name, other op: not a pair
+    assert unmatched["reference_only"] == ["a;1", "x", "y"]  # 2 ADDs against 1: not paired by order
+    assert [(r.key, a.key) for r, a in match(fp32, int8)[0]] == [("a;1", "a;1")]  # by name only (ONNX, OpenVINO)
