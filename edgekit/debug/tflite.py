@@ -12,8 +12,6 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.debug.metrics import TensorRef
-from edgekit.errors import ModelLoadError
-from edgekit.native import stderr_silenced
 
 CONVERSION_OPS = ("QUANTIZE", "DEQUANTIZE")
 
@@ -24,24 +22,10 @@ class TfliteCapture:
     ops_kept = True  # int8 and fp32 graphs of one converter keep the op types: pairs may be made by type and order
 
     def __init__(self, path: Path) -> None:
-        from edgekit.loaders.tflite import _builtin_without_default_delegates
-        from edgekit.targets.litert import _spec, interpreter_class
+        from edgekit.loaders.tflite import _interpreter
+        from edgekit.targets.litert import _spec
 
-        interpreter, _ = interpreter_class()
-        try:
-            with stderr_silenced():
-                self.interpreter = interpreter(
-                    model_path=str(path),
-                    num_threads=1,
-                    experimental_op_resolver_type=_builtin_without_default_delegates(),
-                    experimental_preserve_all_tensors=True,
-                )
-                self.interpreter.allocate_tensors()
-        except (ValueError, RuntimeError) as exc:
-            raise ModelLoadError(
-                f"{Path(path).name} is not a valid TFLite model ({str(exc).splitlines()[0][:200]})",
-                hint="re-convert it with `edgekit convert --to tflite`",
-            ) from None
+        self.interpreter = _interpreter(path, delegate=False, preserve_tensors=True)
         self._in = self.interpreter.get_input_details()
         self.inputs = [_spec(d) for d in self._in]
         self._details = {d["index"]: d for d in self.interpreter.get_tensor_details()}

@@ -12,12 +12,15 @@ from edgekit.errors import ModelLoadError
 from edgekit.native import stderr_silenced
 
 
-def _interpreter(path: Path, delegate: bool = True):
+def _interpreter(path: Path, delegate: bool = True, preserve_tensors: bool = False):
+    """A loaded interpreter; without the delegate the builtin kernels run every op (and can keep every tensor)."""
     from edgekit.targets.litert import interpreter_class
 
     interpreter, _ = interpreter_class()
     try:
         kwargs = {} if delegate else {"experimental_op_resolver_type": _builtin_without_default_delegates()}
+        if preserve_tensors:
+            kwargs["experimental_preserve_all_tensors"] = True
         with stderr_silenced():
             model = interpreter(model_path=str(path), num_threads=1, **kwargs)
             model.allocate_tensors()
