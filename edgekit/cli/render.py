@@ -45,6 +45,9 @@ def print_info(summary: dict) -> None:
         console.print(
             f"{delegate['name']} delegate: {delegate['ops_on_delegate']} of {delegate['ops_total']} ops in {delegate['partitions']} partition(s); on the CPU: {cpu}"
         )
+        for title, rows in (("not delegated", delegate.get("cpu_ops")), ("data movement (no arithmetic)", delegate.get("data_movement"))):
+            for row in rows or []:
+                console.print(f"  {title}: {row['op']} x{row['count']}: {escape(row['why'])}")
     if summary.get("ops"):
         table = Table("op", "count", title="op histogram", title_justify="left")
         for op, count in summary["ops"].items():
@@ -437,3 +440,52 @@ def print_gate_check(result: dict) -> None:
             )
     console.print(table)
     console.print("[bold green]all gates passed[/]" if result["passed"] else "[bold red]gates failed[/]")
+
+
+def print_debug(report: dict, rows_shown: int | None = None) -> None:
+    """The per-tensor table of `edgekit debug` in graph order, the first jump marked, then the worst tensors."""
+    console.print(
+        f"[bold]{report['artifact']['path']}[/] vs {report['reference']['path']}: {report['matched']} tensors matched, "
+        f"{report['data']['samples']} samples from {report['data']['source']}"
+    )
+    for note in report.get("input_alignment", []):
+        console.print(f"  input: {note}")
+    jump = report["first_jump"]
+    table = Table("#", "tensor", "op", "layer", "shape", "SQNR dB", "cosine", "max abs err", "")
+    rows = report["rows"] if rows_shown is None else report["rows"][:rows_shown]
+    for row in rows:
+        first = jump is not None and row["depth"] == jump["depth"]
+        table.add_row(
+            str(row["depth"]),
+            escape(row["tensor"]),
+            row["op"],
+            escape(row["layer"]),
+            "x".join(map(str, row["shape"])),
+            "exact" if row["exact"] else fmt(row["sqnr_db"], ".1f"),
+            f"{row['cosine']:.5f}",
+            f"{row['max_abs_error']:.3g}",
+            "[bold red]<- first jump[/]" if first else "",
+        )
+    console.print(table)
+    if rows_shown is not None and len(report["rows"]) > rows_shown:
+        console.print(f"  ... {len(report['rows']) - rows_shown} more rows in the JSON (--json)")
+    rule = report["rule"]
+    if jump is None:
+        console.print(f"no jump: no tensor below {rule['floor_db']:g} dB or {rule['jump_db']:g} dB below the one before it")
+    else:
+        console.print(
+            f"[bold]first jump[/]: #{jump['depth']} {escape(jump['tensor'])} ({jump['op']}, {escape(jump['layer'])}) at "
+            f"{fmt(jump['sqnr_db'], '.1f')} dB (rule: below {rule['floor_db']:g} dB, or {rule['jump_db']:g} dB below the tensor before it)"
+        )
+    if report["worst"]:
+        console.print(
+            "worst: " + ", ".join(f"#{r['depth']} {escape(r['tensor'])} ({r['op']}) {r['sqnr_db']:.1f} dB" for r in report["worst"])
+        )
+    unmatched = report["unmatched"]
+    for side in ("reference_only", "artifact_only"):
+        names = unmatched[side]
+        if names:
+            more = f" ... and {len(names) - 8} more" if len(names) > 8 else ""
+            console.print(f"not matched ({side.replace('_', ' ')}): {len(names)}: {escape(', '.join(names[:8]))}{more}")
+    for skipped in unmatched["skipped"][:8]:
+        console.print(f"not compared: {escape(skipped['tensor'])}: {escape(skipped['why'])}")
