@@ -12,7 +12,9 @@ def register(app: typer.Typer) -> None:
 
 
 def demo(
-    workdir: Path = typer.Option(Path("edgekit-demo"), "--workdir", help="Where artifacts and reports go."),
+    workdir: Path = typer.Option(
+        None, "--workdir", help="Where artifacts and reports go (default: edgekit-demo, or edgekit-demo-keras with --keras)."
+    ),
     threads: int = typer.Option(None, "--threads", help="Threads for every runtime (default: all usable cores)."),
     runs: int = typer.Option(200, "--runs", help="Timed latency runs per artifact."),
     keras: bool = typer.Option(False, "--keras", help="Start from the Keras model instead of the PyTorch one."),

@@ -78,11 +78,12 @@ def init(
 ) -> None:
     """Write a commented starter recipe for MODEL."""
     from edgekit.loaders import open_source
-    from edgekit.recipe.write import starter, write_text
+    from edgekit.recipe.write import write_starter
 
     open_source(model, weights)  # fail now on a model that cannot be found
-    write_text(output, starter(model, output.name, weights, inputs or [], calib, val), force)
-    print(f"wrote {output}: fill in the TODOs, then `edgekit run {output}`")
+    todos = write_starter(output, model, weights, inputs or [], calib, val, force)
+    fill = f"fill in {', '.join(todos)} (or delete those sections), then " if todos else ""
+    print(f"wrote {output}: {fill}`edgekit run {output}`")
 
 
 def report(

@@ -9,6 +9,7 @@ from edgekit.errors import EdgekitError
 from edgekit.validate.gate import Thresholds
 
 VERSION = 1
+TODO = "TODO"  # the value `edgekit init` writes where it needs one it was not given
 DEFAULT_TARGETS = {
     "onnx": ["onnxruntime:cpu"],
     "openvino": ["openvino:cpu"],
@@ -183,7 +184,14 @@ def load_recipe(path: Path) -> Recipe:
 
 
 def parse(root, name: str, base_dir: Path) -> Recipe:
-    """A Recipe from a composed YAML node tree."""
+    """A Recipe from a composed YAML node tree; a value still TODO is refused before any key is read."""
+    todos = todo_fields(root)
+    if todos:
+        raise RecipeError(
+            f"{name}: {len(todos)} field(s) still TODO: {', '.join(todos)}",
+            hint="replace each TODO with a value (data: a .npz, an image folder, module:function or a zoo: name), "
+            "or delete the section you do not need",
+        )
     top = _mapping(root, name, "the recipe")
     unknown = set(top) - set(SECTIONS) - {"version", "compress"}
     _no_unknown(unknown, top, name, "top level", list(SECTIONS) + ["version", "compress"])
@@ -207,6 +215,19 @@ def parse(root, name: str, base_dir: Path) -> Recipe:
     recipe = Recipe(**values, version=version, base_dir=base_dir)
     _check_choices(recipe, top, name)
     return recipe
+
+
+def todo_fields(node, where: str = "") -> list[str]:
+    """'calibration.path (line 9)' for every scalar whose value starts with TODO, in file order."""
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):
+        return [t for k, v in node.value for t in todo_fields(v, f"{where}.{k.value}" if where else str(k.value))]
+    if isinstance(node, yaml.SequenceNode):
+        return [t for i, v in enumerate(node.value) for t in todo_fields(v, f"{where}[{i}]")]
+    if isinstance(node, yaml.ScalarNode) and str(node.value).startswith(TODO):
+        return [f"{where or 'the recipe'} (line {node.start_mark.line + 1})"]
+    return []
 
 
 def _mapping(node, name: str, where: str) -> dict:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from edgekit.errors import EdgekitError
 from edgekit.fileio import atomic_output
+from edgekit.recipe.schema import TODO
 
 STARTER = """# edgekit recipe: `edgekit run {name}` converts, validates, times and gates every cell of the matrix.
 version: 1
@@ -14,14 +15,15 @@ version: 1
 model:
   path: {model}{weights}
 {inputs}
-# Calibration data for int8: .npz keyed by input name, a folder of images (class subfolders), or module:function.
-# A few hundred real samples; never the test set.
+# Calibration data for int8: .npz keyed by input name, a folder of images (class subfolders), module:function
+# or a zoo: data name. A few hundred real samples; never the test set. Not needed without int8: delete the section.
 calibration:
   path: {calib}
   samples: 300
   method: minmax            # minmax | entropy | percentile (ONNX int8; OpenVINO and TFLite use their own: set only with onnx)
 
 # Labelled validation data (.npz with a `labels` array): accuracy and drop vs the original model.
+# Without it (delete the section) the matrix compares outputs on generated inputs and times them.
 validation:
   path: {val}
   # task: classification    # classification | detection | embedding | regression | segmentation; inferred when absent
@@ -65,9 +67,27 @@ def starter(model: str, name: str, weights: str | None, inputs: list[str], calib
         inputs=("  inputs: [" + ", ".join(inputs) + "]\n")
         if inputs
         else "  # inputs: [image:1x3x224x224:float32]   # needed when the model does not record its shapes\n",
-        calib=calib or "calibration.npz   # TODO",
-        val=val or "validation.npz    # TODO",
+        calib=calib or TODO,
+        val=val or TODO,
     )
+
+
+def write_starter(
+    path: Path, model: str, weights: str | None, inputs: list[str], calib: str | None, val: str | None, force: bool
+) -> list[str]:
+    """Write `edgekit init`'s recipe, checked first as `edgekit run` will read it; returns the fields left TODO."""
+    import yaml
+
+    from edgekit.recipe.schema import parse, todo_fields
+
+    path = Path(path)
+    text = starter(model, path.name, weights, inputs, calib, val)
+    root = yaml.compose(text)
+    todos = todo_fields(root)
+    if not todos:
+        parse(root, path.name, path.parent)  # a starter that would not run is refused before it is written
+    write_text(path, text, force)
+    return todos
 
 
 def write_text(path: Path, text: str, force: bool = False) -> None:
