@@ -10,6 +10,14 @@ from edgekit.targets import make_runner
 from edgekit.validate.compare import compare_output, run_batches
 
 PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic", "int8-weights")
+_PHOTO_NOTES = (
+    "EfficientNet-Lite0 takes RGB in [0, 1] and normalises inside ((x*255-127)/128, as its TF weights were trained); ONNX Runtime "
+    "int8 fits its weight codes to the calibration inputs and corrects biases (converters.int8_rounding, provenance "
+    "`quantization.weight_rounding`), then keeps sensitivity outliers in float where that helps (`quantization.sensitivity`); "
+    "OpenVINO int8 is NNCF's (fast bias correction); LiteRT int8 is PT2E's. p50 ratio = int8 / fp32 of the same runtime, "
+    "2 threads, one noisy shared 2-core VM.",
+    "Targets (issue 17): agreement >= 97% on all crops, >= 99% on the confident ones, mean cosine >= 0.995.",
+)
 
 
 def run() -> None:
@@ -23,12 +31,22 @@ def run() -> None:
             "Fashion-MNIST: the repo's trained FashionCNN (PyTorch and Keras), all 10,000 test images; int8 calibrated on 500 training images.",
             "Photos: 600 crops/flips of 14 scikit-image photos (seed 1), disjoint from the 300 calibration crops (seed 0).",
             "Target: int8 drop <= 0.5 points.",
-            "EfficientNet-Lite0 takes RGB in [0, 1] and normalises inside ((x*255-127)/128, as its TF weights were trained); ONNX Runtime "
-            "int8 fits its weight codes to the calibration inputs and corrects biases (converters.int8_rounding, provenance "
-            "`quantization.weight_rounding`), then keeps sensitivity outliers in float where that helps (`quantization.sensitivity`); "
-            "OpenVINO int8 is NNCF's (fast bias correction); LiteRT int8 is PT2E's. p50 ratio = int8 / fp32 of the same runtime, "
-            "2 threads, one noisy shared 2-core VM.",
-            "Targets (issue 17): agreement >= 97% on all crops, >= 99% on the confident ones, mean cosine >= 0.995.",
+            *_PHOTO_NOTES,
+        ],
+    )
+
+
+def run_photos() -> None:
+    """The EfficientNet-Lite0 rows alone (`python -c "from bench.accuracy import run_photos; run_photos()"`): minutes, not the
+    Fashion-MNIST demo matrix's."""
+    publish(
+        "accuracy-lite0",
+        "EfficientNet-Lite0 int8 vs fp32 on real-photo crops",
+        ["model", "data", "runtime", "precision", "accuracy", "p50 vs fp32 (2 threads)", "top-1 agreement"],
+        _photo_rows(),
+        [
+            "600 crops/flips of 14 scikit-image photos (seed 1), other crops than the 300 calibration crops (seed 0).",
+            *_PHOTO_NOTES,
         ],
     )
 

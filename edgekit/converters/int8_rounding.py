@@ -174,7 +174,8 @@ class WeightRounding:
         self.float_model, self.samples = Path(float_model), samples
         self._stats: dict | None = None
         self._codes: dict = {}
-        self.errors: dict[str, tuple[float, float]] = {}
+        self.errors: dict[str, tuple[float, float]] = {}  # weight -> output error (round-to-nearest, fitted)
+        self._edited: set[str] = set()
 
     def apply(self, qdq_model: Path) -> dict:
         """Rewrite `qdq_model`'s weight codes and biases in place; returns what it did."""
@@ -184,10 +185,11 @@ class WeightRounding:
             self._stats = input_statistics(self.float_model, self.samples)
         floats = {i.name: i for i in onnx.load(str(self.float_model)).graph.initializer}
         model = onnx.load(str(qdq_model))
+        self._edited = set()
         changed = sum(_LayerEdit(model, node, floats, self).apply() for node in model.graph.node if node.op_type in OPS)
         onnx.save(model, str(qdq_model))  # the converter's own output, staged by the pipeline
-        before = sum(e[0] for e in self.errors.values())
-        after = sum(e[1] for e in self.errors.values())
+        before = sum(self.errors[name][0] for name in self._edited if name in self.errors)
+        after = sum(self.errors[name][1] for name in self._edited if name in self.errors)
         return {
             "method": "greedy data-aware rounding of int8 weight codes (output error d G d^T) + bias correction",
             "samples": min(SAMPLES, len(self.samples)),
@@ -236,6 +238,7 @@ class _LayerEdit:
             self.rounding.errors[float_name] = (output_error(w2, c2, s2, z2, stats.gram), output_error(w2, best, s2, z2, stats.gram))
             self.rounding._codes[key] = best
         best = self.rounding._codes[key]
+        self.rounding._edited.add(float_name)
         self.inits[codes_name].CopyFrom(numpy_helper.from_array(_unrows(best, codes.shape, axis).astype(codes.dtype), codes_name))
         self._correct_bias((best - z2) * s2 - w2, stats.mean, weights.shape)
         return 1

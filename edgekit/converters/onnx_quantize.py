@@ -226,12 +226,14 @@ def _keep_sensitive(quantizer: StaticQuantizer, out: Path) -> dict:
 
     ranked, total = quantizer.ranked()
     candidates = [s for s in outliers(ranked) if s.name not in quantizer.options.exclude]
-    losses = []
+    losses, fitted = [], []
     for count in range(len(candidates) + 1):
         trial = out.with_name(f"{out.stem}.keep{count}{out.suffix}")
         quantizer.quantize([s.name for s in candidates[:count]], trial)
         losses.append(quantizer.loss(trial))
+        fitted.append(quantizer.rounding_notes)
     best = int(min(range(len(losses)), key=losses.__getitem__))
+    quantizer.rounding_notes = fitted[best]  # what the pass did to the model kept
     out.with_name(f"{out.stem}.keep{best}{out.suffix}").replace(out)
     for count in range(len(losses)):
         out.with_name(f"{out.stem}.keep{count}{out.suffix}").unlink(missing_ok=True)
@@ -264,7 +266,11 @@ class StaticQuantizer:
         _quantize_static(
             self.pre, out, self.samples, self.specs, self.options, self.scheme, [*self.options.exclude, *keep_float], self.cache
         )
-        self.rounding_notes = self.rounding.apply(out)
+        try:
+            self.rounding_notes = self.rounding.apply(out)
+        except Exception as exc:  # a graph the pass does not know: the quantizer's rounding stands, and says so
+            log.warning("int8 weight fitting skipped: %s", str(exc).splitlines()[0][:200])
+            self.rounding_notes = {"skipped": str(exc).splitlines()[0][:200]}
 
     def ranked(self):
         from edgekit.converters.onnx_sensitivity import onnx_sensitivity
