@@ -82,17 +82,24 @@ def _softmax_max(logits):
     return (e / e.sum(1, keepdims=True)).max(1)
 
 
+def _logits(path, samples, fmt: str):
+    """The model's first output on `samples`, bound to its input names (litert-torch names its input args_0)."""
+    runner = make_runner(open_source(str(path)))
+    runner.load()
+    return run_batches(runner, samples.bind(runner.inputs), 50 if fmt != "tflite" else 1)[0]
+
+
 def _photo_rows() -> list[list]:
     """EfficientNet-Lite0 fp16/int8 vs fp32 on each runtime: agreement (all / confident crops), cosine, p50 ratio."""
     samples = load_samples(str(photo_calibration(600, seed=1, model="efficientnet_lite0")))
     rows = []
     for fmt in ("onnx", "openvino", "tflite"):
         fp32_path = artifact("efficientnet_lite0", "fp32", fmt)
-        fp32 = run_batches(make_runner(open_source(str(fp32_path))), samples, 50 if fmt != "tflite" else 1)[0]
+        fp32 = _logits(fp32_path, samples, fmt)
         confident = _softmax_max(fp32) > 0.5  # most crops are far from ImageNet: near-ties flip easily
         for precision in ("fp16", "int8") if fmt == "onnx" else ("int8",):
             path = artifact("efficientnet_lite0", precision, fmt)
-            out = run_batches(make_runner(open_source(str(path))), samples, 50 if fmt != "tflite" else 1)[0]
+            out = _logits(path, samples, fmt)
             fidelity = compare_output("logits", fp32, out)
             sure = float((fp32.argmax(1) == out.argmax(1))[confident].mean() * 100)
             agreement = f"{fidelity.top1_agreement:.2f}% ({sure:.2f}% on the {int(confident.sum())} crops fp32 is >50% sure of); cosine {fidelity.cosine_mean:.4f}"
