@@ -44,7 +44,7 @@ VAL = typer.Option(
 VAL_SAMPLES = typer.Option(1000, "--val-samples", help="Validation samples drawn for accuracy control.")
 MAX_DROP = typer.Option(None, "--max-drop", help="Accuracy control: keep layers in float until the top-1 drop is at most this many points.")
 MIN_AGREEMENT = typer.Option(
-    None, "--min-agreement", help="Accuracy control (ONNX): keep layers in float until top-1 agreement with fp32 is at least this %."
+    None, "--min-agreement", help="Accuracy control (ONNX, OpenVINO): float layers until top-1 agreement with fp32 is at least this %."
 )
 IO_DTYPE = typer.Option(
     None, "--io-dtype", help="TFLite full int8: float32, int8 or uint8 inputs/outputs (default float32; int8 with --device)."

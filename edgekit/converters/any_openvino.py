@@ -25,6 +25,7 @@ class ToOpenVino(Converter):
     package = "openvino"
     import_name = "openvino"
     accuracy_control = True
+    agreement_control = True
 
     def convert(self, model, specs, out: Path, options: ConvertOptions, data: ConversionData) -> dict:
         import openvino as ov
@@ -194,10 +195,11 @@ def _nncf_int8(ov_model, data: ConversionData, options: ConvertOptions, sensitiv
     if data.validation is None:
         return nncf.quantize(ov_model, nncf_dataset(samples), advanced_parameters=advanced, **common), notes
     quantized = nncf.quantize(ov_model.clone(), nncf_dataset(samples), advanced_parameters=advanced, **common)
-    controlled = _accuracy_controlled(ov_model, data, options.max_drop, common, advanced)
+    controlled = _accuracy_controlled(ov_model, data, options, common, advanced)
     notes |= {
         "accuracy_control": {
             "max_drop_points": options.max_drop,
+            "min_agreement": options.min_agreement,
             "validation_samples": len(data.validation),
             "reverted_to_float": reverted_layers(quantized, controlled),
         }
@@ -205,21 +207,51 @@ def _nncf_int8(ov_model, data: ConversionData, options: ConvertOptions, sensitiv
     return controlled, notes
 
 
-def _accuracy_controlled(ov_model, data: ConversionData, max_drop_points: float, common: dict, advanced):
+def _accuracy_controlled(ov_model, data: ConversionData, options: ConvertOptions, common: dict, advanced):
+    """NNCF's accuracy control on top-1 accuracy (--max-drop, labels) or on top-1 agreement with the fp32 model
+    (--min-agreement: the fp32 model agrees 100% with itself, so the allowed drop is 100 - the minimum)."""
     import nncf
 
     from edgekit.calibration.adapters import nncf_dataset, nncf_validation
 
+    if options.max_drop is not None and options.min_agreement is not None:
+        raise EdgekitError(
+            "OpenVINO's accuracy control holds one limit: --max-drop or --min-agreement, not both",
+            hint="drop one of them, or use --to onnx, which checks both",
+        )
+    if options.min_agreement is not None:
+        validation = nncf.Dataset(list(data.validation.batches(1)))
+        validation_fn, max_drop = _agreement_validation(ov_model, data.validation), (100.0 - options.min_agreement) / 100.0
+    else:
+        validation, validation_fn, max_drop = nncf_validation(data.validation), _top1_validation, options.max_drop / 100.0
     return nncf.quantize_with_accuracy_control(
         ov_model,
         nncf_dataset(data.calibration),
-        nncf_validation(data.validation),
-        validation_fn=_top1_validation,
-        max_drop=max_drop_points / 100.0,
+        validation,
+        validation_fn=validation_fn,
+        max_drop=max_drop,
         drop_type=nncf.DropType.ABSOLUTE,
         advanced_quantization_parameters=advanced,
         **common,
     )
+
+
+def _agreement_validation(ov_model, samples):
+    """NNCF's validation_fn for --min-agreement: (top-1 agreement with the fp32 model as a fraction, per item)."""
+    import openvino as ov
+
+    reference = _top1_classes(ov.Core().compile_model(ov_model, "CPU"), samples.batches(1))
+
+    def validate(compiled_model, items) -> tuple[float, list[float]]:
+        agreed = [float(a == b) for a, b in zip(_top1_classes(compiled_model, items), reference, strict=True)]
+        return (sum(agreed) / len(agreed) if agreed else 0.0), agreed
+
+    return validate
+
+
+def _top1_classes(compiled_model, items) -> list[int]:
+    output = compiled_model.output(0)
+    return [int(compiled_model(feeds)[output].reshape(1, -1).argmax(1)[0]) for feeds in items]
 
 
 def _top1_validation(compiled_model, items) -> tuple[float, list[float]]:

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from edgekit.converters import ConversionData, Converter, ConvertOptions
+from edgekit.converters.int8_rounding import WeightRounding
 from edgekit.errors import ConversionError, EdgekitError
 
 log = logging.getLogger("edgekit")
@@ -202,6 +203,8 @@ def _int8_static(model: Path, out: Path, options: ConvertOptions, data: Conversi
             **opset,
         }
     }
+    if quantizer.rounding_notes:
+        notes["quantization"]["weight_rounding"] = quantizer.rounding_notes
     if control is not None:
         notes["quantization"]["accuracy_control"] = control
     if for_tensorrt(options.for_target):  # say whether TensorRT would take it
@@ -223,12 +226,14 @@ def _keep_sensitive(quantizer: StaticQuantizer, out: Path) -> dict:
 
     ranked, total = quantizer.ranked()
     candidates = [s for s in outliers(ranked) if s.name not in quantizer.options.exclude]
-    losses = []
+    losses, fitted = [], []
     for count in range(len(candidates) + 1):
         trial = out.with_name(f"{out.stem}.keep{count}{out.suffix}")
         quantizer.quantize([s.name for s in candidates[:count]], trial)
         losses.append(quantizer.loss(trial))
+        fitted.append(quantizer.rounding_notes)
     best = int(min(range(len(losses)), key=losses.__getitem__))
+    quantizer.rounding_notes = fitted[best]  # what the pass did to the model kept
     out.with_name(f"{out.stem}.keep{best}{out.suffix}").replace(out)
     for count in range(len(losses)):
         out.with_name(f"{out.stem}.keep{count}{out.suffix}").unlink(missing_ok=True)
@@ -252,12 +257,20 @@ class StaticQuantizer:
         self.sensitivity_samples = min(SAMPLES, len(samples))
         self.probe = Samples({k: v[: self.sensitivity_samples] for k, v in samples.arrays.items()})
         self._reference = None
+        self.rounding = WeightRounding(pre, samples)
+        self.rounding_notes: dict = {}
 
     def quantize(self, keep_float: list[str], out: Path) -> None:
-        """`out`: every supported layer in int8 but `keep_float` and the user's --exclude."""
+        """`out`: every supported layer in int8 but `keep_float` and the user's --exclude, its weight codes and
+        biases then fitted to the calibration data (converters.int8_rounding)."""
         _quantize_static(
             self.pre, out, self.samples, self.specs, self.options, self.scheme, [*self.options.exclude, *keep_float], self.cache
         )
+        try:
+            self.rounding_notes = self.rounding.apply(out)
+        except Exception as exc:  # a graph the pass does not know: the quantizer's rounding stands, and says so
+            log.warning("int8 weight fitting skipped: %s", str(exc).splitlines()[0][:200])
+            self.rounding_notes = {"skipped": str(exc).splitlines()[0][:200]}
 
     def ranked(self):
         from edgekit.converters.onnx_sensitivity import onnx_sensitivity

@@ -82,16 +82,35 @@ def test_min_agreement_without_labels_and_its_limits(tmp_path, fashion_onnx, dem
         convert(
             source, "onnx", tmp_path / "b.onnx", ConvertOptions("int8", (), calib, validation_data=str(unlabelled), min_agreement=100.1)
         )
-    with pytest.raises(EdgekitError, match="min-agreement is not available"):
-        convert(
-            source, "openvino", tmp_path / "c.xml", ConvertOptions("int8", (), calib, validation_data=str(unlabelled), min_agreement=98.0)
+    with pytest.raises(EdgekitError, match="one limit"):
+        both = ConvertOptions(
+            "int8", (), calib, validation_data=str(demo_data[0]), validation_samples=100, min_agreement=98.0, max_drop=1.0
         )
+        convert(source, "openvino", tmp_path / "c.xml", both)
     assert not (tmp_path / "b.onnx").exists() and not (tmp_path / "c.xml").exists()  # nothing half-written
+
+
+def test_min_agreement_on_openvino(tmp_path, fashion_onnx, demo_data):
+    """NNCF accuracy control with a validation function computing agreement with the fp32 model (no labels)."""
+    pytest.importorskip("openvino")
+    unlabelled = tmp_path / "unlabelled.npz"
+    with np.load(demo_data[0]) as npz:
+        np.savez(unlabelled, image=npz["image"][:300])
+    calib = CalibrationOptions(str(demo_data[1]), 100)
+    options = ConvertOptions("int8", (), calib, validation_data=str(unlabelled), min_agreement=99.0)
+    result = convert(open_source(str(fashion_onnx["fp32"])), "openvino", tmp_path / "a.xml", options)
+    control = result.meta["provenance"]["quantization"]["accuracy_control"]
+    assert control["min_agreement"] == 99.0 and control["validation_samples"] == 300
+    samples = load_samples(str(unlabelled), specs=list(INPUTS))
+    reference = run_batches(make_runner(open_source(str(fashion_onnx["fp32"])), inputs=list(INPUTS)), samples, 100)[0]
+    int8 = run_batches(make_runner(open_source(str(result.path))), samples, 100)[0]
+    assert compare_output("logits", reference, int8).top1_agreement >= 99.0
 
 
 @pytest.mark.e2e
 def test_efficientnet_lite0_int8_agreement_on_photo_crops(tmp_path):
-    """Real weights, real photos: the sensitivity default keeps the stem in float; the old default misses."""
+    """Real weights, real photos: the default (fitted int8 weights, then the sensitivity outliers in float where
+    that helps) vs all-int8. Before the fitted weights: 90.8% / cosine 0.9918 and 86.7% / 0.985."""
     pytest.importorskip("efficientnet_lite_pytorch")
     from edgekit.artifact import TensorSpec
     from edgekit.zoo.photos import photo_crops
@@ -112,7 +131,7 @@ def test_efficientnet_lite0_int8_agreement_on_photo_crops(tmp_path):
         options = ConvertOptions("int8", (), CalibrationOptions(str(calib), 64), keep_sensitive=keep)
         int8 = convert(open_source(str(fp32.path)), "onnx", tmp_path / f"int8.{keep}.onnx", options)
         scores[keep] = compare_output("logits", reference, run_batches(make_runner(open_source(str(int8.path))), samples, 40)[0])
-    kept = int8.meta["provenance"]["quantization"]["sensitivity"]["kept_in_float"]
-    assert kept and kept[0]["op"] == "Conv"
-    assert scores[True].cosine_mean >= 0.99 > scores[False].cosine_mean
-    assert scores[True].top1_agreement >= 88.0 > scores[False].top1_agreement
+    quant = int8.meta["provenance"]["quantization"]
+    assert quant["excluded"] == [k["name"] for k in quant["sensitivity"]["kept_in_float"]]
+    assert scores[True].cosine_mean >= 0.997 and scores[False].cosine_mean >= 0.995
+    assert scores[True].top1_agreement >= 95.0 and scores[False].top1_agreement >= 93.0
