@@ -13,6 +13,8 @@ MODELS = {
     "zoo:fashion-cnn-keras": ("fashion_cnn.keras", (), "nhwc"),
     "zoo:efficientnet-lite0": ("edgekit.zoo.models:efficientnet_lite0", ("image:1x3x224x224",), "nchw"),
     "zoo:resnet18-shape": ("edgekit.zoo.models:resnet18_shape", ("image:1x3x224x224",), "nchw"),
+    # stateful: the GRU's state [layers, batch, hidden] (start it at zeros with --input state=0)
+    "zoo:fashion-gru": ("edgekit.zoo.models:fashion_row_gru", ("image:1x1x28x28", "state:2xbatchx64"), "nchw"),
 }
 # zoo data -> which split of the committed Fashion-MNIST files (written out as float32 .npz keyed `image`, with labels)
 DATA = {"zoo:fashion-mnist-test": 0, "zoo:fashion-mnist-calib": 1}
@@ -25,14 +27,14 @@ def is_zoo(spec: str | None) -> bool:
 def zoo_model(spec: str):
     """(ModelSource, input specs, layout) of a zoo model; the trained FashionCNN comes with its weights."""
     from edgekit.loaders import ModelSource
-    from edgekit.zoo.fashion_mnist import DATA_DIR, WEIGHTS
+    from edgekit.zoo.fashion_mnist import DATA_DIR, GRU_WEIGHTS, WEIGHTS
 
     if spec not in MODELS:
         raise EdgekitError(f"unknown zoo model '{spec}'", hint=f"known: {', '.join(MODELS)}")
     target, inputs, layout = MODELS[spec]
     if target.endswith(".keras"):
         return ModelSource(str(DATA_DIR / target), "keras"), inputs, layout
-    weights = WEIGHTS if spec == "zoo:fashion-cnn" else None
+    weights = {"zoo:fashion-cnn": WEIGHTS, "zoo:fashion-gru": GRU_WEIGHTS}.get(spec)
     return ModelSource(target, "torch-factory", weights), inputs, layout
 
 
