@@ -184,7 +184,12 @@ def _load_state_dict(model, weights: Path) -> None:
 
 
 def resolve_input_specs(module, declared: list[TensorSpec] | None, given: list[TensorSpec]) -> list[TensorSpec]:
-    """Input specs for a torch model: --input wins, then what the model declares."""
+    """Input specs for a torch model: --input wins, then what the model declares; constants (--input state=0) join
+    the declared inputs rather than replace them."""
+    if declared and any(g.value is not None for g in given):
+        from edgekit.targets.base import apply_given_inputs
+
+        return apply_given_inputs(declared, given)
     if given:
         return given
     if declared:
