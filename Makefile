@@ -4,14 +4,23 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 # torch is pinned to its CPU build through constraints.txt; without the pin pip pulls GBs of CUDA wheels.
 PIP_INSTALL := $(BIN)/pip install -q --disable-pip-version-check -c constraints.txt
+# `make setup GPU=1` (or demo/test GPU=1): the same torch as a CUDA build from the PyTorch index (constraints-cuda.txt).
+CUDA ?= cu130
+ifeq ($(GPU),1)
+PIP_INSTALL += -c constraints-cuda.txt --extra-index-url https://download.pytorch.org/whl/$(CUDA)
+STAMP := $(VENV)/.installed-cuda
+else
+STAMP := $(VENV)/.installed
+endif
 
 .PHONY: setup demo test test-fast fuzz bench lint clean emulate-avx2
 
-setup: $(VENV)/.installed
+setup: $(STAMP)
 
-$(VENV)/.installed: pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt constraints-cuda.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP_INSTALL) -e ".[torch,onnx,openvino,keras,litert,compress,zoo,ray,dev]"
+	rm -f $(VENV)/.installed $(VENV)/.installed-cuda  # the other build's stamp: switching GPU= reinstalls
 	touch $@
 
 demo: setup
@@ -39,4 +48,4 @@ lint: setup
 	$(BIN)/ruff check edgekit tests bench scripts && $(BIN)/ruff format --check edgekit tests bench scripts
 
 clean:
-	rm -rf $(VENV) edgekit-demo .pytest_cache
+	rm -rf $(VENV) edgekit-demo edgekit-demo-keras .pytest_cache

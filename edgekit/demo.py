@@ -39,8 +39,9 @@ def write_demo_data(workdir: Path, layout: str = "nchw") -> tuple[Path, Path]:
 RECIPES = {False: Path(__file__).parent / "recipes" / "demo.yaml", True: Path(__file__).parent / "recipes" / "demo-keras.yaml"}
 
 
-def demo_recipe(workdir: Path, threads: int | None = None, runs: int = 200, keras: bool = False, precisions=None):
-    """The embedded demo recipe, with the run's folder, threads and run count."""
+def demo_recipe(workdir: Path | None, threads: int | None = None, runs: int = 200, keras: bool = False, precisions=None):
+    """The embedded demo recipe, with the run's folder (default: the recipe's own, in the current folder: edgekit-demo,
+    edgekit-demo-keras, so one variant never replaces the other's reports and artifacts), threads and run count."""
     from dataclasses import replace
 
     from edgekit.recipe.schema import load_recipe
@@ -49,14 +50,14 @@ def demo_recipe(workdir: Path, threads: int | None = None, runs: int = 200, kera
     matrix = replace(recipe.matrix, precisions=tuple(precisions)) if precisions else recipe.matrix
     return replace(
         recipe,
-        report=replace(recipe.report, dir=str(Path(workdir).resolve())),
+        report=replace(recipe.report, dir=str(Path(workdir or recipe.report.dir).resolve())),
         latency=replace(recipe.latency, threads=threads, runs=runs),
         matrix=matrix,
     )
 
 
 def run_demo(
-    workdir: Path, threads: int | None = None, runs: int = 200, keras: bool = False, precisions=None, progress=None
+    workdir: Path | None, threads: int | None = None, runs: int = 200, keras: bool = False, precisions=None, progress=None
 ) -> tuple[dict, list]:
     """Run the demo recipe; returns the matrix report and the report files written."""
     from edgekit.recipe.reports import write_reports

@@ -20,10 +20,14 @@ class EdgekitError(Exception):
         shown = [f"  {ln}" for ln in lines[:limit]]
         return shown + ([f"  ... {len(lines) - limit} more lines (run with -v for the log)"] if len(lines) > limit else [])
 
+    def lines(self) -> list[str]:
+        """What the CLI prints: `error: WHAT`, then `hint: WHAT TO DO` on its own line."""
+        return error_lines(self.message, self.hint)
+
     def one_line(self) -> str:
-        """The message and the hint, as the CLI prints them."""
+        """The message and the hint on one line, for a table cell or a row's status."""
         text = " ".join(self.message.split())
-        return f"{text} (hint: {self.hint})" if self.hint else text
+        return f"{text}; hint: {' '.join(self.hint.split())}" if self.hint else text
 
     def __str__(self) -> str:
         return self.one_line()
@@ -43,3 +47,9 @@ class RuntimeMissingError(EdgekitError):
 
 class ConversionError(EdgekitError):
     """A converter that could not produce an artifact (an unsupported op, a failed export)."""
+
+
+def error_lines(message: str, hint: str = "") -> list[str]:
+    """The one error style: `error: WHAT` and, on its own line, `hint: WHAT TO DO` (each folded onto one line)."""
+    lines = [f"error: {' '.join(message.split())}"]
+    return lines + [f"hint: {' '.join(hint.split())}"] if hint else lines

@@ -6,6 +6,7 @@ import importlib.metadata
 import os
 import platform
 from functools import lru_cache
+from pathlib import Path
 
 
 @lru_cache(maxsize=1)
@@ -15,7 +16,7 @@ def machine_info() -> dict:
 
     flags = host_flags()
     return {
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "logical_cores": os.cpu_count(),
         "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "isa": [
@@ -28,7 +29,7 @@ def machine_info() -> dict:
     }
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     for line in _cpuinfo_lines():
         if line.startswith("model name"):
             return line.split(":", 1)[1].strip()
@@ -50,6 +51,18 @@ def _cpuinfo_lines() -> tuple[str, ...]:
             return tuple(f)
     except OSError:
         return ()
+
+
+def nvidia_gpus() -> list[str]:
+    """The NVIDIA GPUs the driver lists (/proc/driver/nvidia, else /dev/nvidiaN), without importing a framework."""
+    names = []
+    for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
+        try:
+            lines = info.read_text().splitlines()
+        except OSError:
+            lines = []
+        names.append(next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("Model:")), "NVIDIA GPU"))
+    return names or ["NVIDIA GPU" for dev in Path("/dev").glob("nvidia[0-9]*")]
 
 
 def package_versions(*names: str) -> dict[str, str]:

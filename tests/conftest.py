@@ -31,14 +31,21 @@ def run_cli(*args: str, cwd: Path | None = None) -> CliResult:
 
 
 def assert_clean_error(result: CliResult, *needles: str) -> None:
-    """Exit 1, one `error:` line with a hint on stderr, no traceback."""
+    """Exit 1, no traceback, and on stderr one `error: WHAT` line followed by one `hint: WHAT TO DO` line.
+
+    Each needle (the file or option at fault, the fix) must be in one of those two lines.
+    """
     assert result.code == 1, (result.code, result.stdout, result.stderr)
     assert "Traceback" not in result.stderr + result.stdout, result.stderr
-    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error: ")]
+    lines = result.stderr.splitlines()
+    errors = [i for i, ln in enumerate(lines) if ln.startswith("error: ")]
     assert len(errors) == 1, result.stderr
-    assert "hint:" in errors[0], errors[0]
+    assert not any(ln.lstrip().lower().startswith("error:") for i, ln in enumerate(lines) if i != errors[0]), result.stderr
+    shown = lines[errors[0] : errors[0] + 2]
+    assert len(shown) == 2 and shown[1].startswith("hint: "), result.stderr
+    assert sum(ln.startswith("hint: ") for ln in lines) == 1, result.stderr
     for needle in needles:
-        assert needle in errors[0], errors[0]
+        assert any(needle in ln for ln in shown), result.stderr
 
 
 @pytest.fixture(scope="session")

@@ -107,13 +107,13 @@ def choose(count: int, limit: int | None, seed: int) -> np.ndarray:
 def load_samples(
     spec: str, limit: int | None = None, seed: int = 0, preprocess: str | None = None, specs: list[TensorSpec] | None = None
 ) -> Samples:
-    """Read samples from an .npz/.npy file, an image folder, a `module:function` or a zoo: data name; sample `limit` of them."""
+    """Read samples from an .npz/.npy file, an image folder, a `module:function` or a zoo: data name; sample `limit` of them.
+
+    A zoo name (or a committed zoo file named by path) is read with its declared preprocessing."""
     from edgekit.calibration import sources
-    from edgekit.zoo.names import is_zoo, zoo_data
+    from edgekit.zoo.names import zoo_data_for
 
-    if is_zoo(spec):
-        spec = str(zoo_data(spec))
-
+    spec, name = zoo_data_for(spec, specs)
     if limit is not None and limit < 1:
         raise EdgekitError(
             f"a sample limit of {limit} is out of range: it must be at least 1", hint="pass --limit / --calib-samples N with N >= 1"
@@ -131,7 +131,9 @@ def load_samples(
         raise EdgekitError(f"data not found or not readable: {spec}", hint="give an .npz/.npy file, a folder of images, or module:function")
     if len(samples) == 0:
         raise EdgekitError(f"no samples in {spec}", hint="the data source is empty")
-    samples.provenance.update(source=spec, samples=len(samples), seed=seed, random=False, nonfinite=nonfinite_policy())
+    samples.provenance.update(
+        source=name, **({"path": spec} if name != spec else {}), samples=len(samples), seed=seed, random=False, nonfinite=nonfinite_policy()
+    )
     return samples if specs is None else samples.bind(specs)
 
 

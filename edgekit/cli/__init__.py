@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
 
 import typer
 
-from edgekit.errors import EdgekitError
+from edgekit.errors import EdgekitError, error_lines
 
 app = typer.Typer(
     name="edgekit",
@@ -20,13 +21,35 @@ app = typer.Typer(
 
 @app.callback()
 def _options(
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show info-level logs."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only errors (for CI logs)."),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="Show info-level logs, and the frameworks' own logs, warnings and progress bars."
+    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only results and errors: no progress, no warnings (for CI logs)."),
 ) -> None:
+    """Global options, before the command: frameworks are quiet unless --verbose; edgekit's progress shows unless --quiet."""
+    from edgekit import native, progress
+
     level = logging.ERROR if quiet else logging.INFO if verbose else logging.WARNING
-    logging.basicConfig(level=level, format="%(levelname)s: %(message)s", stream=sys.stderr, force=True)
-    for noisy in ("onnxscript", "torch", "onnx_ir", "root"):
-        logging.getLogger(noisy).setLevel(max(level, logging.ERROR))
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_LevelFormatter())
+    logging.basicConfig(level=level, handlers=[handler], force=True)
+    native.set_verbose(verbose)
+    for name in () if verbose else native.CHATTY:
+        logging.getLogger(name).setLevel(max(level, logging.ERROR))
+    if quiet:
+        progress.report_to(None)
+    else:
+        from edgekit.cli.progress import spinner
+
+        progress.report_to(spinner)
+
+
+class _LevelFormatter(logging.Formatter):
+    """`warning: ...`, in the voice of `error: ...`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = f"{record.levelname.lower()}: {record.getMessage()}"
+        return f"{text}\n{self.formatException(record.exc_info)}" if record.exc_info else text
 
 
 _registered: list[bool] = []
@@ -35,29 +58,45 @@ _registered: list[bool] = []
 def _register() -> None:
     if _registered:  # main() may run more than once in one process (tests/corpus/batch_cli.py)
         return
-    from edgekit.cli import compress, convert, demo, devices, info, measure, recipe
+    from edgekit.cli import compress, convert, debug, demo, devices, info, measure, recipe
 
-    for module in (info, convert, compress, measure, recipe, demo, devices):
+    for module in (info, convert, compress, measure, recipe, demo, devices, debug):
         module.register(app)
     _registered.append(True)
 
 
 def main() -> None:
-    """Entry point: an EdgekitError becomes one line on stderr and exit 1."""
+    """Entry point: every error is `error: WHAT` then `hint: WHAT TO DO` on stderr, exit 1 (2 is kept for a failed gate)."""
     _register()
     try:
-        code = app(standalone_mode=False)  # click returns (not raises) the code of a typer.Exit here
+        code = app(standalone_mode=False, prog_name="edgekit")  # click returns (not raises) the code of a typer.Exit here
     except EdgekitError as exc:
-        print(f"error: {exc.one_line()}", file=sys.stderr)
-        if exc.cause_lines():
-            print("cause:", *exc.cause_lines(), sep="\n", file=sys.stderr)
-        sys.exit(1)
+        _fail(exc.lines(), exc.cause_lines())
     except typer.Abort:
-        print("aborted", file=sys.stderr)
-        sys.exit(1)
+        _fail(error_lines("aborted"))
     except KeyboardInterrupt:
         sys.exit(130)
-    except typer.TyperException as exc:  # usage errors (typer vendors click's exceptions)
-        exc.show()
-        sys.exit(getattr(exc, "exit_code", 2))
+    except typer.TyperException as exc:  # usage errors: typer vendors click's exceptions
+        _fail(error_lines(_sentence(exc.format_message()), _usage_hint(exc)))
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _fail(lines: list[str], cause: list[str] | None = None) -> None:
+    print(*lines, sep="\n", file=sys.stderr)
+    if cause:
+        print("cause:", *cause, sep="\n", file=sys.stderr)
+    sys.exit(1)
+
+
+def _sentence(text: str) -> str:
+    """Click's 'No such option: --x.' in edgekit's voice: 'no such option: --x'."""
+    text = " ".join(text.split()).rstrip(".")
+    return text[:1].lower() + text[1:] if text[1:2].islower() else text
+
+
+def _usage_hint(exc: Exception) -> str:
+    ctx = getattr(exc, "ctx", None)
+    if ctx is None:
+        return "run `edgekit --help` for the commands and options"
+    usage = re.sub(r"\{(\w+)\}", lambda m: m[1].upper(), " ".join(ctx.get_usage().split()))  # typer writes arguments {model}
+    return f"{usage[:1].lower()}{usage[1:]}; `{ctx.command_path} --help` lists the options"

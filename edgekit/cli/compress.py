@@ -53,68 +53,15 @@ def prune(
     emit_recipe: Path = options.EMIT_RECIPE,
 ) -> None:
     """Compress a model (prune or factorize), save it, and compare original vs pruned (vs quantized) on data."""
+    from edgekit import api
     from edgekit.cli.render import print_compression
-    from edgekit.compress import PruneOptions, method_chain
-    from edgekit.compress.pipeline import STAGE_NAMES, compare_stages, fill_int8_accuracy, gate_compressed
-    from edgekit.compress.pipeline import prune as run_prune
-    from edgekit.loaders import open_source
-    from edgekit.validate.report import new_report, write_json
 
-    source = open_source(model, weights, allow_pickle)
-    if emit_recipe:
-        from edgekit.recipe.write import emit
-
-        stage = {
-            "method": method,
-            "sparsity": sparsity,
-            "scope": scope,
-            "channels": channels,
-            "energy": energy,
-            "keep": keep,
-            "epochs": epochs,
-            "finetune": finetune,
-            **({"clusters": clusters, "init": init} if "cluster" in method else {}),
-            **({"surgery": True} if surgery else {}),
-        }
-        emit(
-            emit_recipe,
-            model=model,
-            weights=weights,
-            inputs=inputs or (),
-            formats=["onnx"],
-            precisions=["fp32", *([precision] if precision else [])],
-            calibration={"path": calib},
-            validation={"path": data},
-            latency={"threads": threads},
-            compress=[{k: v for k, v in stage.items() if v is not None}],
-            gates={k: v for k, v in {"max_size_mb": max_size_mb, "size_metric": size_metric}.items() if max_size_mb is not None},
-        )
-    limits = _size_gate(max_size_mb, size_metric)
-    prune_options = PruneOptions(
-        method, sparsity, scope, channels, energy, None if energy else keep, epochs, lr, clusters=clusters, init=init, surgery=surgery
-    )
-    specs = list(options.input_specs(inputs))
-    stage = run_prune(source, prune_options, output, specs, data, finetune)
-    result = new_report("prune", ("torch", "onnxruntime"))
-    result.update(model=model, output=str(output), options=prune_options.__dict__, stage=stage.to_dict(), stages=[])
-    if data and source.family == "torch":
-        name = STAGE_NAMES[method_chain(method)[-1]]
-        workdir = output.parent / f"{output.stem}.stages"
-        result["stages"] = compare_stages(source, output, specs, data, workdir, precision, calib, threads, name=name)
-        fill_int8_accuracy(result["stage"]["storage"], result["stages"])
-    if limits:
-        result["gate"] = gate_compressed(result, output, limits)
-    if report:
-        write_json(result, report)
-    print_compression(result)
-    if limits and not result["gate"]["passed"]:
+    result = api.prune(
+        model, method, output, inputs=inputs, weights=weights, allow_pickle=allow_pickle, sparsity=sparsity, scope=scope,
+        channels=channels, energy=energy, keep=keep, clusters=clusters, init=init, surgery=surgery, data=data, finetune=finetune,
+        epochs=epochs, lr=lr, precision=precision, calib=calib, threads=threads, max_size_mb=max_size_mb, size_metric=size_metric,
+        report=report, emit_recipe=emit_recipe,
+    )  # fmt: skip
+    print_compression(result.to_dict())
+    if not result.passed:
         raise typer.Exit(2)
-
-
-def _size_gate(max_size_mb: float | None, size_metric: str):
-    from edgekit.errors import EdgekitError
-    from edgekit.validate.gate import SIZE_METRICS, Thresholds
-
-    if size_metric not in SIZE_METRICS:
-        raise EdgekitError(f"unknown size metric '{size_metric}'", hint=f"choose one of: {', '.join(SIZE_METRICS)}")
-    return Thresholds(max_size_mb=max_size_mb, size_metric=size_metric) if max_size_mb is not None else None

@@ -15,8 +15,12 @@ def register(app: typer.Typer) -> None:
     app.command("quantize")(quantize)
 
 
-PRECISION = typer.Option("fp32", "--precision", "-p", help=f"One of {', '.join(PRECISIONS)}. int8 needs --calib.")
-CALIB = typer.Option(None, "--calib", help="Calibration data: .npz/.npy, a folder of images (class subfolders), or module:function.")
+PRECISION = typer.Option(
+    "fp32", "--precision", "-p", help=f"One of {', '.join(PRECISIONS)}. int8 needs --calib (a zoo: model brings its own)."
+)
+CALIB = typer.Option(
+    None, "--calib", help="Calibration data: .npz/.npy, a folder of images (class subfolders), module:function or a zoo: data name."
+)
 CALIB_SAMPLES = typer.Option(300, "--calib-samples", help="Samples drawn (deterministically, --seed) from the calibration data.")
 CALIB_METHOD = typer.Option("minmax", "--calib-method", help=f"Range estimation: {', '.join(CALIB_METHODS)}.")
 PER_TENSOR = typer.Option(False, "--per-tensor", help="Per-tensor weight scales instead of per-channel.")
@@ -56,7 +60,9 @@ RANDOM_CALIB = typer.Option(
 
 
 def convert(
-    model: str = typer.Argument(..., help="Model file (.pt2, TorchScript, .onnx, .keras, .h5, SavedModel) or module:factory."),
+    model: str = typer.Argument(
+        ..., help="Model file (.pt2, TorchScript, .onnx, .keras, .h5, SavedModel), module:factory or zoo: name (zoo:fashion-cnn)."
+    ),
     to: str = typer.Option(..., "--to", help=f"Target format: {', '.join(FORMATS)}."),
     output: Path = typer.Option(None, "--output", "-o", help="Output file (default: next to the model, named by precision)."),
     inputs: list[str] = options.INPUT,
@@ -85,47 +91,22 @@ def convert(
     opt_batch: int = OPT_BATCH,
     emit_recipe: Path = options.EMIT_RECIPE,
 ) -> None:
-    """Convert a model to another format and precision, written atomically."""
-    from edgekit.converters import CalibrationOptions, ConvertOptions
-    from edgekit.loaders import open_source
+    """Convert a model (a file, module:factory or zoo: name) to another format and precision, written atomically."""
+    from edgekit import api
+    from edgekit.cli.render import print_artifact
 
-    source = open_source(model, weights, allow_pickle)
-    opts = ConvertOptions(
-        precision,
-        options.input_specs(inputs),
-        CalibrationOptions(calib, calib_samples, calib_method, seed, preprocess, random_calibration),
-        per_tensor,
-        tuple(exclude or ()),
-        for_target,
-        model_type=model_type,
-        validation_data=val,
-        validation_samples=val_samples,
-        max_drop=max_drop,
-        min_agreement=min_agreement,
-        io_dtype=io_dtype or ("int8" if device else "float32"),
-        layout=layout,
-        device=device,
-        max_batch=max_batch,
-        opt_batch=opt_batch,
-        keep_sensitive=keep_sensitive,
-    )
-    if emit_recipe:
-        from edgekit.recipe.write import emit
-
-        emit(
-            emit_recipe,
-            model=model,
-            weights=weights,
-            inputs=inputs or (),
-            formats=[to],
-            precisions=[precision],
-            calibration={"path": calib, "samples": calib_samples, "method": calib_method},
-        )
-    _run(source, to, output or _default_output(source, to, precision), opts)
+    converted = api.convert(
+        model, to, output, inputs=inputs, weights=weights, allow_pickle=allow_pickle, precision=precision, calib=calib,
+        calib_samples=calib_samples, calib_method=calib_method, preprocess=preprocess, per_tensor=per_tensor, exclude=exclude,
+        keep_sensitive=keep_sensitive, for_target=for_target, seed=seed, random_calibration=random_calibration, val=val,
+        val_samples=val_samples, max_drop=max_drop, min_agreement=min_agreement, model_type=model_type, io_dtype=io_dtype,
+        layout=layout, device=device, max_batch=max_batch, opt_batch=opt_batch, emit_recipe=emit_recipe,
+    )  # fmt: skip
+    print_artifact(converted.artifact)
 
 
 def quantize(
-    model: Path = typer.Argument(..., help="An .onnx file."),
+    model: str = typer.Argument(..., help="An .onnx file."),
     output: Path = typer.Option(..., "--output", "-o", help="Output .onnx file."),
     precision: str = typer.Option("int8", "--precision", "-p", help=f"One of {', '.join(PRECISIONS)}."),
     calib: str = CALIB,
@@ -141,60 +122,12 @@ def quantize(
     emit_recipe: Path = options.EMIT_RECIPE,
 ) -> None:
     """Quantize an existing ONNX model (fp16, int8-dynamic, static int8 with --calib)."""
-    from edgekit.converters import CalibrationOptions, ConvertOptions
-    from edgekit.errors import EdgekitError
-    from edgekit.loaders import open_source
-
-    source = open_source(str(model))
-    if source.format != "onnx":
-        raise EdgekitError(
-            f"quantize takes an .onnx file, not {source.format}",
-            hint="use `edgekit convert MODEL --to ... --precision ...` for other formats",
-        )
-    calibration = CalibrationOptions(calib, calib_samples, calib_method, seed, preprocess, random_calibration)
-    if emit_recipe:
-        from edgekit.recipe.write import emit
-
-        emit(
-            emit_recipe,
-            model=str(model),
-            formats=["onnx"],
-            precisions=[precision],
-            calibration={"path": calib, "samples": calib_samples, "method": calib_method},
-        )
-    _run(
-        source,
-        "onnx",
-        output,
-        ConvertOptions(precision, (), calibration, per_tensor, tuple(exclude or ()), for_target, keep_sensitive=keep_sensitive),
-    )
-
-
-def _check_choices(opts) -> None:
-    """Choices typer cannot check for us, against the lists the library declares."""
-    from edgekit.errors import EdgekitError
-
-    choices = {
-        "precision": (opts.precision, PRECISIONS),
-        "calibration method": (opts.calibration.method, CALIB_METHODS),
-        "I/O dtype": (opts.io_dtype, ("float32", "int8", "uint8")),
-        "layout": (opts.layout, ("nchw", "nhwc")),
-    }
-    for what, (value, allowed) in choices.items():
-        if value not in allowed:
-            raise EdgekitError(f"unknown {what} '{value}'", hint=f"choose one of: {', '.join(allowed)}")
-
-
-def _default_output(source, to: str, precision: str) -> Path:
-    from edgekit.converters import SUFFIXES
-
-    base = Path(source.spec).parent if source.path else Path.cwd()
-    return base / f"{source.name}.{precision}{SUFFIXES.get(to, '.' + to)}"
-
-
-def _run(source, to: str, output: Path, opts) -> None:
+    from edgekit import api
     from edgekit.cli.render import print_artifact
-    from edgekit.converters.pipeline import convert as run_conversion
 
-    _check_choices(opts)
-    print_artifact(run_conversion(source, to, Path(output), opts))
+    converted = api.quantize(
+        model, output, precision=precision, calib=calib, calib_samples=calib_samples, calib_method=calib_method,
+        preprocess=preprocess, per_tensor=per_tensor, exclude=exclude, keep_sensitive=keep_sensitive, for_target=for_target,
+        seed=seed, random_calibration=random_calibration, emit_recipe=emit_recipe,
+    )  # fmt: skip
+    print_artifact(converted.artifact)

@@ -12,14 +12,16 @@ def register(app: typer.Typer) -> None:
 
 
 def demo(
-    workdir: Path = typer.Option(Path("edgekit-demo"), "--workdir", help="Where artifacts and reports go."),
+    workdir: Path = typer.Option(
+        None, "--workdir", help="Where artifacts and reports go (default: edgekit-demo, or edgekit-demo-keras with --keras)."
+    ),
     threads: int = typer.Option(None, "--threads", help="Threads for every runtime (default: all usable cores)."),
     runs: int = typer.Option(200, "--runs", help="Timed latency runs per artifact."),
     keras: bool = typer.Option(False, "--keras", help="Start from the Keras model instead of the PyTorch one."),
     emit_recipe: Path = typer.Option(None, "--emit-recipe", help="Write the recipe this demo runs (then `edgekit run` it)."),
 ) -> None:
     """Run the embedded recipe: a real Fashion-MNIST CNN to ONNX, OpenVINO and TFLite in fp32/fp16/int8, validated on 10k test images, timed, gated."""
-    from edgekit.cli.recipe import exit_code
+    from edgekit.api.results import exit_code
     from edgekit.cli.render import console, escape, print_run
     from edgekit.demo import RECIPES, run_demo
 

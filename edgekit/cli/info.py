@@ -45,9 +45,11 @@ def info(
         raise typer.Exit(2)
 
 
-def targets() -> None:
-    """Every runtime and device edgekit knows, found or not."""
+def targets(
+    probe: bool = typer.Option(False, "--probe", help="Ask each runtime for its devices (imports them all: seconds)."),
+) -> None:
+    """Every runtime and device edgekit knows, found or not (from package metadata and the system; --probe asks the runtimes)."""
     from edgekit.cli.render import print_targets
     from edgekit.summary import list_targets
 
-    print_targets(list_targets())
+    print_targets(list_targets(probe))

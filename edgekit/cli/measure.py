@@ -21,9 +21,15 @@ BATCH = typer.Option(1, "--batch", help="Batch size of the latency runs.")
 
 def validate(
     artifact: str = typer.Argument(..., help="The converted model (.onnx)."),
-    reference: str = typer.Option(..., "--reference", "-r", help="The original model: file or module:factory."),
+    reference: str = typer.Option(
+        None, "--reference", "-r", help="The original model: file, module:factory or zoo: name (default: the artifact's provenance)."
+    ),
     data: str = typer.Option(
-        None, "--data", "-d", help=".npz keyed by input name (+ optional `labels`), .npy, image folder or module:function."
+        None,
+        "--data",
+        "-d",
+        help=".npz keyed by input name (+ optional `labels`), .npy, image folder, module:function or zoo: name "
+        "(default: a zoo reference's validation set).",
     ),
     target: str = options.TARGET,
     report: Path = typer.Option(None, "--report", help="Write the JSON report here."),
@@ -47,36 +53,20 @@ def validate(
     max_npu_fallback: float = options.MAX_NPU_FALLBACK,
     no_default_gates: bool = options.NO_DEFAULT_GATES,
 ) -> None:
-    """Compare an artifact with its reference on the same inputs, time it, and gate the result."""
-    from edgekit.cli.render import print_validation
-    from edgekit.loaders import open_source
-    from edgekit.validate.benchmark import BenchSettings
-    from edgekit.validate.report import write_json
-    from edgekit.validate.validation import ValidationRequest
-    from edgekit.validate.validation import validate as run_validation
+    """Compare an artifact with its reference on the same inputs, time it, and gate the result.
 
-    _check_destinations(report, emit_recipe)
-    request = ValidationRequest(
-        # The reference itself on another target (torch:cuda, compile, fp16) takes the same weights.
-        open_source(artifact, weights if artifact == reference else None, allow_pickle),
-        open_source(reference, weights, allow_pickle),
-        target,
-        data,
-        limit,
-        preprocess,
-        options.input_specs(inputs),
-        latency=BenchSettings(target, threads, batch, warmup, runs),
-        thresholds=options.thresholds(max_drop, min_cosine, min_agreement, min_snr, max_npu_fallback),
-        task=task,
-        default_gates=not no_default_gates,
-    )
-    if emit_recipe:
-        _emit_validate(emit_recipe, request, reference, weights, inputs, data, limit)
-    result = run_validation(request)
-    if report:
-        write_json(result, report)
-    print_validation(result)
-    if not result["gate"]["passed"]:
+    Without -r: the model the artifact was converted from (its provenance); without -d: a zoo model's validation set."""
+    from edgekit import api
+    from edgekit.cli.render import print_validation
+
+    result = api.validate(
+        artifact, reference, data, target=target, report=report, emit_recipe=emit_recipe, inputs=inputs, weights=weights,
+        allow_pickle=allow_pickle, limit=limit, preprocess=preprocess, threads=threads, warmup=warmup, runs=runs, batch=batch,
+        task=task, max_drop=max_drop, min_cosine=min_cosine, min_agreement=min_agreement, min_snr=min_snr,
+        max_npu_fallback=max_npu_fallback, no_default_gates=no_default_gates,
+    )  # fmt: skip
+    print_validation(result.to_dict())
+    if not result.passed:
         raise typer.Exit(2)
 
 
@@ -94,79 +84,11 @@ def bench(
     emit_recipe: Path = options.EMIT_RECIPE,
 ) -> None:
     """Load time, first inference, then p50/p90/p99/mean/std/min latency after warm-up, throughput, peak RSS, size."""
-    _check_destinations(report, emit_recipe)
+    from edgekit import api
     from edgekit.cli.render import print_bench
-    from edgekit.loaders import open_source
-    from edgekit.validate.benchmark import BenchSettings
-    from edgekit.validate.benchmark import bench as run_bench
-    from edgekit.validate.report import new_report, write_json
 
-    settings = BenchSettings(target, threads, batch, warmup, runs)
-    specs = list(options.input_specs(inputs)) or None
-    if emit_recipe:
-        _emit_bench(emit_recipe, artifacts, settings, inputs)
-    results = [run_bench(open_source(a, weights, allow_pickle), settings, specs).to_dict() for a in artifacts]
-    result = new_report("bench", tuple({r["target"].split(":")[0] for r in results}))
-    result["results"] = results
-    if report:
-        write_json(result, report)
-    print_bench(result)
-
-
-def _emit_validate(path, request, reference, weights, inputs, data, limit) -> None:
-    """The recipe: the reference as the model, the artifact's format and precision, its calibration, these gates."""
-    from edgekit.converters.pipeline import describe, read_provenance
-    from edgekit.recipe.write import emit
-    from edgekit.targets import DEFAULT_TARGET
-
-    artifact = (
-        describe(request.artifact.path, request.artifact.format, None)
-        if request.artifact.format in ("onnx", "openvino", "tflite")
-        else None
-    )
-    fmt = request.artifact.format
-    calibration = (read_provenance(request.artifact.path) or {}).get("calibration") or {}
-    lat = request.latency
-    emit(
-        path,
-        model=reference,
-        weights=weights,
-        inputs=inputs or (),
-        formats=[fmt],
-        precisions=[artifact.precision if artifact else "fp32"],
-        targets={fmt: [request.target or DEFAULT_TARGET[fmt]]},
-        calibration={"path": calibration.get("source"), "samples": calibration.get("samples"), "method": calibration.get("method")},
-        validation={"path": data, "limit": limit},
-        latency={"threads": lat.threads, "batch": lat.batch, "warmup": lat.warmup, "runs": lat.runs},
-        gates=request.thresholds.to_dict(),
-    )
-
-
-def _emit_bench(path, artifacts, settings, inputs) -> None:
-    """The recipe: each artifact as a model run as it is (fp32 = no precision pass), with these latency settings."""
-    from edgekit.errors import EdgekitError
-    from edgekit.loaders import open_source
-    from edgekit.recipe.write import emit
-
-    if len(artifacts) != 1:
-        raise EdgekitError("--emit-recipe writes one recipe per artifact", hint="bench one artifact at a time to emit its recipe")
-    fmt = open_source(artifacts[0]).format
-    emit(
-        path,
-        model=artifacts[0],
-        inputs=inputs or (),
-        formats=[fmt],
-        precisions=["fp32"],
-        targets={fmt: [settings.target]} if settings.target else None,
-        latency={"threads": settings.threads, "batch": settings.batch, "warmup": settings.warmup, "runs": settings.runs},
-    )
-
-
-def _check_destinations(report: Path | None, recipe: Path | None) -> None:
-    """A report or recipe path that cannot be written fails before the run, not after it."""
-    from edgekit.fileio import check_output_path
-
-    if report is not None:
-        check_output_path(report, "--report", "report.json")
-    if recipe is not None:
-        check_output_path(recipe, "--emit-recipe", "recipe.yaml")
+    result = api.bench(
+        artifacts, target=target, threads=threads, batch=batch, warmup=warmup, runs=runs, inputs=inputs, weights=weights,
+        allow_pickle=allow_pickle, report=report, emit_recipe=emit_recipe,
+    )  # fmt: skip
+    print_bench(result.to_dict())

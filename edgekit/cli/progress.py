@@ -1,13 +1,23 @@
-"""One live view of a matrix run: every cell's state (queued, running where, converted, timing, done,
-failed) and the counts, redrawn in place."""
+"""edgekit's own progress: a spinner naming the step under way (edgekit.progress steps, on stderr, only on a
+terminal; off with --quiet), and one live view of a matrix run: every cell's state (queued, running where,
+converted, timing, done, failed) and the counts, redrawn in place."""
 
 from __future__ import annotations
 
+from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
 from edgekit.cli.render import console
+
+steps_console = Console(stderr=True)  # the results on stdout stay clean for pipes
+
+
+def spinner(text: str):
+    """A step as a spinner line while it runs (nested steps stack); nothing is left behind, nothing off a terminal."""
+    return steps_console.status(escape(text), spinner="dots")
+
 
 STYLES = {"queued": "dim", "running": "cyan", "converted": "blue", "timing": "magenta", "done": "green", "failed": "red"}
 

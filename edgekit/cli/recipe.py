@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -31,53 +32,39 @@ def run(
     ray_cpus: int = typer.Option(None, "--ray-cpus", help="CPUs of the local Ray that --ray starts (default: this machine's cores)."),
 ) -> None:
     """Run a recipe's matrix; write the reports; exit 2 if a gate failed, 1 if a cell failed."""
+    from edgekit import api
     from edgekit.cli.render import print_run
-    from edgekit.errors import EdgekitError
-    from edgekit.recipe.cache import report_folder
-    from edgekit.recipe.reports import write_reports
-    from edgekit.recipe.schema import load_recipe
-
-    parsed = load_recipe(recipe)
-    options = None
-    if address and not ray:
-        raise EdgekitError(f"'{address}' after the recipe is a Ray address, but --ray is not given", hint="add --ray, or remove it")
-    if ray:
-        from edgekit.recipe.distributed import RayOptions
-
-        options = RayOptions(address=address, num_cpus=ray_cpus)
-    with report_folder(Path(parsed.resolve(parsed.report.dir))) as folder:
-        result = _run_with_progress(parsed, not no_cache, quiet, options)
-        written = write_reports(result, folder, parsed.report.formats)
-    print_run(result, written)
-    raise typer.Exit(exit_code(result))
-
-
-def _run_with_progress(parsed, use_cache: bool, quiet: bool, ray) -> dict:
-    """The matrix run with its progress: lines for a serial run, one live table for --ray; Ctrl-C says what stays."""
-    from edgekit.cli.render import console, escape
-    from edgekit.recipe.run import run_recipe
 
     try:
-        if quiet:
-            return run_recipe(parsed, use_cache=use_cache, ray=ray)
-        if ray is None:
-            return run_recipe(
-                parsed, use_cache=use_cache, progress=lambda text: console.print(f"[dim]... {escape(text)}[/]", highlight=False)
-            )
-        from edgekit.cli.progress import MatrixView
-
-        with MatrixView(parsed.matrix.cells()) as view:
-            return run_recipe(parsed, use_cache=use_cache, progress=view, ray=ray)
+        with _progress(parse_cells(recipe) if ray and not quiet else None, quiet) as progress:
+            result = api.run(recipe, no_cache=no_cache, ray=ray, address=address, ray_cpus=ray_cpus, progress=progress)
     except KeyboardInterrupt:
         print("interrupted: finished cells stay in the cache; run the recipe again to resume", file=sys.stderr)
         raise typer.Exit(130) from None
+    print_run(result.to_dict(), result.written)
+    raise typer.Exit(result.exit_code)
 
 
-def exit_code(result: dict) -> int:
-    """0 all passed; 2 a gate failed; 1 a cell could not run (and no gate failed)."""
-    if any(r["status"] == "ok" and not r["passed"] for r in result["rows"]):
-        return 2
-    return 0 if result["passed"] else 1
+def parse_cells(recipe: Path) -> list:
+    from edgekit.recipe.schema import load_recipe
+
+    return load_recipe(recipe).matrix.cells()
+
+
+@contextmanager
+def _progress(cells: list | None, quiet: bool):
+    """Progress lines for a serial run, one live table for --ray (`cells`), nothing with --quiet."""
+    from edgekit.cli.render import console, escape
+
+    if quiet:
+        yield None
+    elif cells is None:
+        yield lambda text: console.print(f"[dim]... {escape(text)}[/]", highlight=False)
+    else:
+        from edgekit.cli.progress import MatrixView
+
+        with MatrixView(cells) as view:
+            yield view
 
 
 def init(
@@ -91,11 +78,12 @@ def init(
 ) -> None:
     """Write a commented starter recipe for MODEL."""
     from edgekit.loaders import open_source
-    from edgekit.recipe.write import starter, write_text
+    from edgekit.recipe.write import write_starter
 
     open_source(model, weights)  # fail now on a model that cannot be found
-    write_text(output, starter(model, output.name, weights, inputs or [], calib, val), force)
-    print(f"wrote {output}: fill in the TODOs, then `edgekit run {output}`")
+    todos = write_starter(output, model, weights, inputs or [], calib, val, force)
+    fill = f"fill in {', '.join(todos)} (or delete those sections), then " if todos else ""
+    print(f"wrote {output}: {fill}`edgekit run {output}`")
 
 
 def report(
@@ -142,19 +130,14 @@ def gate(
     no_default_gates: bool = options.NO_DEFAULT_GATES,
 ) -> None:
     """Re-check a saved report's gates (threshold options replace the report's own) and latency vs a baseline; exit 2 if any fails."""
+    from edgekit import api
     from edgekit.cli.render import console, escape, print_gate_check
-    from edgekit.recipe.gating import LatencyCheck, regate
-    from edgekit.recipe.reports import to_junit
-    from edgekit.recipe.write import write_text
-    from edgekit.validate.report import load_json
 
-    overrides = options.thresholds(max_drop, min_cosine, min_agreement, min_snr, max_npu_fallback)
-    progress = lambda text: console.print(f"[dim]... {escape(text)}[/]", highlight=False)  # noqa: E731
-    latency = LatencyCheck(tolerance, baseline_artifact, max_rounds, not reports_only, progress)
-    if baseline is None and baseline_artifact:
-        baseline = saved  # the same report's rows, its artifact replaced by the one given
-    result = regate(load_json(saved), load_json(baseline) if baseline else None, latency, overrides, False if no_default_gates else None)
-    if junit:
-        write_text(junit, to_junit(result), force=True)
-    print_gate_check(result)
-    raise typer.Exit(exit_code(result))
+    result = api.gate(
+        saved, baseline=baseline, baseline_artifact=baseline_artifact, tolerance=tolerance, max_rounds=max_rounds,
+        reports_only=reports_only, junit=junit, max_drop=max_drop, min_cosine=min_cosine, min_agreement=min_agreement,
+        min_snr=min_snr, max_npu_fallback=max_npu_fallback, no_default_gates=no_default_gates,
+        progress=lambda text: console.print(f"[dim]... {escape(text)}[/]", highlight=False),
+    )  # fmt: skip
+    print_gate_check(result.to_dict())
+    raise typer.Exit(result.exit_code)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -42,11 +45,16 @@ def print_info(summary: dict) -> None:
         console.print(
             f"{delegate['name']} delegate: {delegate['ops_on_delegate']} of {delegate['ops_total']} ops in {delegate['partitions']} partition(s); on the CPU: {cpu}"
         )
+        for title, rows in (("not delegated", delegate.get("cpu_ops")), ("data movement (no arithmetic)", delegate.get("data_movement"))):
+            for row in rows or []:
+                console.print(f"  {title}: {row['op']} x{row['count']}: {escape(row['why'])}")
     if summary.get("ops"):
         table = Table("op", "count", title="op histogram", title_justify="left")
         for op, count in summary["ops"].items():
             table.add_row(op, str(count))
         console.print(table)
+    if summary.get("provenance"):
+        print_provenance(summary["provenance"])
 
 
 def print_targets(rows: list[dict]) -> None:
@@ -59,8 +67,27 @@ def print_targets(rows: list[dict]) -> None:
 
 
 def print_artifact(artifact) -> None:
-    prov = artifact.meta.get("provenance") or {}
     console.print(f"wrote [bold]{artifact.path}[/] ({artifact.format}, {artifact.precision}, {fmt_size(artifact.size_bytes())})")
+    print_how_made(artifact.meta.get("provenance") or {})
+
+
+def print_provenance(prov: dict) -> None:
+    """The sidecar's story in full, for `info`: where from, which steps, how quantized and calibrated, with what tools."""
+    console.print("[bold]provenance[/]")
+    source = prov.get("source") or {}
+    if source:
+        console.print(f"  from: {escape(str(source.get('spec')))} ({source.get('format', '?')})")
+    if prov.get("steps"):
+        console.print(f"  steps: {' -> '.join(prov['steps'])}")
+    print_how_made(prov)
+    if prov.get("verified"):
+        console.print(f"  verified: {prov['verified']}")
+    if prov.get("versions"):
+        console.print(f"  tools: {', '.join(f'{name} {version}' for name, version in prov['versions'].items())}")
+
+
+def print_how_made(prov: dict) -> None:
+    """Exporter, quantization scheme and why, layers kept in float, NPU estimate, calibration: what `convert` prints."""
     if prov.get("exporter"):
         console.print(
             f"  exporter: {prov['exporter']}" + (f" (fallback: {prov['fallback_reason']})" if prov.get("fallback_reason") else "")
@@ -95,10 +122,16 @@ def print_artifact(artifact) -> None:
     calib = prov.get("calibration")
     if calib:
         console.print(
-            f"  calibration: {calib['samples']} samples from {calib['source']} ({calib['method']}, sha256 {calib['sha256'][:12]})"
+            f"  calibration: {calib['samples']} samples from {escape(str(calib['source']))} "
+            f"({', '.join(filter(None, (calib.get('method'), _seed(calib), 'sha256 ' + calib['sha256'][:12])))})"
+            + (f": the default calibration set of {calib['default_of']} (no --calib given)" if calib.get("default_of") else "")
         )
         if calib.get("random"):
             console.print("  [bold red]calibrated on RANDOM data: accuracy of this model is not meaningful[/]")
+
+
+def _seed(calib: dict) -> str:
+    return f"seed {calib['seed']}" if calib.get("seed") is not None else ""
 
 
 def print_tensorrt_findings(findings: list[dict], indent: str = "") -> None:
@@ -128,8 +161,9 @@ def print_validation(report: dict) -> None:
     for warning in report["warnings"]:
         console.print(f"[bold red]WARNING: {warning}[/]")
     console.print(
-        f"[bold]{report['artifact']['spec']}[/] on {escape(report['target'])} vs {report['reference']['spec']} on {escape(report['reference']['target'])}, "
+        f"[bold]{report['artifact']['spec']}[/] on {escape(report['target'])} vs {report['reference'].get('zoo') or report['reference']['spec']} on {escape(report['reference']['target'])}, "
         f"{report['data']['samples']} samples from {report['data']['source']}"
+        + (f" (the validation set of {report['data']['default_of']}; -d to choose)" if report["data"].get("default_of") else "")
     )
     for note in report.get("input_alignment", []):
         console.print(f"  input: {note}")
@@ -206,6 +240,9 @@ def _print_latency_rows(results: list[dict], report: dict) -> None:
         "peak RSS",
         "size",
     )
+    gpu = any(r.get("peak_gpu_memory_mb") is not None for r in results)
+    if gpu:  # CUDA targets: torch's peak allocation in the timed process
+        table.add_column("peak GPU")
     for r in results:
         lat = r["latency"]
         table.add_row(
@@ -223,6 +260,7 @@ def _print_latency_rows(results: list[dict], report: dict) -> None:
             f"{lat['throughput']:.0f}",
             f"{r['peak_rss_mb']:.0f} MB",
             fmt_size(r["size_bytes"]),
+            *([fmt(r.get("peak_gpu_memory_mb"), ".0f") + (" MB" if r.get("peak_gpu_memory_mb") is not None else "")] if gpu else []),
         )
     console.print(table)
     for r in results:
@@ -381,6 +419,10 @@ def print_run(result: dict, written) -> None:
         from edgekit.recipe.reports import machine_text
 
         console.print(f"[dim]measured on {machine_text(result)}; reports: {', '.join(str(p) for p in written)}[/]")
+    published = [Path(r["published"]).parent for r in result["rows"] if r.get("published")]
+    if published:
+        names = ", ".join(dict.fromkeys(p.name for p in published))
+        console.print(f"[dim]artifacts: {escape(str(published[0].parent))}{os.sep}{{{escape(names)}}}[/]")
 
 
 def print_gate_check(result: dict) -> None:
@@ -400,3 +442,52 @@ def print_gate_check(result: dict) -> None:
             )
     console.print(table)
     console.print("[bold green]all gates passed[/]" if result["passed"] else "[bold red]gates failed[/]")
+
+
+def print_debug(report: dict, rows_shown: int | None = None) -> None:
+    """The per-tensor table of `edgekit debug` in graph order, the first jump marked, then the worst tensors."""
+    console.print(
+        f"[bold]{report['artifact']['path']}[/] vs {report['reference']['path']}: {report['matched']} tensors matched, "
+        f"{report['data']['samples']} samples from {report['data']['source']}"
+    )
+    for note in report.get("input_alignment", []):
+        console.print(f"  input: {note}")
+    jump = report["first_jump"]
+    table = Table("#", "tensor", "op", "layer", "shape", "SQNR dB", "cosine", "max abs err", "")
+    rows = report["rows"] if rows_shown is None else report["rows"][:rows_shown]
+    for row in rows:
+        first = jump is not None and row["depth"] == jump["depth"]
+        table.add_row(
+            str(row["depth"]),
+            escape(row["tensor"]),
+            row["op"],
+            escape(row["layer"]),
+            "x".join(map(str, row["shape"])),
+            "exact" if row["exact"] else fmt(row["sqnr_db"], ".1f"),
+            f"{row['cosine']:.5f}",
+            f"{row['max_abs_error']:.3g}",
+            "[bold red]<- first jump[/]" if first else "",
+        )
+    console.print(table)
+    if rows_shown is not None and len(report["rows"]) > rows_shown:
+        console.print(f"  ... {len(report['rows']) - rows_shown} more rows in the JSON (--json)")
+    rule = report["rule"]
+    if jump is None:
+        console.print(f"no jump: no tensor below {rule['floor_db']:g} dB or {rule['jump_db']:g} dB below the one before it")
+    else:
+        console.print(
+            f"[bold]first jump[/]: #{jump['depth']} {escape(jump['tensor'])} ({jump['op']}, {escape(jump['layer'])}) at "
+            f"{fmt(jump['sqnr_db'], '.1f')} dB (rule: below {rule['floor_db']:g} dB, or {rule['jump_db']:g} dB below the tensor before it)"
+        )
+    if report["worst"]:
+        console.print(
+            "worst: " + ", ".join(f"#{r['depth']} {escape(r['tensor'])} ({r['op']}) {r['sqnr_db']:.1f} dB" for r in report["worst"])
+        )
+    unmatched = report["unmatched"]
+    for side in ("reference_only", "artifact_only"):
+        names = unmatched[side]
+        if names:
+            more = f" ... and {len(names) - 8} more" if len(names) > 8 else ""
+            console.print(f"not matched ({side.replace('_', ' ')}): {len(names)}: {escape(', '.join(names[:8]))}{more}")
+    for skipped in unmatched["skipped"][:8]:
+        console.print(f"not compared: {escape(skipped['tensor'])}: {escape(skipped['why'])}")

@@ -9,12 +9,14 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit import progress
 from edgekit.artifact import TensorSpec
 from edgekit.calibration import load_samples
 from edgekit.compress import METHODS, PruneOptions, StageReport, method_chain
 from edgekit.errors import EdgekitError
 from edgekit.fileio import atomic_output
 from edgekit.loaders import ModelSource
+from edgekit.native import third_party_quiet
 
 log = logging.getLogger("edgekit")
 
@@ -33,13 +35,14 @@ def prune(
         raise EdgekitError(
             f"unknown compression method '{options.method}'", hint=f"choose one of: {', '.join(METHODS)} (or a chain: magnitude,cluster)"
         )
-    if source.family == "keras":
-        from edgekit.compress.keras_prune import prune_keras
-
-        return prune_keras(source, options, out, data, finetune_data)
-    if source.family != "torch":
+    if source.family not in ("torch", "keras"):
         raise EdgekitError(f"edgekit prunes PyTorch and Keras models, not {source.format}", hint="prune the original model, then convert")
-    return _prune_torch(source, options, out, inputs, data, finetune_data)
+    with progress.step(f"{source.name}: {options.method}"), third_party_quiet():
+        if source.family == "keras":
+            from edgekit.compress.keras_prune import prune_keras
+
+            return prune_keras(source, options, out, data, finetune_data)
+        return _prune_torch(source, options, out, inputs, data, finetune_data)
 
 
 STAGE_NAMES = {"magnitude": "pruned", "cluster": "clustered", "channels": "channels", "lowrank": "lowrank"}

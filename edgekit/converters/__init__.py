@@ -47,6 +47,7 @@ class CalibrationOptions:
     seed: int = 0
     preprocess: str | None = None
     allow_random: bool = False
+    default_of: str | None = None  # the zoo model whose declared calibration set this is (no --calib given)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit import progress
 from edgekit.artifact import Artifact, TensorSpec
 from edgekit.calibration import Samples, load_samples, random_samples
 from edgekit.calibration.samples import warn_if_few
@@ -17,6 +18,7 @@ from edgekit.converters import ConversionData, ConvertOptions, needs_calibration
 from edgekit.errors import EdgekitError
 from edgekit.fileio import SIDECAR_SUFFIX, atomic_output, check_output_path, work_folder
 from edgekit.loaders import ModelSource
+from edgekit.native import third_party_quiet
 
 log = logging.getLogger("edgekit")
 
@@ -38,18 +40,22 @@ def convert(source: ModelSource, to: str, out: Path, options: ConvertOptions) ->
     _check_accuracy_control(steps, options)
     _check_honoured(steps, options)
     _check_device(to, options)
-    model, specs = load_for_conversion(source, list(options.inputs))
-    data = ConversionData(calibration_samples(options, specs) if calibrate else None, validation_samples(options, specs))
+    with progress.step(f"loading {source.spec} and its data"):
+        model, specs = load_for_conversion(source, list(options.inputs))
+        data = ConversionData(calibration_samples(options, specs) if calibrate else None, validation_samples(options, specs))
     notes: dict = {}
     with atomic_output(Path(out)) as final, work_folder(Path(out)) as work:
         current = model
         for i, (converter, precision) in enumerate(steps):
             step_out = final if i == len(steps) - 1 else Path(work) / f"step{i}{final.suffix}"
-            notes |= converter().convert(current, specs, step_out, dataclasses.replace(options, precision=precision), data)
+            with progress.step(f"{source.name}: {converter.__name__} ({precision})"), third_party_quiet():
+                notes |= converter().convert(current, specs, step_out, dataclasses.replace(options, precision=precision), data)
             current = step_out
         if options.device:
-            notes["npu"] = _compile_for_npu(final, options.device, Path(work))
-        notes["verified"] = verify_written(final, specs)
+            with progress.step(f"{source.name}: compiling for {options.device}"), third_party_quiet():
+                notes["npu"] = _compile_for_npu(final, options.device, Path(work))
+        with progress.step(f"{source.name}: loading the {to} just written and running one sample"):
+            notes["verified"] = verify_written(final, specs)
         artifact = describe(final, to, options.precision)
         sidecar = _provenance(source, specs, options, steps, notes, data.calibration, artifact)
         sidecar["files"] = sorted(p.name for p in final.parent.iterdir() if p.name != final.name) + [final.name + SIDECAR_SUFFIX]
@@ -213,6 +219,8 @@ def calibration_samples(options: ConvertOptions, specs: list[TensorSpec]) -> Sam
         log.warning("calibrating on RANDOM data as asked: the int8 result is not meaningful for accuracy")
         samples = random_samples(specs, calib.samples, calib.seed)
     samples.provenance["method"] = calib.method
+    if calib.default_of:
+        samples.provenance["default_of"] = calib.default_of
     return samples
 
 
@@ -246,18 +254,25 @@ def read_provenance(path: Path) -> dict | None:
         return None
 
 
+def source_provenance(source: ModelSource) -> dict:
+    """What names the model an artifact came from: enough to open it again (`validate ARTIFACT` needs no -r)."""
+    weights = {"weights": str(Path(source.weights).resolve())} if source.weights and not source.zoo else {}
+    return {"spec": source.spec, "format": source.format, **weights, **({"zoo": source.zoo} if source.zoo else {})}
+
+
 def _provenance(
     source: ModelSource, specs: list[TensorSpec], options: ConvertOptions, steps, notes: dict, samples: Samples | None, artifact: Artifact
 ) -> dict:
     from edgekit.machine import package_versions
 
     return {
-        "source": {"spec": source.spec, "format": source.format},
+        "source": source_provenance(source),
         "precision": options.precision,
         "steps": [f"{conv.__name__}({precision})" for conv, precision in steps],
         "inputs": [s.to_dict() for s in artifact.inputs],
         "source_inputs": [s.to_dict() for s in specs],
         "calibration": samples.provenance if samples is not None else None,
+        "options": {k: v for k, v in dataclasses.asdict(options).items() if k not in ("precision", "inputs", "calibration")},
         "versions": package_versions("torch", "onnx", "onnxruntime", "onnxscript", "onnxconverter-common"),
         **notes,
     }

@@ -32,6 +32,7 @@ class ModelSource:
     format: str
     weights: Path | None = None
     allow_pickle: bool = False
+    zoo: str | None = None  # the zoo: name it came from (provenance keeps it: `validate ARTIFACT` finds its reference)
 
     @property
     def family(self) -> str:

@@ -152,7 +152,30 @@ def _load_factory(source: ModelSource):
         )
     if source.weights is not None:
         _load_state_dict(model, source.weights)
+    elif _builds_random_weights(factory, model):
+        log.warning(
+            "%s was built without --weights and its weights are random (two builds differ): results say nothing about a trained model "
+            "(pass --weights STATE_DICT%s)",
+            source.spec,
+            ", or use zoo:fashion-cnn, which comes trained" if source.spec == "edgekit.zoo.models:fashion_cnn" else "",
+        )
     return model, _declared_inputs(model)
+
+
+def _builds_random_weights(factory, model) -> bool:
+    """Whether a factory's weights change from one build to the next (random init, nothing loaded)."""
+    import torch
+
+    state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(torch.initial_seed() + 1)
+        again = factory()
+    finally:
+        torch.random.set_rng_state(state)
+    first, second = model.state_dict(), again.state_dict() if isinstance(again, torch.nn.Module) else {}
+    return any(
+        k in second and v.dtype.is_floating_point and v.shape == second[k].shape and not torch.equal(v, second[k]) for k, v in first.items()
+    )
 
 
 def _declared_inputs(model) -> list | None:

@@ -1,6 +1,7 @@
 """The run cache checks itself: each entry records the SHA-256 of every file, checked on use.
 
 An entry is a folder (`.cache/KEY/`) holding one artifact and `edgekit-cache.json` (file -> SHA-256).
+`publish()` puts a run's artifacts where people look for them (`REPORT_DIR/artifacts/MODEL/FORMAT-PRECISION/`).
 A missing, truncated or changed file makes the entry damaged: it is rebuilt, with a warning saying so.
 Concurrent runs take a lock per entry (fcntl on POSIX, msvcrt on Windows), so one builds while the
 other waits and then reuses the result; a run also holds its report folder, so a second run into the
@@ -19,7 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from edgekit.errors import EdgekitError
-from edgekit.fileio import atomic_output, sha256_of_file
+from edgekit.fileio import artifact_files, atomic_output, sha256_of_file
 
 log = logging.getLogger("edgekit")
 MANIFEST = "edgekit-cache.json"
@@ -63,6 +64,22 @@ def record(entry: Path) -> None:
     files = {p.name: sha256_of_file(p) for p in sorted(entry.iterdir()) if p.is_file() and p.name != MANIFEST}
     with atomic_output(entry / MANIFEST) as tmp:
         tmp.write_text(json.dumps({"files": files}, indent=2) + "\n")
+
+
+def publish(artifact: Path, folder: Path) -> Path:
+    """The cached `artifact` and its side files at `folder`, same names, as one atomic unit: hard links where the
+    file system allows (no copy of the bytes), copies elsewhere; never symlinks into a cache that may be rebuilt.
+    The cache replaces a file by renaming a new one over it, so a link keeps the bytes it was made with."""
+    final = Path(folder) / Path(artifact).name
+    if final.exists() and final.samefile(artifact) and all((final.parent / f.name).exists() for f in artifact_files(artifact)):
+        return final  # already this entry's files
+    with atomic_output(final) as staged:
+        for path in artifact_files(artifact):
+            try:
+                os.link(path, staged.parent / path.name)
+            except OSError:  # another file system, or one without hard links
+                shutil.copy2(path, staged.parent / path.name)
+    return final
 
 
 @contextlib.contextmanager

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from edgekit.converters import SUFFIXES, CalibrationOptions, ConvertOptions
 from edgekit.errors import EdgekitError
 from edgekit.isa import class_for, host_class, speedup_note
 from edgekit.loaders import ModelSource, open_source
-from edgekit.recipe.cache import cached_build
+from edgekit.recipe.cache import cached_build, publish
 from edgekit.recipe.schema import SOURCE_FORMATS, Recipe
 from edgekit.validate.benchmark import BenchSettings
 from edgekit.validate.gate import check_row, failures, with_default_gates
@@ -22,6 +23,7 @@ from edgekit.validate.report import new_report
 
 log = logging.getLogger("edgekit")
 SCHEMA = "matrix"
+ARTIFACTS = "artifacts"  # REPORT_DIR/artifacts/MODEL/FORMAT-PRECISION/: the run's artifacts, linked out of .cache
 
 
 def run_recipe(recipe: Recipe, use_cache: bool = True, progress=None, ray=None) -> dict:
@@ -30,6 +32,7 @@ def run_recipe(recipe: Recipe, use_cache: bool = True, progress=None, ray=None) 
     workdir = Path(recipe.resolve(recipe.report.dir))
     workdir.mkdir(parents=True, exist_ok=True)
     source, inputs, layout = model_source(recipe)
+    model_name = source.name
     validation = data_path(recipe.resolve(recipe.validation.path), workdir, layout)
     calibration = data_path(recipe.resolve(recipe.calibration.path), workdir, layout)
     source = apply_compression(recipe, source, inputs, validation, workdir / ".cache", progress)
@@ -39,7 +42,8 @@ def run_recipe(recipe: Recipe, use_cache: bool = True, progress=None, ray=None) 
         from edgekit.recipe.distributed import run_cells
 
         rows = run_cells(ray, recipe, source, inputs, validation, calibration, workdir / ".cache", use_cache, progress)
-    rows = with_speedups(rows)
+    cached = {cell: artifact_path(recipe, source, inputs, *cell, calibration, workdir / ".cache") for cell in recipe.matrix.cells()}
+    rows = publish_artifacts(with_speedups(rows), cached, workdir / ARTIFACTS / model_name)
     gates = with_default_gates(recipe.gates)
     for row in rows:
         results = check_row(row, gates) if row["status"] == "ok" else []
@@ -58,6 +62,26 @@ def run_recipe(recipe: Recipe, use_cache: bool = True, progress=None, ray=None) 
         execution=ray.to_dict() if ray is not None else {"mode": "serial"},
     )
     return report
+
+
+def publish_artifacts(rows: list[dict], cached: dict[tuple, Path | None], folder: Path) -> list[dict]:
+    """Each built artifact out of the cache into FOLDER/FORMAT-PRECISION/ (-TARGET added where one format and
+    precision has several artifacts, e.g. int8 for a CPU and for TensorRT); the row's `published` names it.
+
+    The row's `artifact` stays the cache's content-addressed path: a baseline report keeps pointing at its own bytes.
+    """
+    built = {cell: path for cell, path in cached.items() if path is not None and path.exists()}
+    variants = {(f, p): {path for (f2, p2, _), path in built.items() if (f2, p2) == (f, p)} for f, p, _ in built}
+    names: dict[Path, str] = {}
+    for (fmt, precision, target), path in built.items():
+        suffix = "" if len(variants[(fmt, precision)]) == 1 else "-" + re.sub(r"[^A-Za-z0-9._=-]+", "-", target).strip("-")
+        names.setdefault(path, f"{fmt}-{precision}{suffix}")
+    published = {path: publish(path, folder / name) for path, name in names.items()}
+    return [{**row, "published": str(published[p])} if (p := built.get(_cell(row))) else row for row in rows]
+
+
+def _cell(row: dict) -> tuple[str, str, str]:
+    return row["format"], row["precision"], row["target"]
 
 
 def run_cells_here(recipe, source, inputs, validation, calibration, cache: Path, use_cache: bool, progress) -> list[dict]:
@@ -113,6 +137,7 @@ def apply_compression(recipe: Recipe, source: ModelSource, inputs, validation: s
             clusters=stage.clusters,
             init=stage.init,
             surgery=stage.surgery,
+            learning_rate=stage.lr,
         )
         suffix = ".keras" if source.family == "keras" else ".pt2"
         key = fingerprint({"source": source_fingerprint(source), "stage": stage.__dict__, "data": _file_hash(validation)})
@@ -230,9 +255,29 @@ def artifact_path(recipe, source, inputs, fmt, precision, target, calibration, c
 
 
 def _convert_options(recipe, inputs, precision, target, calibration) -> ConvertOptions:
-    calib = recipe.calibration
-    calibration_options = CalibrationOptions(calibration, calib.samples, calib.method, calib.seed, calib.preprocess)
-    return ConvertOptions(precision, inputs, calibration_options, for_target=target)
+    """The cell's options: the recipe's calibration and `convert:` section (quantization options on int8 cells only)."""
+    calib, conv = recipe.calibration, recipe.convert
+    calibration_options = CalibrationOptions(calibration, calib.samples, calib.method, calib.seed, calib.preprocess, calib.random)
+    int8 = precision.startswith("int8")
+    return ConvertOptions(
+        precision,
+        inputs,
+        calibration_options,
+        per_tensor=conv.per_tensor and int8,
+        exclude=conv.exclude,
+        for_target=conv.for_target or target,
+        model_type=conv.model_type,
+        validation_data=recipe.resolve(conv.val) if precision == "int8" else None,
+        validation_samples=conv.val_samples,
+        max_drop=conv.max_drop if precision == "int8" else None,
+        min_agreement=conv.min_agreement if precision == "int8" else None,
+        io_dtype=conv.io_dtype or ("int8" if conv.device else "float32"),
+        layout=conv.layout,
+        device=conv.device,
+        max_batch=conv.max_batch,
+        opt_batch=conv.opt_batch,
+        keep_sensitive=conv.keep_sensitive,
+    )
 
 
 def with_speedups(rows: list[dict]) -> list[dict]:
@@ -261,6 +306,7 @@ def cache_key(source: ModelSource, fmt: str, options: ConvertOptions) -> str:
             **options.calibration.__dict__,
             "data": _file_hash(options.calibration.data) if options.precision == "int8" else None,
         },
+        "options": {k: v for k, v in options.__dict__.items() if k not in ("precision", "inputs", "calibration", "for_target")},
         # the int8 scheme depends on where the cell runs: a cache made on a VNNI host is not an AVX2 host's
         "int8_for": _int8_for(options.for_target) if options.precision == "int8" else None,
     }

@@ -9,6 +9,7 @@ from edgekit.errors import EdgekitError
 from edgekit.validate.gate import Thresholds
 
 VERSION = 1
+TODO = "TODO"  # the value `edgekit init` writes where it needs one it was not given
 DEFAULT_TARGETS = {
     "onnx": ["onnxruntime:cpu"],
     "openvino": ["openvino:cpu"],
@@ -41,6 +42,7 @@ class CalibrationSection:
     method: str = "minmax"
     preprocess: str | None = None
     seed: int = 0
+    random: bool = False  # calibrate on random data (plumbing only: reports mark it)
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,27 @@ class CompressSection:
     clusters: int = 16
     init: str = "linear"
     surgery: bool = False
+    lr: float = 1e-3
+
+
+@dataclass(frozen=True)
+class ConvertSection:
+    """Conversion options, as `edgekit convert` takes them (for_target: the int8 scheme's target; default: the cell's)."""
+
+    for_target: str | None = None
+    per_tensor: bool = False
+    exclude: tuple[str, ...] = ()
+    keep_sensitive: bool = True
+    model_type: str | None = None
+    val: str | None = None  # labelled data for accuracy-controlled int8, with max_drop or min_agreement
+    val_samples: int = 1000
+    max_drop: float | None = None
+    min_agreement: float | None = None
+    io_dtype: str | None = None
+    layout: str = "nchw"
+    device: str | None = None
+    max_batch: int = 64
+    opt_batch: int = 1
 
 
 @dataclass(frozen=True)
@@ -102,6 +125,7 @@ class Recipe:
     calibration: CalibrationSection = CalibrationSection()
     validation: ValidationSection = ValidationSection()
     compress: tuple[CompressSection, ...] = ()
+    convert: ConvertSection = ConvertSection()
     matrix: MatrixSection = MatrixSection()
     latency: LatencySection = LatencySection()
     gates: Thresholds = Thresholds()
@@ -135,6 +159,7 @@ SECTIONS = {
     "model": ModelSection,
     "calibration": CalibrationSection,
     "validation": ValidationSection,
+    "convert": ConvertSection,
     "matrix": MatrixSection,
     "latency": LatencySection,
     "gates": Thresholds,
@@ -159,7 +184,14 @@ def load_recipe(path: Path) -> Recipe:
 
 
 def parse(root, name: str, base_dir: Path) -> Recipe:
-    """A Recipe from a composed YAML node tree."""
+    """A Recipe from a composed YAML node tree; a value still TODO is refused before any key is read."""
+    todos = todo_fields(root)
+    if todos:
+        raise RecipeError(
+            f"{name}: {len(todos)} field(s) still TODO: {', '.join(todos)}",
+            hint="replace each TODO with a value (data: a .npz, an image folder, module:function or a zoo: name), "
+            "or delete the section you do not need",
+        )
     top = _mapping(root, name, "the recipe")
     unknown = set(top) - set(SECTIONS) - {"version", "compress"}
     _no_unknown(unknown, top, name, "top level", list(SECTIONS) + ["version", "compress"])
@@ -183,6 +215,19 @@ def parse(root, name: str, base_dir: Path) -> Recipe:
     recipe = Recipe(**values, version=version, base_dir=base_dir)
     _check_choices(recipe, top, name)
     return recipe
+
+
+def todo_fields(node, where: str = "") -> list[str]:
+    """'calibration.path (line 9)' for every scalar whose value starts with TODO, in file order."""
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):
+        return [t for k, v in node.value for t in todo_fields(v, f"{where}.{k.value}" if where else str(k.value))]
+    if isinstance(node, yaml.SequenceNode):
+        return [t for i, v in enumerate(node.value) for t in todo_fields(v, f"{where}[{i}]")]
+    if isinstance(node, yaml.ScalarNode) and str(node.value).startswith(TODO):
+        return [f"{where or 'the recipe'} (line {node.start_mark.line + 1})"]
+    return []
 
 
 def _mapping(node, name: str, where: str) -> dict:

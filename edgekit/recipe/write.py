@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 from edgekit.errors import EdgekitError
 from edgekit.fileio import atomic_output
+from edgekit.recipe.schema import TODO
 
 STARTER = """# edgekit recipe: `edgekit run {name}` converts, validates, times and gates every cell of the matrix.
 version: 1
@@ -13,14 +15,15 @@ version: 1
 model:
   path: {model}{weights}
 {inputs}
-# Calibration data for int8: .npz keyed by input name, a folder of images (class subfolders), or module:function.
-# A few hundred real samples; never the test set.
+# Calibration data for int8: .npz keyed by input name, a folder of images (class subfolders), module:function
+# or a zoo: data name. A few hundred real samples; never the test set. Not needed without int8: delete the section.
 calibration:
   path: {calib}
   samples: 300
   method: minmax            # minmax | entropy | percentile (ONNX int8; OpenVINO and TFLite use their own: set only with onnx)
 
 # Labelled validation data (.npz with a `labels` array): accuracy and drop vs the original model.
+# Without it (delete the section) the matrix compares outputs on generated inputs and times them.
 validation:
   path: {val}
   # task: classification    # classification | detection | embedding | regression | segmentation; inferred when absent
@@ -64,9 +67,27 @@ def starter(model: str, name: str, weights: str | None, inputs: list[str], calib
         inputs=("  inputs: [" + ", ".join(inputs) + "]\n")
         if inputs
         else "  # inputs: [image:1x3x224x224:float32]   # needed when the model does not record its shapes\n",
-        calib=calib or "calibration.npz   # TODO",
-        val=val or "validation.npz    # TODO",
+        calib=calib or TODO,
+        val=val or TODO,
     )
+
+
+def write_starter(
+    path: Path, model: str, weights: str | None, inputs: list[str], calib: str | None, val: str | None, force: bool
+) -> list[str]:
+    """Write `edgekit init`'s recipe, checked first as `edgekit run` will read it; returns the fields left TODO."""
+    import yaml
+
+    from edgekit.recipe.schema import parse, todo_fields
+
+    path = Path(path)
+    text = starter(model, path.name, weights, inputs, calib, val)
+    root = yaml.compose(text)
+    todos = todo_fields(root)
+    if not todos:
+        parse(root, path.name, path.parent)  # a starter that would not run is refused before it is written
+    write_text(path, text, force)
+    return todos
 
 
 def write_text(path: Path, text: str, force: bool = False) -> None:
@@ -88,22 +109,30 @@ def emit(
     targets: dict | None = None,
     calibration: dict | None = None,
     validation: dict | None = None,
+    convert: dict | None = None,
     latency: dict | None = None,
     gates: dict | None = None,
     compress: list[dict] | None = None,
 ) -> None:
-    """Write the recipe that reproduces a CLI command (`--emit-recipe FILE`)."""
+    """Write the recipe that reproduces a CLI command (`--emit-recipe FILE`): every option the command was given,
+    and every path relative to the recipe's folder (where `edgekit run` resolves it)."""
     import yaml
 
+    folder = Path(path).parent
+    here = lambda value: relative_to(value, folder)  # noqa: E731
     recipe = {
         "version": 1,
-        "model": {"path": model, **({"weights": weights} if weights else {}), **({"inputs": list(inputs)} if inputs else {})},
+        "model": {"path": here(model), **({"weights": here(weights)} if weights else {}), **({"inputs": list(inputs)} if inputs else {})},
     }
     for key, value in (("calibration", calibration), ("validation", validation)):
-        if value and any(v is not None for v in value.values()):
-            recipe[key] = {k: v for k, v in value.items() if v is not None}
+        if value and (value.get("path") is not None or value.get("random")):
+            recipe[key] = {k: here(v) if k == "path" else v for k, v in value.items() if v is not None}
     if compress:
-        recipe["compress"] = compress
+        recipe["compress"] = [{k: here(v) if k == "finetune" else v for k, v in stage.items()} for stage in compress]
+    if convert:
+        recipe["convert"] = {
+            k: here(v) if k == "val" else list(v) if isinstance(v, tuple) else v for k, v in convert.items() if v is not None
+        }
     recipe["matrix"] = {"formats": list(formats), "precisions": list(precisions), **({"targets": targets} if targets else {})}
     if latency:
         recipe["latency"] = {k: v for k, v in latency.items() if v is not None}
@@ -111,3 +140,146 @@ def emit(
         recipe["gates"] = gates
     header = "# Written by edgekit --emit-recipe: `edgekit run` on this file reproduces the command.\n"
     write_text(path, header + yaml.safe_dump(recipe, sort_keys=False), force=True)
+
+
+def relative_to(value: str | None, folder: Path) -> str | None:
+    """A path as the recipe in `folder` must write it; zoo: names, factories and callables stay as they are."""
+    import os
+
+    if value is None or str(value).startswith("zoo:") or not Path(value).exists():
+        return value
+    return os.path.relpath(Path(value).resolve(), Path(folder).resolve())
+
+
+def convert_section(options) -> dict:
+    """The recipe's `convert:` section for ConvertOptions: every option besides precision, inputs and calibration."""
+    return {
+        "for_target": options.for_target,
+        "per_tensor": options.per_tensor,
+        "exclude": list(options.exclude),
+        "keep_sensitive": options.keep_sensitive,
+        "model_type": options.model_type,
+        "val": options.validation_data,
+        "val_samples": options.validation_samples,
+        "max_drop": options.max_drop,
+        "min_agreement": options.min_agreement,
+        "io_dtype": options.io_dtype,
+        "layout": options.layout,
+        "device": options.device,
+        "max_batch": options.max_batch,
+        "opt_batch": options.opt_batch,
+    }
+
+
+def convert_section_of(recorded: dict | None) -> dict | None:
+    """The `convert:` section for the options an artifact's provenance records (ConvertOptions' names)."""
+    from edgekit.recipe.schema import ConvertSection
+
+    if not recorded:
+        return None
+    names = {"validation_data": "val", "validation_samples": "val_samples"}
+    allowed = {f.name for f in fields(ConvertSection)}
+    return {names.get(k, k): v for k, v in recorded.items() if names.get(k, k) in allowed}
+
+
+def calibration_section(calibration) -> dict:
+    return {
+        "path": calibration.data,
+        "samples": calibration.samples,
+        "method": calibration.method,
+        "seed": calibration.seed,
+        "preprocess": calibration.preprocess,
+        "random": calibration.allow_random or None,
+    }
+
+
+def recipe_of_conversion(model: str, weights: str | None, inputs, to: str, options) -> dict:
+    """`convert` / `quantize`: the model, the format and precision, its calibration and every conversion option."""
+    from edgekit.targets import DEFAULT_TARGET
+
+    target = DEFAULT_TARGET.get(to)
+    return {
+        "model": model,
+        "weights": weights,
+        "inputs": list(inputs or [f"{s.name}:{s.shape_text()}:{s.dtype}" for s in options.inputs]),
+        "formats": [to],
+        "precisions": [options.precision],
+        **({"targets": {to: [target]}} if target else {}),
+        "calibration": calibration_section(options.calibration),
+        "convert": convert_section(options),
+    }
+
+
+def recipe_of_validation(request, reference: str, weights: str | None, inputs) -> dict:
+    """`validate`: the reference as the model, converted as the artifact's provenance records, validated and gated as asked."""
+    from edgekit.converters.pipeline import read_provenance
+    from edgekit.targets import DEFAULT_TARGET
+
+    fmt = request.artifact.family  # onnx, openvino, ...; torch or keras: the model itself as the matrix row
+    provenance = (read_provenance(request.artifact.path) if request.artifact.path else None) or {}
+    calibration = provenance.get("calibration") or {}
+    options = convert_section_of(provenance.get("options"))
+    lat = request.latency
+    return {
+        "model": reference,
+        "weights": weights,
+        "inputs": list(inputs or []),
+        "formats": [fmt],
+        "precisions": [provenance.get("precision", "fp32")],
+        "targets": {fmt: [request.target or DEFAULT_TARGET[fmt]]},
+        "calibration": {k: calibration.get(k) for k in ("samples", "method", "seed", "preprocess")}
+        | ({"path": None, "random": True} if calibration.get("random") else {"path": calibration.get("source")}),
+        "validation": {"path": request.data, "limit": request.data_limit, "preprocess": request.preprocess, "task": request.task},
+        "convert": options or None,
+        "latency": {"threads": lat.threads, "batch": lat.batch, "warmup": lat.warmup, "runs": lat.runs},
+        "gates": request.thresholds.to_dict(),
+    }
+
+
+def recipe_of_bench(artifacts: list[str], settings, inputs, weights: str | None = None) -> dict:
+    """`bench`: the artifact as the model, run as it is (fp32 = no precision pass; a PyTorch or Keras model is its
+    own matrix format), with these latency settings."""
+    from edgekit.loaders import open_source
+
+    if len(artifacts) != 1:
+        raise EdgekitError("--emit-recipe writes one recipe per artifact", hint="bench one artifact at a time to emit its recipe")
+    fmt = open_source(artifacts[0], weights).family
+    return {
+        "model": artifacts[0],
+        "weights": weights,
+        "inputs": list(inputs or []),
+        "formats": [fmt],
+        "precisions": ["fp32"],
+        "targets": {fmt: [settings.target]} if settings.target else None,
+        "latency": {"threads": settings.threads, "batch": settings.batch, "warmup": settings.warmup, "runs": settings.runs},
+    }
+
+
+def recipe_of_pruning(model, weights, inputs, options, data, finetune, precision, calib, threads, limits) -> dict:
+    """`prune`: one compression stage with every option, then the ONNX the stage table compares."""
+    stage = {
+        "method": options.method,
+        "sparsity": options.sparsity,
+        "scope": options.scope,
+        "channels": options.channel_ratio,
+        "energy": options.energy,
+        "keep": options.compression,
+        "epochs": options.epochs,
+        "lr": options.learning_rate,
+        "finetune": finetune,
+        "clusters": options.clusters,
+        "init": options.init,
+        "surgery": options.surgery,
+    }
+    return {
+        "model": model,
+        "weights": weights,
+        "inputs": list(inputs or []),
+        "formats": ["onnx"],
+        "precisions": ["fp32", *([precision] if precision else [])],
+        "calibration": {"path": calib},
+        "validation": {"path": data},
+        "latency": {"threads": threads},
+        "compress": [{k: v for k, v in stage.items() if v is not None}],
+        "gates": limits.to_dict() if limits else None,
+    }

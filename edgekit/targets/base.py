@@ -7,6 +7,7 @@ import importlib.util
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
@@ -14,6 +15,13 @@ import numpy as np
 from edgekit.artifact import TensorSpec, is_generated_name
 from edgekit.errors import EdgekitError, InputMismatchError, RuntimeMissingError
 from edgekit.loaders import ModelSource
+
+
+def package_files(import_name: str, pattern: str) -> list[Path]:
+    """Files matching `pattern` inside an installed package's folder, found without importing it."""
+    spec = importlib.util.find_spec(import_name)
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    return [path for folder in folders for path in Path(folder).glob(pattern)]
 
 
 @dataclass(frozen=True)
@@ -102,7 +110,12 @@ class Runner:
 
     @classmethod
     def devices(cls) -> list[DeviceInfo]:
-        """Devices this runtime offers here (imports the runtime)."""
+        """Devices this runtime offers here, as the runtime itself says (imports it): what `load()` checks."""
+        raise NotImplementedError
+
+    @classmethod
+    def listed_devices(cls) -> list[DeviceInfo]:
+        """The same devices told from the package's files and the system, importing no framework (`edgekit targets`)."""
         raise NotImplementedError
 
     def load(self) -> float:
@@ -176,6 +189,10 @@ class Runner:
 
     def runtime_ms(self) -> float | None:
         """The last inference's time as the runtime itself measured it (no Python overhead), where it reports one."""
+        return None
+
+    def peak_gpu_memory_mb(self) -> float | None:
+        """The most GPU memory this process allocated through the runtime (weights, activations, buffers); None off a GPU."""
         return None
 
     def config(self) -> dict:

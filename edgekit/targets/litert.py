@@ -58,6 +58,11 @@ class LiteRtRunner(Runner):
         _, package = interpreter_class()
         return [DeviceInfo("litert:cpu", True, f"{package} interpreter, XNNPACK delegate")]
 
+    @classmethod
+    def listed_devices(cls) -> list[DeviceInfo]:
+        package = next(p for m, p in INTERPRETERS if importlib.util.find_spec(m.split(".")[0]) is not None)
+        return [DeviceInfo("litert:cpu", True, f"{package} interpreter, XNNPACK delegate")]
+
     def _load_impl(self) -> None:
         interpreter, self.interpreter_package = interpreter_class()
         try:

@@ -6,7 +6,7 @@ import numpy as np
 
 from edgekit.artifact import TensorSpec
 from edgekit.errors import ModelLoadError, RuntimeMissingError
-from edgekit.targets.base import DeviceInfo, Runner
+from edgekit.targets.base import DeviceInfo, Runner, package_files
 
 PROVIDERS = {
     "cpu": ("CPUExecutionProvider", "onnxruntime"),
@@ -14,6 +14,11 @@ PROVIDERS = {
     "tensorrt": ("TensorrtExecutionProvider", "onnxruntime-gpu"),
     "openvino": ("OpenVINOExecutionProvider", "onnxruntime-openvino"),
 }
+
+
+def _short(provider: str) -> str:
+    """'CUDAExecutionProvider' -> 'cuda', as in the library's name libonnxruntime_providers_cuda.so."""
+    return provider.removesuffix("ExecutionProvider").lower()
 
 
 class OnnxRuntimeRunner(Runner):
@@ -34,6 +39,19 @@ class OnnxRuntimeRunner(Runner):
         found = set(ort.get_available_providers())
         return [
             DeviceInfo(f"onnxruntime:{dev}", provider in found, "" if provider in found else f"pip install {package}")
+            for dev, (provider, package) in PROVIDERS.items()
+        ]
+
+    @classmethod
+    def listed_devices(cls) -> list[DeviceInfo]:
+        """A provider is there when its library ships in the wheel (onnxruntime-gpu, onnxruntime-openvino)."""
+        shipped = {"CPUExecutionProvider"} | {
+            provider
+            for provider, _ in PROVIDERS.values()
+            if package_files(cls.import_name, f"capi/*onnxruntime_providers_{_short(provider)}*")
+        }
+        return [
+            DeviceInfo(f"onnxruntime:{dev}", provider in shipped, "" if provider in shipped else f"pip install {package}")
             for dev, (provider, package) in PROVIDERS.items()
         ]
 

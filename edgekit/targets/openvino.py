@@ -6,12 +6,15 @@ logits on a dynamic-batch model after a large batch: each batch size gets its ow
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from edgekit.errors import ModelLoadError
 from edgekit.targets.base import DeviceInfo, Runner
 
 KNOWN_DEVICES = ("CPU", "GPU", "NPU", "AUTO")
+INTEL = "0x8086"  # PCI vendor id: OpenVINO's GPU plugin drives Intel GPUs
 
 
 class OpenVinoRunner(Runner):
@@ -35,6 +38,21 @@ class OpenVinoRunner(Runner):
             else:
                 rows.append(DeviceInfo(f"openvino:{device.lower()}", False, "not present on this machine"))
         return rows
+
+    @classmethod
+    def listed_devices(cls) -> list[DeviceInfo]:
+        """CPU and AUTO always; an Intel GPU from its DRM render node, an NPU from the accel driver (Linux)."""
+        from edgekit.machine import cpu_model
+
+        gpu = any(_read(vendor) == INTEL for vendor in Path("/sys/class/drm").glob("renderD*/device/vendor"))
+        npu = any(Path("/dev/accel").glob("accel*"))
+        absent = "not present on this machine"
+        return [
+            DeviceInfo("openvino:cpu", True, cpu_model()),
+            DeviceInfo("openvino:gpu", gpu, "Intel GPU" if gpu else absent),
+            DeviceInfo("openvino:npu", npu, "NPU (/dev/accel)" if npu else absent),
+            DeviceInfo("openvino:auto", True, "picks the best available device"),
+        ]
 
     def config(self) -> dict:
         """The compile settings, recorded in reports."""
@@ -92,6 +110,13 @@ class OpenVinoRunner(Runner):
         request.infer(share_outputs=True)
         self._last_request = request
         return [request.get_output_tensor(i).data.copy() for i in range(len(compiled.outputs))]
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
 
 
 def _describe_device(core, device: str) -> str:

@@ -25,6 +25,15 @@ class TensorFlowRunner(Runner):
             DeviceInfo("tensorflow:gpu", bool(gpus), f"{len(gpus)} GPU(s)" if gpus else "no GPU visible to TensorFlow"),
         ]
 
+    @classmethod
+    def listed_devices(cls) -> list[DeviceInfo]:
+        from edgekit.machine import nvidia_gpus, package_versions
+
+        gpus = nvidia_gpus()
+        cpu_only = "tensorflow" not in package_versions("tensorflow")  # tensorflow-cpu is a separate distribution
+        detail = "tensorflow-cpu has no GPU support" if cpu_only else f"{len(gpus)} GPU(s)" if gpus else "no GPU visible to TensorFlow"
+        return [DeviceInfo("tensorflow:cpu", True), DeviceInfo("tensorflow:gpu", bool(gpus) and not cpu_only, detail)]
+
     def _load_impl(self) -> None:
         from edgekit.loaders.keras import KerasModel, quiet_tensorflow
 

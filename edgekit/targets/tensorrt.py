@@ -10,6 +10,7 @@ Not verified on edgekit's machines: TensorRT cannot be installed there (see the 
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,6 +41,14 @@ class TensorRtRunner(Runner):
             return [DeviceInfo("tensorrt:cuda", False, "edgekit's TensorRT runner needs torch (CUDA build) for device memory")]
         cuda = torch.cuda.is_available()
         return [DeviceInfo("tensorrt:cuda", cuda, torch.cuda.get_device_name(0) if cuda else "no CUDA device")]
+
+    @classmethod
+    def listed_devices(cls) -> list[DeviceInfo]:
+        from edgekit.targets.torch import listed_cuda
+
+        if importlib.util.find_spec("torch") is None:
+            return cls.devices()
+        return [listed_cuda("tensorrt:cuda")]
 
     def config(self) -> dict:
         return {**self.identity, "timing": "CUDA events", "memory": "device buffers allocated once per input shape"}

@@ -1,8 +1,10 @@
 """PyTorch target: the reference model itself on the CPU or a CUDA GPU, eager or torch.compile'd, fp32/fp16/bf16.
 
-Options (`torch:cuda[compile=reduce-overhead,dtype=fp16]`):
+Options (`torch:cuda[compile=reduce-overhead,dtype=fp16,channels_last=1]`):
 - compile: eager (default), default, reduce-overhead (CUDA graphs on a GPU), max-autotune.
 - dtype: fp32 (default), fp16, bf16: the weights and float inputs are cast; outputs come back as float32.
+- channels_last: 0 (default) or 1: the module's 4-D weights and the 4-D inputs in channels-last (NHWC)
+  memory order; same shapes, same results, faster convolutions on tensor cores (and some CPUs).
 
 Inputs are moved to the device and cast once in `prepare()`, so the latency protocol times the model
 call (on CUDA the runtime-reported time comes from CUDA events around it). Compilation happens on the
@@ -11,16 +13,29 @@ first calls and is timed apart (`compile_seconds`), never mixed into run time.
 
 from __future__ import annotations
 
+import re
 import time
 
 import numpy as np
 
 from edgekit.errors import ConversionError, RuntimeMissingError
-from edgekit.targets.base import DeviceInfo, Runner
+from edgekit.targets.base import DeviceInfo, Runner, package_files
 
 COMPILE_MODES = ("eager", "default", "reduce-overhead", "max-autotune")
 DTYPES = ("fp32", "fp16", "bf16")
 COMPILE_CALLS = 3  # reduce-overhead records its CUDA graph on the calls after the first
+
+
+def listed_cuda(target: str) -> DeviceInfo:
+    """`target` (torch:cuda, tensorrt:cuda) as told without importing torch: a CUDA (or ROCm) build of torch and a GPU the driver lists."""
+    from edgekit.machine import nvidia_gpus
+
+    build = next((f.read_text() for f in package_files("torch", "version.py")), "")
+    gpu_build = re.search(r"^(cuda|hip)\b.*=\s*'[^']+'", build, re.MULTILINE)
+    gpus = nvidia_gpus()
+    if not gpu_build:
+        return DeviceInfo(target, False, "torch is a CPU-only build")
+    return DeviceInfo(target, bool(gpus), gpus[0] if gpus else "no CUDA device")
 
 
 class TorchRunner(Runner):
@@ -30,7 +45,7 @@ class TorchRunner(Runner):
     package = "torch"
     import_name = "torch"
     families = ("torch",)
-    options = {"compile": COMPILE_MODES, "dtype": DTYPES}
+    options = {"compile": COMPILE_MODES, "dtype": DTYPES, "channels_last": ("0", "1")}
 
     @classmethod
     def devices(cls) -> list[DeviceInfo]:
@@ -38,6 +53,10 @@ class TorchRunner(Runner):
 
         cuda = torch.cuda.is_available()
         return [DeviceInfo("torch:cpu", True), DeviceInfo("torch:cuda", cuda, torch.cuda.get_device_name(0) if cuda else "no CUDA device")]
+
+    @classmethod
+    def listed_devices(cls) -> list[DeviceInfo]:
+        return [DeviceInfo("torch:cpu", True), listed_cuda("torch:cuda")]
 
     def config(self) -> dict:
         import torch
@@ -61,6 +80,8 @@ class TorchRunner(Runner):
         self.inputs = resolve_input_specs(module, declared, self.inputs)
         self.dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[self.settings["dtype"]]
         self.module = module.to(self.device, self.dtype)  # load_torch returns it in eval mode where it has one
+        self.memory_format = torch.channels_last if self.settings["channels_last"] == "1" else torch.contiguous_format
+        self.module = self.module.to(memory_format=self.memory_format)
         self.forward = self.module
         self.output_names = []
         self._events = None
@@ -78,7 +99,10 @@ class TorchRunner(Runner):
 
     def _tensor(self, torch, array: np.ndarray):
         tensor = torch.from_numpy(np.ascontiguousarray(array)).to(self.device)
-        return tensor.to(self.dtype) if tensor.is_floating_point() else tensor
+        if not tensor.is_floating_point():
+            return tensor
+        tensor = tensor.to(self.dtype)
+        return tensor.contiguous(memory_format=self.memory_format) if tensor.dim() == 4 else tensor
 
     def _compile(self, torch, args: list) -> None:
         """torch.compile, then enough calls to finish compiling (and record CUDA graphs); their time is compile time."""
@@ -122,6 +146,14 @@ class TorchRunner(Runner):
             return None
         self._events[1].synchronize()
         return self._events[0].elapsed_time(self._events[1])
+
+    def peak_gpu_memory_mb(self) -> float | None:
+        """torch.cuda.max_memory_allocated: the process's peak through torch's allocator (it runs alone: one process per bench)."""
+        if self.device != "cuda":
+            return None
+        import torch
+
+        return torch.cuda.max_memory_allocated() / 2**20
 
     def synchronize(self) -> None:
         if self.device == "cuda":

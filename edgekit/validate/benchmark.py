@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from edgekit import progress
 from edgekit.artifact import TensorSpec, file_size
 from edgekit.errors import EdgekitError
 from edgekit.loaders import ModelSource
@@ -104,6 +105,7 @@ class BenchResult:
     runtime_config: dict | None = None
     compile_ms: float | None = None  # torch.compile and CUDA-graph capture on the first calls, apart from run time
     device: dict | None = None  # on a board (target RUNTIME:DEVICE@NAME): its name, probed facts, thermal state
+    peak_gpu_memory_mb: float | None = None  # torch.cuda.max_memory_allocated over load and runs on a CUDA target; else None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -157,6 +159,7 @@ def bench_in_process(
         None if reported is None else LatencyStats.from_times(reported, settings.batch),
         runner.config(),
         None if runner.compile_seconds is None else runner.compile_seconds * 1000,
+        peak_gpu_memory_mb=runner.peak_gpu_memory_mb(),
     )
 
 
@@ -180,5 +183,6 @@ def bench(
         from edgekit.devices.remote import bench_on_device
 
         return bench_on_device(source, settings, inputs, feeds)
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(bench_in_process, source, settings, inputs, feeds).result()
+    with progress.step(f"{source.name}: timing on {settings.target or 'its runtime'}"):
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            return pool.submit(bench_in_process, source, settings, inputs, feeds).result()

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from edgekit import progress
 from edgekit.artifact import TensorSpec
 from edgekit.calibration import Samples, load_samples, random_samples
 from edgekit.loaders import ModelSource
@@ -49,16 +50,18 @@ def validate(request: ValidationRequest) -> dict:
 def evaluate(request: ValidationRequest) -> tuple[dict, dict[str, np.ndarray] | None]:
     """The host-side part of a validation: fidelity and accuracy, no timing. Returns the report so far
     and the inputs the latency run will feed (None: random inputs of the artifact's shape)."""
-    artifact = make_runner(request.artifact, request.target, request.latency.threads, list(request.inputs))
-    artifact.load()
-    reference = make_runner(
-        request.reference, None, artifact.threads, list(request.inputs) or _source_inputs(request.artifact) or artifact.inputs
-    )
-    reference.load()
-    samples = _samples(request, artifact.inputs)
+    with progress.step(f"{request.artifact.name}: loading it and the reference {request.reference.name}"):
+        artifact = make_runner(request.artifact, request.target, request.latency.threads, list(request.inputs))
+        artifact.load()
+        reference = make_runner(
+            request.reference, None, artifact.threads, list(request.inputs) or _source_inputs(request.artifact) or artifact.inputs
+        )
+        reference.load()
+        samples = _samples(request, artifact.inputs)
     batch = _accuracy_batch(artifact.inputs, request.batch)
     ref_samples, alignment = align_inputs(samples, artifact.inputs, reference.inputs)
-    ref_out, art_out = run_batches(reference, ref_samples, batch), run_batches(artifact, samples, batch)
+    with progress.step(f"{request.artifact.name}: {len(samples)} samples through it and the reference"):
+        ref_out, art_out = run_batches(reference, ref_samples, batch), run_batches(artifact, samples, batch)
     if hasattr(artifact, "close"):  # a board's session ends before its timed runs start
         artifact.close()
     ref_out, pairing = _paired(ref_out, artifact.output_names, reference.output_names)
@@ -232,7 +235,7 @@ def _accuracy(ref_logits, art_logits, labels) -> dict | None:
 def _describe(source: ModelSource, target: str) -> dict:
     from edgekit.converters.pipeline import DESCRIBERS, describe
 
-    described = {"spec": source.spec, "format": source.format, "target": target}
+    described = {"spec": source.spec, "format": source.format, "target": target, **({"zoo": source.zoo} if source.zoo else {})}
     if source.format in DESCRIBERS:
         described.update(describe(source.path, source.format, None).to_dict())
     return described

@@ -1,27 +1,55 @@
-"""`zoo:` names: the shipped models and data, usable wherever a model or a data file is (CLI, API, recipes)."""
+"""`zoo:` names: the shipped models and data, usable wherever a model or a data file is (CLI, API, recipes).
+
+A zoo model declares its inputs, its layout and the data it goes with (its default calibration and
+validation sets), so `edgekit convert zoo:fashion-cnn -p int8` and `edgekit validate ARTIFACT` need no
+other flag. A zoo data set declares its preprocessing: the committed raw files (uint8 `images`) are
+turned into the float input the models take, whether named `zoo:...` or by their path.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.errors import EdgekitError
 
-# zoo model -> (factory or file, its input specs as --input writes them, input layout)
+log = logging.getLogger("edgekit")
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    target: str  # module:factory, or a file under edgekit/zoo/data
+    inputs: tuple[str, ...]  # input specs as --input writes them
+    layout: str = "nchw"
+    calibration: str | None = None  # default calibration set (a zoo: data name)
+    validation: str | None = None  # default labelled validation set (a zoo: data name)
+
+
+FASHION = {"calibration": "zoo:fashion-mnist-calib", "validation": "zoo:fashion-mnist-test"}
 MODELS = {
-    "zoo:fashion-cnn": ("edgekit.zoo.models:fashion_cnn", ("image:1x1x28x28",), "nchw"),
-    "zoo:fashion-cnn-keras": ("fashion_cnn.keras", (), "nhwc"),
-    "zoo:efficientnet-lite0": ("edgekit.zoo.models:efficientnet_lite0", ("image:1x3x224x224",), "nchw"),
-    "zoo:resnet18-shape": ("edgekit.zoo.models:resnet18_shape", ("image:1x3x224x224",), "nchw"),
+    "zoo:fashion-cnn": ZooModel("edgekit.zoo.models:fashion_cnn", ("image:1x1x28x28",), **FASHION),
+    "zoo:fashion-cnn-keras": ZooModel("fashion_cnn.keras", (), "nhwc", **FASHION),
+    "zoo:efficientnet-lite0": ZooModel("edgekit.zoo.models:efficientnet_lite0", ("image:1x3x224x224",)),
+    "zoo:resnet18-shape": ZooModel("edgekit.zoo.models:resnet18_shape", ("image:1x3x224x224",)),
     # stateful: the GRU's state [layers, batch, hidden] (start it at zeros with --input state=0)
-    "zoo:fashion-gru": ("edgekit.zoo.models:fashion_row_gru", ("image:1x1x28x28", "state:2xbatchx64"), "nchw"),
+    "zoo:fashion-gru": ZooModel("edgekit.zoo.models:fashion_row_gru", ("image:1x1x28x28", "state:2xbatchx64"), **FASHION),
 }
-# zoo data -> which split of the committed Fashion-MNIST files (written out as float32 .npz keyed `image`, with labels)
-DATA = {"zoo:fashion-mnist-test": 0, "zoo:fashion-mnist-calib": 1}
+# zoo data -> (the committed raw file, its preprocessing): uint8 `images` [N, 28, 28] -> float32 `image` in [0, 1],
+# [N, 1, 28, 28] (nchw) or [N, 28, 28, 1] (nhwc), with int64 `labels`
+DATA = {"zoo:fashion-mnist-test": "fashion_mnist_test.npz", "zoo:fashion-mnist-calib": "fashion_mnist_calib.npz"}
+PREPROCESSING = "uint8 images / 255 -> float32 `image` [N, 1, 28, 28] (channels-last for Keras), int64 labels"
 
 
 def is_zoo(spec: str | None) -> bool:
     return bool(spec) and str(spec).startswith("zoo:")
+
+
+def zoo_entry(spec: str) -> ZooModel:
+    if spec not in MODELS:
+        raise EdgekitError(f"unknown zoo model '{spec}'", hint=f"known: {', '.join(MODELS)}")
+    return MODELS[spec]
 
 
 def zoo_model(spec: str):
@@ -29,21 +57,49 @@ def zoo_model(spec: str):
     from edgekit.loaders import ModelSource
     from edgekit.zoo.fashion_mnist import DATA_DIR, GRU_WEIGHTS, WEIGHTS
 
-    if spec not in MODELS:
-        raise EdgekitError(f"unknown zoo model '{spec}'", hint=f"known: {', '.join(MODELS)}")
-    target, inputs, layout = MODELS[spec]
-    if target.endswith(".keras"):
-        return ModelSource(str(DATA_DIR / target), "keras"), inputs, layout
+    entry = zoo_entry(spec)
+    if entry.target.endswith(".keras"):
+        return ModelSource(str(DATA_DIR / entry.target), "keras", zoo=spec), entry.inputs, entry.layout
     weights = {"zoo:fashion-cnn": WEIGHTS, "zoo:fashion-gru": GRU_WEIGHTS}.get(spec)
-    return ModelSource(target, "torch-factory", weights), inputs, layout
+    return ModelSource(entry.target, "torch-factory", weights, zoo=spec), entry.inputs, entry.layout
 
 
 def zoo_data(spec: str, folder: Path | None = None, layout: str = "nchw") -> Path:
-    """The path of a zoo data set, written out (once) as an .npz the models take as they are."""
+    """The path of a zoo data set, written out (once) with its declared preprocessing as an .npz the models take."""
     from edgekit.demo import write_demo_data
 
     if spec not in DATA:
         raise EdgekitError(f"unknown zoo data '{spec}'", hint=f"known: {', '.join(DATA)}")
     folder = folder or Path(os.environ.get("EDGEKIT_CACHE", Path.home() / ".cache" / "edgekit")) / "zoo"
     folder.mkdir(parents=True, exist_ok=True)
-    return write_demo_data(folder, layout)[DATA[spec]]
+    return write_demo_data(folder, layout)[list(DATA).index(spec)]
+
+
+def zoo_name_of_file(path: str | Path) -> str | None:
+    """The zoo data name of a committed raw file named by its path (its preprocessing then applies), else None."""
+    from edgekit.zoo.fashion_mnist import DATA_DIR
+
+    try:
+        resolved = Path(path).resolve()
+    except OSError:
+        return None
+    return next((name for name, file in DATA.items() if resolved == (DATA_DIR / file).resolve()), None)
+
+
+def zoo_data_for(spec: str, specs=None) -> tuple[str, str]:
+    """(path to read, name to report) for a data spec: zoo names and the committed raw files are written out
+    preprocessed, in the layout of the model's input (`specs`); any other spec is returned as it is."""
+    name = spec if is_zoo(spec) else zoo_name_of_file(spec)
+    if name is None:
+        return spec, spec
+    if not is_zoo(spec):
+        log.info("%s is the zoo's raw %s: preprocessed as it declares (%s)", spec, name, PREPROCESSING)
+    return str(zoo_data(name, layout=layout_of(specs))), name
+
+
+def layout_of(specs) -> str:
+    """nhwc for one image input with a trailing channel axis of 1 or 3 (a Keras model), else nchw."""
+    image = [s for s in specs or [] if s.value is None]
+    if len(image) == 1 and len(image[0].shape) == 4 and image[0].shape[-1] in (1, 3) and image[0].shape[1] not in (1, 3):
+        return "nhwc"
+    return "nchw"

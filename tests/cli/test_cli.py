@@ -8,18 +8,41 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import assert_clean_error, run_cli
+from tests.conftest import CliResult, assert_clean_error, run_cli
 
 FACTORY = "edgekit.zoo.models:fashion_cnn"
 IMAGE = "image:1x1x28x28"
 
 
+FRAMEWORKS = ("torch", "tensorflow", "keras", "onnxruntime", "openvino", "jax", "ray")
+
+
+def imported_packages(*args: str) -> tuple[CliResult, set[str]]:
+    """Run `edgekit ARGS` under `python -X importtime`; the top-level packages it imported."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "edgekit", *map(str, args)], capture_output=True, text=True, timeout=300
+    )
+    timed = [ln.rpartition("|")[2].strip() for ln in proc.stderr.splitlines() if ln.startswith("import time:")]
+    shown = "\n".join(ln for ln in proc.stderr.splitlines() if not ln.startswith("import time:"))
+    return CliResult(proc.returncode, proc.stdout, shown), {name.split(".")[0] for name in timed}
+
+
 def test_help_imports_no_framework():
-    code = "import sys, edgekit.cli as c; c._register(); print(sorted(m for m in ('torch','tensorflow','onnx','onnxruntime','openvino','keras','ray') if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
-    assert out == "[]"
-    result = run_cli("--help")
+    result, imported = imported_packages("--help")
     assert result.code == 0 and "convert" in result.stdout and "validate" in result.stdout
+    assert imported.isdisjoint({*FRAMEWORKS, "onnx", "plotly"}), sorted(imported & {*FRAMEWORKS, "onnx", "plotly"})
+
+
+def test_targets_imports_no_framework():
+    result, imported = imported_packages("targets")
+    assert result.code == 0 and "onnxruntime:cpu" in result.stdout, result.stderr
+    assert "typer" in imported and imported.isdisjoint(FRAMEWORKS), sorted(imported & set(FRAMEWORKS))
+
+
+def test_info_on_onnx_imports_onnx_only(fashion_onnx):
+    result, imported = imported_packages("info", fashion_onnx["int8"])
+    assert result.code == 0 and "QuantizeLinear" in result.stdout, result.stderr
+    assert "onnx" in imported and imported.isdisjoint(FRAMEWORKS), sorted(imported & set(FRAMEWORKS))
 
 
 def test_targets_lists_found_and_missing_runtimes():
@@ -30,6 +53,14 @@ def test_targets_lists_found_and_missing_runtimes():
     assert any("onnxruntime:cuda" in ln and "unavailable" in ln and "onnxruntime-gpu" in ln for ln in lines)
 
 
+def test_targets_listed_from_files_agree_with_the_runtimes():
+    from edgekit.summary import list_targets
+
+    listed = {row["target"]: row["available"] for row in list_targets()}
+    probed = {row["target"]: row["available"] for row in list_targets(probe=True)}
+    assert listed == probed
+
+
 def test_info_shows_signature_params_and_ops(fashion_onnx):
     result = run_cli("info", fashion_onnx["int8"], "--json")
     info = json.loads(result.stdout)
@@ -38,6 +69,19 @@ def test_info_shows_signature_params_and_ops(fashion_onnx):
     assert info["provenance"]["calibration"]["samples"] == 300
     table = run_cli("info", fashion_onnx["fp32"])
     assert "op histogram" in table.stdout and "Conv" in table.stdout
+
+
+def test_info_prints_the_provenance(fashion_onnx):
+    """Without --json too: where the model came from, the steps, the int8 scheme and why, the calibration, the tools."""
+    prov = json.loads(run_cli("info", fashion_onnx["int8"], "--json").stdout)["provenance"]
+    text = run_cli("info", fashion_onnx["int8"]).stdout
+    calib = prov["calibration"]
+    assert f"from: {prov['source']['spec']}" in text and f"steps: {' -> '.join(prov['steps'])}" in text
+    assert f"why: {prov['quantization']['reason']}" in text
+    assert (
+        f"calibration: 300 samples from {calib['source']} ({calib['method']}, seed {calib['seed']}, sha256 {calib['sha256'][:12]})" in text
+    )
+    assert f"onnxruntime {prov['versions']['onnxruntime']}" in text.partition("tools: ")[2]
 
 
 def test_convert_and_validate_with_labels(tmp_path, weights_path, small_test_npz):
@@ -238,3 +282,15 @@ def test_zoo_names_work_for_models_and_data_with_no_extra_flags(tmp_path, monkey
     assert data["accuracy"]["drop_points"] <= 0.5
     unknown = run_cli("info", "zoo:no-such-model")
     assert_clean_error(unknown, "unknown zoo model 'zoo:no-such-model'")
+
+
+def test_frameworks_are_quiet_unless_verbose(tmp_path):
+    """NNCF draws progress bars while it calibrates: by default only edgekit's own lines are printed, with -v NNCF's too."""
+    convert = ("convert", "zoo:fashion-cnn", "--to", "openvino", "-p", "int8", "--calib", "zoo:fashion-mnist-calib")
+    quiet = run_cli(*convert, "-o", tmp_path / "quiet.xml")
+    assert quiet.code == 0, quiet.stderr
+    assert quiet.stderr == "", quiet.stderr
+    lines = quiet.stdout.splitlines()
+    assert lines[0].startswith("wrote ") and all(ln.startswith("  ") for ln in lines[1:]), quiet.stdout
+    loud = run_cli("--verbose", *convert, "-o", tmp_path / "loud.xml")
+    assert loud.code == 0 and "Statistics collection" in loud.stdout + loud.stderr, loud.stdout + loud.stderr

@@ -138,6 +138,7 @@ def write_corpus(d: Path) -> Path:
     (d / "existing-folder").mkdir(exist_ok=True)
     _recipe(d / "runs-negative.yaml", "latency:\n  runs: -3\n")
     _recipe(d / "batch-zero.yaml", "latency:\n  batch: 0\n")
+    _recipe(d / "todo.yaml", "calibration:\n  path: TODO\n  samples: 300\n")
     (d / "not-yaml.yaml").write_text("model: [unclosed\n")
     (d / "recipe-list.yaml").write_text("- a\n- b\n")
     _recipe(d / "unknown-format.yaml", "", formats="[onnx, caffe]")
@@ -216,6 +217,9 @@ def _cli_cases() -> list[Case]:
         Case("bench --runs -3", (*bench, "--runs", "-3"), ("--runs",)),
         Case("bench --batch 0", (*bench, "--batch", "0"), ("--batch",)),
         Case("bench --warmup -1", (*bench, "--warmup", "-1"), ("--warmup",)),
+        Case("an option that does not exist", (*bench, "--bogus"), ("--bogus", "edgekit bench --help")),
+        Case("an option value of the wrong type", (*bench, "--runs", "abc"), ("--runs", "edgekit bench --help")),
+        Case("a command that does not exist", ("benchmark", "{d}/tiny.onnx"), ("benchmark", "edgekit --help")),
         Case("bench --threads 0", (*bench, "--threads", "0"), ("--threads",)),
         Case("an --input that does not parse", (*bench, "--input", "image:1xAx28"), ("image:1xAx28",)),
         Case("a scalar model input with no value given", ("bench", "{d}/scalar-input.onnx", "--runs", "3"), ("sr", "--input sr=")),
@@ -273,6 +277,7 @@ def _report_cases() -> list[Case]:
         Case("gate on a validate report", ("gate", "{d}/validate-report.json"), ("validate-report.json",)),
         Case("recipe with runs: -3", ("run", "{d}/runs-negative.yaml"), ("runs-negative.yaml", "runs")),
         Case("recipe with batch: 0", ("run", "{d}/batch-zero.yaml"), ("batch-zero.yaml", "batch")),
+        Case("recipe with a TODO left by init", ("run", "{d}/todo.yaml"), ("todo.yaml", "calibration.path (line 12)")),
         Case("recipe that is not YAML", ("run", "{d}/not-yaml.yaml"), ("not-yaml.yaml",)),
         Case("recipe that is a YAML list", ("run", "{d}/recipe-list.yaml"), ("recipe-list.yaml",)),
         Case("recipe with an unknown format", ("run", "{d}/unknown-format.yaml"), ("caffe",)),
@@ -323,7 +328,8 @@ def markdown_table(d: Path) -> str:
     """docs/robustness.md's table, from a run of every case."""
     rows = ["| case | command | exit | message |", "|---|---|---|---|"]
     for case, result in zip(CASES, run_all(d), strict=True):
-        line = next((ln for ln in result["stderr"].splitlines() if ln.startswith("error: ")), "(no error line)")
+        shown = [ln for ln in result["stderr"].splitlines() if ln.startswith(("error: ", "hint: "))]
+        line = "<br>".join(shown) or "(no error line)"
         line = line.replace(str(d) + os.sep, "").replace(str(d), ".").replace("|", "\\|")
         command = " ".join(a.replace("{d}/", "") for a in case.args)
         rows.append(f"| {case.name} | `edgekit {command}` | {result['code']} | {line} |")

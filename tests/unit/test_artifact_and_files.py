@@ -48,6 +48,8 @@ def test_atomic_output_keeps_the_good_file_when_writing_fails(tmp_path: Path):
     assert [p.name for p in tmp_path.iterdir()] == ["model.onnx"]
 
 
-def test_error_one_line_folds_whitespace_and_adds_hint():
-    err = EdgekitError("bad\n  thing", hint="do this")
-    assert err.one_line() == "bad thing (hint: do this)"
+def test_error_folds_whitespace_and_puts_the_hint_on_its_own_line():
+    err = EdgekitError("bad\n  thing", hint="do\n this")
+    assert err.lines() == ["error: bad thing", "hint: do this"]
+    assert err.one_line() == "bad thing; hint: do this"  # a row's status in a report table
+    assert EdgekitError("no hint").lines() == ["error: no hint"]

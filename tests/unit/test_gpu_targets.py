@@ -146,7 +146,7 @@ def test_target_options_parse_and_are_checked(fashion_source):
     )
     assert parse_target("onnxruntime") == ("onnxruntime", "cpu", {})
     runner = make_runner(fashion_source, "torch:cpu[dtype=bf16]", 1, list(INPUTS))
-    assert runner.target == "torch:cpu[dtype=bf16]" and runner.settings == {"compile": "eager", "dtype": "bf16"}
+    assert runner.target == "torch:cpu[dtype=bf16]" and runner.settings == {"compile": "eager", "dtype": "bf16", "channels_last": "0"}
     assert make_runner(fashion_source, "torch:cpu[dtype=fp32]", 1, list(INPUTS)).target == "torch:cpu"
     with pytest.raises(EdgekitError, match="take no option 'threads'"):
         make_runner(fashion_source, "torch:cpu[threads=2]")
@@ -165,6 +165,19 @@ def test_torch_bf16_on_real_images_stays_close_to_fp32(fashion_source, test2k):
     assert not np.array_equal(fp32, bf16)  # bf16 really ran
 
 
+def test_torch_channels_last_gives_the_same_outputs_on_real_images(fashion_source, test2k):
+    import torch
+
+    plain = make_runner(fashion_source, "torch:cpu", 1, list(INPUTS))
+    nhwc = make_runner(fashion_source, "torch:cpu[channels_last=1]", 1, list(INPUTS))
+    expected, got = run_batches(plain, test2k, 500)[0], run_batches(nhwc, test2k, 500)[0]
+    assert nhwc.target == "torch:cpu[channels_last=1]"
+    convs = [m.weight for m in nhwc.module.modules() if isinstance(m, torch.nn.Conv2d) and m.in_channels > 1]
+    assert convs and all(w.is_contiguous(memory_format=torch.channels_last) and not w.is_contiguous() for w in convs)
+    assert (expected.argmax(1) == got.argmax(1)).all()
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-4 * np.abs(expected).max())
+
+
 def test_torch_compile_time_is_reported_apart_from_run_time(fashion_source):
     from edgekit.validate.benchmark import BenchSettings, bench_in_process
 
@@ -174,10 +187,19 @@ def test_torch_compile_time_is_reported_apart_from_run_time(fashion_source):
     assert result.first_inference_ms < result.compile_ms
     eager = bench_in_process(fashion_source, BenchSettings("torch:cpu", 1, 1, 3, 20), list(INPUTS))
     assert eager.compile_ms is None
+    assert eager.peak_gpu_memory_mb is None and "peak_gpu_memory_mb" in eager.to_dict()  # null off a GPU
 
 
 @needs_cuda
-@pytest.mark.parametrize("target", ["torch:cuda", "torch:cuda[dtype=fp16]", "torch:cuda[compile=reduce-overhead,dtype=fp16]"])
+@pytest.mark.parametrize(
+    "target",
+    [
+        "torch:cuda",
+        "torch:cuda[dtype=fp16]",
+        "torch:cuda[compile=reduce-overhead,dtype=fp16]",
+        "torch:cuda[compile=reduce-overhead,dtype=fp16,channels_last=1]",
+    ],
+)
 def test_torch_cuda_validates_and_times_with_cuda_events(target, fashion_source, small_test_npz):
     from edgekit.validate.benchmark import BenchSettings
     from edgekit.validate.validation import ValidationRequest, validate
@@ -188,6 +210,7 @@ def test_torch_cuda_validates_and_times_with_cuda_events(target, fashion_source,
     report = validate(request)
     assert abs(report["accuracy"]["drop_points"]) <= 0.5
     assert report["latency"]["runtime_latency"] is not None and report["latency"]["runtime_config"]["timing"] == "CUDA events"
+    assert report["latency"]["peak_gpu_memory_mb"] > 0
 
 
 @needs_tensorrt

@@ -2,6 +2,7 @@
 
 import json
 import textwrap
+from pathlib import Path
 from xml.etree import ElementTree as ET
 
 import numpy as np
@@ -81,12 +82,42 @@ def test_damaged_int8_fails_the_gate_and_junit_marks_exactly_it(damaged_run):
     assert report["schema_version"] and report["kind"] == "matrix" and not report["passed"]
     rows = {(r["format"], r["precision"]): r for r in report["rows"]}
     assert rows[("onnx", "int8")]["drop_points"] > 0.5 and rows[("onnx", "fp32")]["passed"]
-    assert "FAIL" in (folder / "out" / "report.md").read_text() and "<svg" in (folder / "out" / "report.html").read_text()
+    assert "FAIL" in (folder / "out" / "report.md").read_text() and "Plotly.newPlot" in (folder / "out" / "report.html").read_text()
 
 
 def test_unchanged_recipe_reuses_artifacts(damaged_run):
     _, first, second = damaged_run
     assert second.code == 2 and second.stdout.count("(cached)") == 3 and "(cached)" not in first.stdout
+
+
+def test_artifacts_are_linked_out_of_the_cache_beside_the_reports(damaged_run):
+    folder, first, second = damaged_run
+    out = folder / "out"
+    assert {p.name for p in out.iterdir()} >= {"report.json", "report.md", "report.html", "junit.xml", "artifacts"}
+    rows = {r["precision"]: r for r in json.loads((out / "report.json").read_text())["rows"]}
+    for precision in ("fp32", "fp16", "int8"):
+        published = out / "artifacts" / "fashion_cnn" / f"onnx-{precision}" / f"fashion_cnn.{precision}.onnx"
+        assert rows[precision]["published"] == str(published) and not published.is_symlink()
+        assert published.samefile(rows[precision]["artifact"])  # a hard link: the cache's bytes, not a copy
+        assert (published.parent / f"{published.name}.edgekit.json").is_file()
+    assert "artifacts: " in first.stdout and "onnx-int8" in second.stdout
+
+
+def test_one_format_and_precision_built_twice_gets_a_folder_per_target(tmp_path):
+    from edgekit.recipe.run import publish_artifacts
+
+    cached = {}
+    for target, key in (("onnxruntime:cpu", "a"), ("onnxruntime:cuda", "a"), ("tensorrt:cuda", "b")):
+        path = tmp_path / ".cache" / key / "m.int8.onnx"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(key.encode())
+        cached[("onnx", "int8", target)] = path
+    cached[("onnx", "fp32", "onnxruntime:cpu")] = tmp_path / ".cache" / "never-built" / "m.fp32.onnx"
+    rows = [{"format": f, "precision": p, "target": t} for f, p, t in cached]
+    published = [r.get("published") for r in publish_artifacts(rows, cached, tmp_path / "artifacts" / "m")]
+    cpu, cuda, trt, fp32 = (Path(p) if p else None for p in published)
+    assert cpu == cuda == tmp_path / "artifacts" / "m" / "onnx-int8-onnxruntime-cpu" / "m.int8.onnx" and cpu.read_bytes() == b"a"
+    assert trt.parent.name == "onnx-int8-tensorrt-cuda" and trt.read_bytes() == b"b" and fp32 is None
 
 
 def test_report_and_gate_commands(damaged_run, tmp_path):
@@ -136,10 +167,20 @@ def test_init_writes_a_recipe_that_validates(tmp_path, weights_path):
         "--val",
         "v.npz",
     )
-    assert result.code == 0
+    assert result.code == 0 and "TODO" not in result.stdout + out.read_text(), result.stdout  # no TODO claimed where none is
     recipe = load_recipe(out)
     assert recipe.model.inputs == ("image:1x1x28x28",) and recipe.gates.max_drop == 0.5
     assert_clean_error(run_cli("init", "edgekit.zoo.models:fashion_cnn", "-o", out), "exists")
+
+
+def test_a_recipe_with_todo_fields_is_refused_before_any_work(tmp_path):
+    out = tmp_path / "edgekit.yaml"
+    written = run_cli("init", "zoo:fashion-cnn", "-o", out, "--val", "zoo:fashion-mnist-test")
+    line = next(i for i, text in enumerate(out.read_text().splitlines(), 1) if "TODO" in text and "path:" in text)
+    assert written.code == 0 and f"fill in calibration.path (line {line})" in written.stdout and "validation" not in written.stdout
+    result = run_cli("run", out)
+    assert_clean_error(result, f"1 field(s) still TODO: calibration.path (line {line})")
+    assert not (tmp_path / "edgekit-report").exists()  # refused before the report folder (or any conversion) was made
 
 
 def test_convert_emits_a_recipe_that_reproduces_it(tmp_path, weights_path, demo_data):
@@ -164,8 +205,10 @@ def test_convert_emits_a_recipe_that_reproduces_it(tmp_path, weights_path, demo_
     )
     assert result.code == 0
     parsed = load_recipe(recipe)
-    assert parsed.matrix.cells() == [("onnx", "int8", "onnxruntime:cpu")] and parsed.calibration.path == str(demo_data[1])
-    assert parsed.model.weights == str(weights_path)
+    assert parsed.matrix.cells() == [("onnx", "int8", "onnxruntime:cpu")]
+    # paths are written relative to the recipe, and resolved from its folder
+    assert Path(parsed.resolve(parsed.calibration.path)).resolve() == Path(demo_data[1]).resolve()
+    assert Path(parsed.resolve(parsed.model.weights)).resolve() == Path(weights_path).resolve()
 
 
 def test_a_failed_cell_does_not_stop_the_others(tmp_path, small_test_npz):
@@ -186,7 +229,7 @@ def test_a_failed_cell_does_not_stop_the_others(tmp_path, small_test_npz):
     assert status[("fp32", "onnxruntime:cpu")] == "ok"
     assert (
         "needs calibration data" in status[("int8", "onnxruntime:cpu")]
-        and "onnxruntime:cuda is not available here (hint: pip install onnxruntime-gpu)" in status[("fp32", "onnxruntime:cuda")]
+        and "onnxruntime:cuda is not available here; hint: pip install onnxruntime-gpu" in status[("fp32", "onnxruntime:cuda")]
     )
 
 
@@ -209,3 +252,12 @@ def test_the_model_itself_is_a_matrix_row_on_its_own_targets(tmp_path, small_tes
     assert [(r["target"], r["status"]) for r in rows] == [("torch:cpu", "ok"), ("torch:cpu[dtype=bf16]", "ok")]
     assert rows[0]["drop_points"] == 0 and abs(rows[1]["drop_points"]) <= 0.5
     assert rows[0]["speedup"] == 1.0 and rows[1]["speedup"] == rows[0]["p50_ms"] / rows[1]["p50_ms"]  # vs plain torch:cpu
+
+
+def test_demo_variants_write_to_their_own_folders(tmp_path, monkeypatch):
+    from edgekit.demo import demo_recipe
+
+    monkeypatch.chdir(tmp_path)
+    folders = {Path(demo_recipe(None, keras=keras).report.dir) for keras in (False, True)}
+    assert folders == {tmp_path / "edgekit-demo", tmp_path / "edgekit-demo-keras"}
+    assert Path(demo_recipe(tmp_path / "mine", keras=True).report.dir) == tmp_path / "mine"

@@ -1,0 +1,169 @@
+"""`edgekit debug`: where an artifact starts to differ from its reference, tensor by tensor.
+
+Both models run on the same samples, one at a time; every intermediate tensor they share (matched by name)
+is compared (debug.metrics). One capture module per format family: onnx (ONNX Runtime), tflite (LiteRT),
+openvino, torch (forward hooks named through an ONNX export's module scopes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgekit.debug.metrics import FLOOR_DB, JUMP_DB, ErrorStats, TensorRef, first_jump, table_rows, worst
+from edgekit.errors import EdgekitError, InputMismatchError
+from edgekit.loaders import ModelSource
+
+CAPTURES = {
+    "onnx": "edgekit.debug.onnx:OnnxCapture",
+    "tflite": "edgekit.debug.tflite:TfliteCapture",
+    "openvino": "edgekit.debug.openvino:OpenVinoCapture",
+}
+SHOWN_UNMATCHED = 20
+
+
+@dataclass(frozen=True)
+class DebugRequest:
+    artifact: ModelSource
+    reference: ModelSource
+    data: str
+    samples: int = 8
+    seed: int = 0
+    jump_db: float = JUMP_DB
+    floor_db: float = FLOOR_DB
+
+
+def debug(request: DebugRequest) -> dict:
+    """The per-tensor comparison report: rows in graph order, the first jump, the worst rows, what was not matched."""
+    from edgekit.calibration import load_samples
+    from edgekit.validate.report import new_report
+    from edgekit.validate.validation import align_inputs
+
+    artifact = capture(request.artifact)
+    reference = capture(request.reference, partner=artifact)
+    samples = load_samples(request.data, request.samples, request.seed, specs=artifact.inputs)
+    ref_samples, alignment = align_inputs(samples, artifact.inputs, reference.inputs)
+    by_order = getattr(reference, "ops_kept", False) and getattr(artifact, "ops_kept", False)
+    matched, unmatched = match(reference.tensors, artifact.tensors, by_order)
+    if not matched:
+        raise EdgekitError(
+            f"{request.artifact.spec} and {request.reference.spec} share no intermediate tensor names",
+            hint="debug an artifact against the model it was converted from, in a format pair edgekit can match (docs/debug.md)",
+        )
+    stats = compare(reference, artifact, matched, ref_samples, samples, unmatched)
+    matched = [pair for pair in matched if pair[0].key in stats]
+    rows = table_rows(matched, stats)
+    jump = first_jump(rows, request.jump_db, request.floor_db)
+    report = new_report("debug")
+    report.update(
+        artifact={"path": request.artifact.spec, "format": request.artifact.format},
+        reference={"path": request.reference.spec, "format": request.reference.format},
+        data=samples.provenance,
+        input_alignment=alignment,
+        rule={"jump_db": request.jump_db, "floor_db": request.floor_db},
+        rows=rows,
+        first_jump=None if jump is None else rows[jump],
+        worst=worst(rows),
+        matched=len(rows),
+        unmatched=unmatched,
+    )
+    return report
+
+
+def capture(source: ModelSource, partner=None):
+    """The capture object for a model: its inputs, its tensors in graph order, run(feeds) -> values by key."""
+    import importlib
+
+    if source.family == "torch":
+        return _torch_capture(source, partner)
+    if source.family not in CAPTURES:
+        raise EdgekitError(
+            f"edgekit debug cannot read the intermediate tensors of {source.format} models ({source.spec})",
+            hint="debug ONNX, TFLite or OpenVINO artifacts, with a reference in the same format, or PyTorch vs ONNX",
+        )
+    module, name = CAPTURES[source.family].split(":")
+    return getattr(importlib.import_module(module), name)(source.path)
+
+
+def _torch_capture(source: ModelSource, partner):
+    from edgekit.debug.onnx import OnnxCapture
+    from edgekit.debug.torch import TorchCapture
+
+    if not isinstance(partner, OnnxCapture):
+        raise EdgekitError(
+            f"a PyTorch reference ({source.spec}) can be matched to an ONNX artifact only: ONNX records the module each node came from",
+            hint="export it with `edgekit convert MODEL --to onnx` and debug that ONNX against the PyTorch model",
+        )
+    return TorchCapture(source, partner.model, partner.inputs)
+
+
+def match(reference: list[TensorRef], artifact: list[TensorRef], by_order: bool = False) -> tuple[list[tuple[TensorRef, TensorRef]], dict]:
+    """Pairs of tensors with a name in common, in the reference's order, and what had no partner.
+
+    `by_order` (two graphs from the same converter, whose ops keep their types: TFLite): a name match needs the
+    same op type too, and the tensors left are paired by op type and order where both graphs have as many of that type.
+    """
+    by_name: dict[str, TensorRef] = {}
+    for tensor in artifact:
+        for name in tensor.names:
+            by_name.setdefault(name, tensor)
+    pairs: dict[str, TensorRef] = {}
+    used: set[str] = set()
+    for tensor in reference:
+        partner = next((by_name[n] for n in tensor.names if n in by_name and by_name[n].key not in used), None)
+        if partner is not None and (not by_order or partner.op == tensor.op):
+            pairs[tensor.key] = partner
+            used.add(partner.key)
+    if by_order:
+        _pair_by_order([t for t in reference if t.key not in pairs], [t for t in artifact if t.key not in used], pairs, used)
+    unmatched = {
+        "reference_only": [t.key for t in reference if t.key not in pairs],
+        "artifact_only": [t.key for t in artifact if t.key not in used],
+        "skipped": [],
+    }
+    return [(t, pairs[t.key]) for t in reference if t.key in pairs], unmatched
+
+
+def _pair_by_order(reference: list[TensorRef], artifact: list[TensorRef], pairs: dict, used: set) -> None:
+    """The k-th unpaired output of an op type in one graph with the k-th in the other, where the counts agree."""
+    for op in dict.fromkeys(t.op for t in reference):
+        mine, theirs = [t for t in reference if t.op == op], [t for t in artifact if t.op == op]
+        if len(mine) == len(theirs):
+            for ref, art in zip(mine, theirs, strict=True):
+                pairs[ref.key] = art
+                used.add(art.key)
+
+
+def compare(reference, artifact, pairs, ref_samples, samples, unmatched: dict) -> dict[str, ErrorStats]:
+    """Error statistics per reference tensor over all samples; pairs of different shapes go to unmatched['skipped']."""
+    stats: dict[str, ErrorStats] = {}
+    dropped: set[str] = set()
+    for i in range(len(samples)):
+        ref_values = reference.run({k: v[i : i + 1] for k, v in ref_samples.arrays.items()})
+        art_values = artifact.run({k: v[i : i + 1] for k, v in samples.arrays.items()})
+        for ref, art in pairs:
+            if ref.key in dropped:
+                continue
+            why = _unfit(ref_values.get(ref.key), art_values.get(art.key))
+            if why:
+                dropped.add(ref.key)
+                stats.pop(ref.key, None)
+                unmatched["skipped"].append({"tensor": ref.key, "artifact_tensor": art.key, "why": why})
+                continue
+            stats.setdefault(ref.key, ErrorStats()).add(ref_values[ref.key], art_values[art.key])
+    if not stats:
+        raise InputMismatchError(
+            "no tensor shared by name has the same shape in both models",
+            hint="debug an artifact against the model it was converted from (layouts must agree: NCHW vs NCHW)",
+        )
+    return stats
+
+
+def _unfit(ref: np.ndarray | None, art: np.ndarray | None) -> str:
+    if ref is None or art is None:
+        return "not readable in the " + ("reference" if ref is None else "artifact")
+    if ref.shape != art.shape:
+        shapes = "x".join(map(str, ref.shape)), "x".join(map(str, art.shape))
+        return f"shape {shapes[0]} vs {shapes[1]}"
+    return ""

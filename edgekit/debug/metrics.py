@@ -1,0 +1,119 @@
+"""Per-tensor error between two runs of one model, accumulated sample by sample, and the first layer where it jumps.
+
+Metrics of a tensor over all samples (the arrays of every sample taken as one vector):
+- SQNR (dB) = 10 log10(sum ref^2 / sum (art - ref)^2); None where the two are identical ("exact").
+- cosine = <ref, art> / (|ref| |art|); 1 for two zero tensors, 0 for zero vs non-zero.
+- max abs error = max |art - ref|, beside the reference's max |ref| for scale.
+
+First jump: walking the matched tensors in graph order, the first with non-finite values, or an SQNR below
+`floor_db`, or more than `jump_db` below the SQNR of the tensor before it, where that earlier SQNR counts as
+at most CLEAN_DB (40 dB; an exact tensor counts as 40 dB too). The cap keeps the first rounding of an input
+(60 dB after exact tensors) from counting as a jump. It is where the artifact starts to lose the reference;
+later layers inherit that loss.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+JUMP_DB = 10.0
+FLOOR_DB = 20.0  # noise a tenth of the signal's amplitude; int8 tensors usually sit at 25-40 dB
+CLEAN_DB = 40.0  # noise 1% of the signal's amplitude: at or above it a tensor counts as clean
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    """One intermediate tensor of a model: the key it is matched by, the op that made it, where it sits."""
+
+    key: str
+    op: str
+    layer: str  # the node / module / op name a person would look for
+    aliases: tuple[str, ...] = ()  # other names of the same tensor (OpenVINO keeps a set)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.key, *self.aliases)
+
+
+@dataclass
+class ErrorStats:
+    """Running sums of one tensor's error over samples."""
+
+    signal: float = 0.0
+    noise: float = 0.0
+    dot: float = 0.0
+    art_energy: float = 0.0
+    max_abs: float = 0.0
+    ref_max_abs: float = 0.0
+    nonfinite: int = 0
+    shape: tuple = field(default_factory=tuple)
+
+    def add(self, ref: np.ndarray, art: np.ndarray) -> None:
+        ref64, art64 = ref.astype(np.float64).ravel(), art.astype(np.float64).ravel()
+        finite = np.isfinite(art64) & np.isfinite(ref64)
+        self.nonfinite += int(finite.size - np.count_nonzero(finite))
+        ref64, art64 = ref64[finite], art64[finite]
+        diff = art64 - ref64
+        self.signal += float(ref64 @ ref64)
+        self.noise += float(diff @ diff)
+        self.dot += float(ref64 @ art64)
+        self.art_energy += float(art64 @ art64)
+        self.max_abs = max(self.max_abs, float(np.abs(diff).max(initial=0.0)))
+        self.ref_max_abs = max(self.ref_max_abs, float(np.abs(ref64).max(initial=0.0)))
+        self.shape = tuple(ref.shape)
+
+    def sqnr_db(self) -> float | None:
+        if self.noise == 0.0:
+            return None
+        return -math.inf if self.signal == 0.0 else 10.0 * math.log10(self.signal / self.noise)
+
+    def cosine(self) -> float:
+        if self.signal == 0.0 or self.art_energy == 0.0:
+            return 1.0 if self.signal == self.art_energy else 0.0
+        return self.dot / math.sqrt(self.signal * self.art_energy)
+
+
+def table_rows(matched: list[tuple[TensorRef, TensorRef]], stats: dict[str, ErrorStats]) -> list[dict]:
+    """One row per matched tensor, in the reference's graph order."""
+    rows = []
+    for depth, (ref, art) in enumerate(matched):
+        s = stats[ref.key]
+        sqnr = s.sqnr_db()
+        rows.append(
+            {
+                "depth": depth,
+                "tensor": ref.key,
+                "artifact_tensor": art.key,
+                "op": ref.op,
+                "layer": ref.layer,
+                "artifact_op": art.op,
+                "shape": list(s.shape),
+                "sqnr_db": None if sqnr is None else round(sqnr, 3) if math.isfinite(sqnr) else sqnr,
+                "exact": sqnr is None,
+                "cosine": round(s.cosine(), 6),
+                "max_abs_error": s.max_abs,
+                "reference_max_abs": s.ref_max_abs,
+                "nonfinite": s.nonfinite,
+            }
+        )
+    return rows
+
+
+def first_jump(rows: list[dict], jump_db: float = JUMP_DB, floor_db: float = FLOOR_DB) -> int | None:
+    """The index of the first row below `floor_db`, or more than `jump_db` below the row before it (None: no such row)."""
+    previous = CLEAN_DB
+    for i, row in enumerate(rows):
+        sqnr = math.inf if row["exact"] else row["sqnr_db"]
+        if row["nonfinite"] or sqnr < floor_db or previous - sqnr > jump_db:
+            return i
+        previous = min(sqnr, CLEAN_DB)
+    return None
+
+
+def worst(rows: list[dict], count: int = 5) -> list[dict]:
+    """The rows of lowest SQNR (exact rows never)."""
+    lossy = [r for r in rows if not r["exact"]]
+    return sorted(lossy, key=lambda r: r["sqnr_db"])[:count]

@@ -1,0 +1,68 @@
+"""TFLite intermediate tensors: the LiteRT interpreter with every tensor preserved and no delegate.
+
+XNNPACK would run most of the graph as one opaque node, so the builtin kernels run it instead
+(`experimental_preserve_all_tensors=True` keeps every tensor readable after invoke). Integer tensors are
+dequantized with their scale and zero-point; a QUANTIZE/DEQUANTIZE op's output is matched by its input's name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.debug.metrics import TensorRef
+
+CONVERSION_OPS = ("QUANTIZE", "DEQUANTIZE")
+
+
+class TfliteCapture:
+    """Every op output of a .tflite model, dequantized, keyed by tensor name, in execution order."""
+
+    ops_kept = True  # int8 and fp32 graphs of one converter keep the op types: pairs may be made by type and order
+
+    def __init__(self, path: Path) -> None:
+        from edgekit.loaders.tflite import _interpreter
+        from edgekit.targets.litert import _spec
+
+        self.interpreter = _interpreter(path, delegate=False, preserve_tensors=True)
+        self._in = self.interpreter.get_input_details()
+        self.inputs = [_spec(d) for d in self._in]
+        self._details = {d["index"]: d for d in self.interpreter.get_tensor_details()}
+        self.tensors, self._index = self._op_outputs()
+
+    def _op_outputs(self) -> tuple[list[TensorRef], dict[str, int]]:
+        """Activations in op order; a QUANTIZE/DEQUANTIZE output is the same activation as its input (an alias)."""
+        rows: dict[str, list] = {}  # name -> [op, layer, aliases]
+        index: dict[str, int] = {}
+        for op in self.interpreter._get_ops_details():
+            for tensor in map(int, op["outputs"]):
+                if not self._activation(tensor):
+                    continue
+                name = self._details[tensor]["name"]
+                source = self._details.get(int(op["inputs"][0])) if len(op["inputs"]) else None
+                if op["op_name"] in CONVERSION_OPS:
+                    if source is not None and source["name"] in rows:
+                        rows[source["name"]][2].append(name)
+                        index[source["name"]] = tensor  # the value the next op reads
+                    continue
+                if name not in rows:
+                    index[name] = tensor
+                    rows[name] = [op["op_name"], f"#{op['index']} {op['op_name']}", []]
+        return [TensorRef(name, op, layer, tuple(aliases)) for name, (op, layer, aliases) in rows.items()], index
+
+    def _activation(self, tensor: int) -> bool:
+        """A float tensor, or an integer one with a scale (quantized): not shapes and indices."""
+        detail = self._details.get(tensor)
+        if detail is None:
+            return False
+        kind = np.dtype(detail["dtype"]).kind
+        return kind == "f" or (kind in "iu" and detail["quantization"][0] != 0)
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        from edgekit.targets.litert import dequantize, quantize
+
+        for detail, spec in zip(self._in, self.inputs, strict=True):
+            self.interpreter.set_tensor(detail["index"], quantize(feeds[spec.name], detail))
+        self.interpreter.invoke()
+        return {name: dequantize(self.interpreter.get_tensor(i), self._details[i]) for name, i in self._index.items()}
