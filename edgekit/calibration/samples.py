@@ -81,7 +81,7 @@ def _check_finite(arrays: dict[str, np.ndarray], source: str, policy: str) -> in
             continue
         raise InputMismatchError(
             f"{source}: input '{name}' holds {bad} non-finite values (NaN/Inf)",
-            hint="clean the data (np.nan_to_num) or drop those samples; EDGEKIT_NONFINITE=warn uses them with a warning",
+            hint="clean the data (np.nan_to_num) or drop those samples; `edgekit --nonfinite warn COMMAND` uses them with a warning",
         )
     return total
 
@@ -137,11 +137,24 @@ def load_samples(
     return samples if specs is None else samples.bind(specs)
 
 
+NONFINITE_POLICIES = ("error", "warn")
+
+
 def nonfinite_policy() -> str:
-    """'error' (the default) or 'warn': what Inf/NaN in calibration or validation data does (EDGEKIT_NONFINITE)."""
+    """'error' (the default) or 'warn': what Inf/NaN in calibration or validation data does (`edgekit --nonfinite`,
+    or EDGEKIT_NONFINITE for the API and the processes edgekit spawns)."""
     import os
 
     return "warn" if os.environ.get("EDGEKIT_NONFINITE", "").lower() == "warn" else "error"
+
+
+def set_nonfinite_policy(policy: str) -> None:
+    """Set the policy for this process and those it starts (Ray workers, timing processes)."""
+    import os
+
+    if policy not in NONFINITE_POLICIES:
+        raise EdgekitError(f"--nonfinite {policy}: not a policy", hint="use --nonfinite error or --nonfinite warn")
+    os.environ["EDGEKIT_NONFINITE"] = policy
 
 
 def random_samples(specs: list[TensorSpec], count: int, seed: int = 0) -> Samples:

@@ -83,3 +83,17 @@ def test_a_torchscript_int_argument_is_given_as_a_constant(tmp_path):
     assert result.code == 0, result.stdout + result.stderr
     fidelity = json.loads((tmp_path / "r.json").read_text())["fidelity"][0]
     assert fidelity["cosine_min"] == pytest.approx(1.0)
+
+
+def test_nonfinite_validation_data_is_refused_or_by_option_counted_in_the_report(tmp_path, fashion_onnx):
+    images = np.random.default_rng(0).random((16, 1, 28, 28), dtype=np.float32)
+    images[3, 0, 0, :2] = np.nan
+    np.savez(tmp_path / "nan.npz", image=images)
+    refused = run_cli("validate", fashion_onnx["int8"], "-r", fashion_onnx["fp32"], "-d", tmp_path / "nan.npz", "--runs", "3")
+    assert refused.code == 1 and "2 non-finite" in refused.stderr and "--nonfinite warn" in refused.stderr
+    report = tmp_path / "r.json"
+    args = ("validate", fashion_onnx["int8"], "-r", fashion_onnx["fp32"], "-d", tmp_path / "nan.npz", "--runs", "3", "--report", report)
+    warned = run_cli("--nonfinite", "warn", *args)
+    data = json.loads(report.read_text())
+    assert data["data"]["nonfinite"] == "warn" and data["data"]["nonfinite_values"] == 2, warned.stderr
+    assert any("2 non-finite" in w for w in data["warnings"])
