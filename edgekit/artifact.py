@@ -26,9 +26,32 @@ class TensorSpec:
     def is_static(self) -> bool:
         return all(isinstance(d, int) for d in self.shape)
 
+    def batch_axis(self) -> int | None:
+        """Where the batch goes: a dim named batch (or N, batch_size), else the first dynamic dim, else dim 0.
+
+        A recurrent state [layers, batch, hidden] has its batch in the middle; a scalar has none (None)."""
+        if not self.shape:
+            return None
+        named = [i for i, d in enumerate(self.shape) if isinstance(d, str) and d.lower() in BATCH_NAMES]
+        dynamic = [i for i, d in enumerate(self.shape) if not isinstance(d, int)]
+        return (named or dynamic or [0])[0]
+
+    def sample_shape(self) -> tuple[Dim, ...]:
+        """The shape of one sample: the model's shape without its batch axis."""
+        axis = self.batch_axis()
+        return tuple(d for i, d in enumerate(self.shape) if i != axis)
+
+    def to_model_layout(self, batch_array):
+        """A batch stored sample-major [N, ...sample] put in the model's layout (the batch on its batch axis)."""
+        import numpy as np
+
+        axis = self.batch_axis()
+        return batch_array if not axis else np.moveaxis(batch_array, 0, axis)
+
     def concrete_shape(self, batch: int) -> tuple[int, ...]:
         """The shape with a dynamic batch dim set to `batch`; other dynamic dims are an error."""
-        dims = [batch if i == 0 and not isinstance(d, int) else d for i, d in enumerate(self.shape)]
+        axis = self.batch_axis()
+        dims = [batch if i == axis and not isinstance(d, int) else d for i, d in enumerate(self.shape)]
         if not all(isinstance(d, int) for d in dims):
             raise InputMismatchError(
                 f"input '{self.name}' has dynamic dims ({self.shape_text()}) edgekit cannot guess",
@@ -44,14 +67,24 @@ class TensorSpec:
     def from_dict(cls, data: dict) -> TensorSpec:
         return cls(data["name"], tuple(data["shape"]), data.get("dtype", "float32"), data.get("value"))
 
-    def constant(self):
-        """The constant input's array (scalar unless the model's shape says otherwise)."""
+    def constant(self, batch: int = 1):
+        """The constant input's array: a scalar for a scalar input, else the model's shape (its batch axis sized
+        `batch`) filled with the value, as `--input state=0` starts a recurrent state at zeros."""
         import numpy as np
 
-        shape = tuple(d for d in self.shape if isinstance(d, int))
-        return np.full(shape if len(shape) == len(self.shape) else (), self.value, dtype=self.dtype)
+        if not self.shape:
+            return np.array(self.value, dtype=self.dtype)
+        axis = self.batch_axis()
+        shape = tuple(batch if i == axis and not isinstance(d, int) else d for i, d in enumerate(self.shape))
+        if not all(isinstance(d, int) for d in shape):
+            raise InputMismatchError(
+                f"constant input '{self.name}' has dynamic dims ({self.shape_text()}) edgekit cannot size",
+                hint=f"give its shape too: --input {self.name}:{self.shape_text()} and the data, or fix the model's dims",
+            )
+        return np.full(shape, self.value, dtype=self.dtype)
 
 
+BATCH_NAMES = {"batch", "batch_size", "n", "bs"}  # a dim given one of these names is the batch axis
 GENERATED_NAME = re.compile(r"(args|arg|input|inputs|input_layer|x|in|serving_default_\w+)(_\d+)?(:\d+)?")
 
 

@@ -21,19 +21,26 @@ FEW_SAMPLES = 100
 
 @dataclass
 class Samples:
-    """N samples: `arrays` maps input names to [N, ...] arrays; `labels` is [N] or None."""
+    """N samples: `arrays` maps input names to [N, ...] arrays (sample-major, whatever the model's layout);
+    `labels` is [N] or None; `specs` (set by bind) put each batch in the model's layout."""
 
     arrays: dict[str, np.ndarray]
     labels: np.ndarray | None = None
     provenance: dict = field(default_factory=dict)
+    specs: dict[str, TensorSpec] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(next(iter(self.arrays.values()))) if self.arrays else 0
 
     def batches(self, size: int) -> Iterator[dict[str, np.ndarray]]:
-        """Consecutive batches of at most `size` samples, in order."""
+        """Consecutive batches of at most `size` samples, in order, each input in the model's layout (a recurrent
+        state [layers, batch, hidden] gets its batch on axis 1)."""
         for start in range(0, len(self), size):
-            yield {k: v[start : start + size] for k, v in self.arrays.items()}
+            yield {k: self._layout(k, v[start : start + size]) for k, v in self.arrays.items()}
+
+    def _layout(self, name: str, batch: np.ndarray) -> np.ndarray:
+        spec = self.specs.get(name)
+        return batch if spec is None else spec.to_model_layout(batch)
 
     def bind(self, specs: list[TensorSpec]) -> Samples:
         """Name the arrays after `specs` and check their shapes and dtypes (errors name the input)."""
@@ -48,17 +55,20 @@ class Samples:
         if missing:
             raise InputMismatchError(
                 f"{source} has no array for input(s) {missing}; it has {sorted(arrays)}; the model's inputs are {[s.name for s in specs]}",
-                hint="key the .npz arrays by the model's input names (see `edgekit info`)",
+                hint=f"key the .npz arrays by the model's input names (see `edgekit info`); an input the data does not hold "
+                f"(a recurrent state, a sample rate) can be given as a constant: --input {missing[0]}=0",
             )
         for s in specs:
-            check_array(s, arrays[s.name])
+            check_array(s, s.to_model_layout(arrays[s.name]))
         bound = {s.name: arrays[s.name] for s in specs}
-        _check_finite(bound, source, self.provenance.get("nonfinite", "error"))
-        return Samples(bound, self.labels, {**self.provenance, "sha256": content_hash(bound, self.labels)})
+        nonfinite = _check_finite(bound, source, self.provenance.get("nonfinite", "error"))
+        provenance = {**self.provenance, "sha256": content_hash(bound, self.labels), "nonfinite_values": nonfinite}
+        return Samples(bound, self.labels, provenance, {s.name: s for s in specs})
 
 
-def _check_finite(arrays: dict[str, np.ndarray], source: str, policy: str) -> None:
-    """Inf/NaN in inputs: an error, or (policy 'warn') a logged warning; never silently used."""
+def _check_finite(arrays: dict[str, np.ndarray], source: str, policy: str) -> int:
+    """Inf/NaN in inputs: an error, or (policy 'warn') a logged warning and a count in the provenance; never silent."""
+    total = 0
     for name, array in arrays.items():
         if array.dtype.kind not in "fc":
             continue
@@ -67,11 +77,13 @@ def _check_finite(arrays: dict[str, np.ndarray], source: str, policy: str) -> No
             continue
         if policy == "warn":
             log.warning("%s: input '%s' holds %d non-finite values (NaN/Inf), used as asked", source, name, bad)
+            total += bad
             continue
         raise InputMismatchError(
             f"{source}: input '{name}' holds {bad} non-finite values (NaN/Inf)",
-            hint="clean the data (np.nan_to_num) or drop those samples; EDGEKIT_NONFINITE=warn uses them with a warning",
+            hint="clean the data (np.nan_to_num) or drop those samples; `edgekit --nonfinite warn COMMAND` uses them with a warning",
         )
+    return total
 
 
 def content_hash(arrays: dict[str, np.ndarray], labels: np.ndarray | None) -> str:
@@ -125,11 +137,24 @@ def load_samples(
     return samples if specs is None else samples.bind(specs)
 
 
+NONFINITE_POLICIES = ("error", "warn")
+
+
 def nonfinite_policy() -> str:
-    """'error' (the default) or 'warn': what Inf/NaN in calibration or validation data does (EDGEKIT_NONFINITE)."""
+    """'error' (the default) or 'warn': what Inf/NaN in calibration or validation data does (`edgekit --nonfinite`,
+    or EDGEKIT_NONFINITE for the API and the processes edgekit spawns)."""
     import os
 
     return "warn" if os.environ.get("EDGEKIT_NONFINITE", "").lower() == "warn" else "error"
+
+
+def set_nonfinite_policy(policy: str) -> None:
+    """Set the policy for this process and those it starts (Ray workers, timing processes)."""
+    import os
+
+    if policy not in NONFINITE_POLICIES:
+        raise EdgekitError(f"--nonfinite {policy}: not a policy", hint="use --nonfinite error or --nonfinite warn")
+    os.environ["EDGEKIT_NONFINITE"] = policy
 
 
 def random_samples(specs: list[TensorSpec], count: int, seed: int = 0) -> Samples:
@@ -142,11 +167,11 @@ def random_samples(specs: list[TensorSpec], count: int, seed: int = 0) -> Sample
                 f"input '{s.name}' is a scalar (a sample rate, a threshold...): edgekit will not make up its value",
                 hint=f"pass it as a constant: --input {s.name}=VALUE:{s.dtype}",
             )
-        shape = (count, *s.concrete_shape(1)[1:])
+        shape = (count, *(d for i, d in enumerate(s.concrete_shape(1)) if i != s.batch_axis()))
         kind = np.dtype(s.dtype).kind
         arrays[s.name] = rng.random(shape, dtype=np.float32).astype(s.dtype) if kind == "f" else np.zeros(shape, s.dtype)
     provenance = {"source": "random", "samples": count, "seed": seed, "random": True, "sha256": content_hash(arrays, None)}
-    return Samples(arrays, None, provenance)
+    return Samples(arrays, None, provenance, {s.name: s for s in specs if s.value is None})
 
 
 def warn_if_few(samples: Samples, purpose: str = "calibration") -> None:

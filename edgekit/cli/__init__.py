@@ -25,9 +25,18 @@ def _options(
         False, "--verbose", "-v", help="Show info-level logs, and the frameworks' own logs, warnings and progress bars."
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only results and errors: no progress, no warnings (for CI logs)."),
+    nonfinite: str | None = typer.Option(
+        None,
+        "--nonfinite",
+        help="NaN/Inf in calibration or validation data: error (default), or warn (use them; counted and warned in the report).",
+    ),
 ) -> None:
     """Global options, before the command: frameworks are quiet unless --verbose; edgekit's progress shows unless --quiet."""
     from edgekit import native, progress
+    from edgekit.calibration.samples import set_nonfinite_policy
+
+    if nonfinite:
+        set_nonfinite_policy(nonfinite)
 
     level = logging.ERROR if quiet else logging.INFO if verbose else logging.WARNING
     handler = logging.StreamHandler(sys.stderr)

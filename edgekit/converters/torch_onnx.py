@@ -32,7 +32,7 @@ class TorchToOnnx(Converter):
         n_outputs = check_forward(module, specs)
         names = ["output"] if n_outputs == 1 else [f"output_{i}" for i in range(n_outputs)]
         external = _parameter_bytes(module) > TWO_GB
-        args = example_tensors(specs, export_batch(module, EXPORT_BATCH))
+        args = example_tensors(specs, export_batch(module, EXPORT_BATCH), module=module)
         try:
             _export_dynamo(module, args, specs, names, out, external)
             return {"exporter": "dynamo", "external_data": external}
@@ -73,7 +73,8 @@ def _export_dynamo(module, args, specs, names, out: Path, external: bool) -> Non
 def _export_torchscript(module, args, specs, names, out: Path) -> None:
     import torch
 
-    axes = {s.name: {0: "batch"} for s in specs} | {n: {0: "batch"} for n in names}
+    axes = {s.name: {s.batch_axis(): "batch"} for s in specs if s.value is None and s.batch_axis() is not None}
+    axes |= {n: {0: "batch"} for n in names}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(

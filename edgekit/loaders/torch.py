@@ -207,7 +207,12 @@ def _load_state_dict(model, weights: Path) -> None:
 
 
 def resolve_input_specs(module, declared: list[TensorSpec] | None, given: list[TensorSpec]) -> list[TensorSpec]:
-    """Input specs for a torch model: --input wins, then what the model declares."""
+    """Input specs for a torch model: --input wins, then what the model declares; constants (--input state=0) join
+    the declared inputs rather than replace them."""
+    if declared and any(g.value is not None for g in given):
+        from edgekit.targets.base import apply_given_inputs
+
+        return apply_given_inputs(declared, given)
     if given:
         return given
     if declared:
@@ -228,20 +233,39 @@ def forward_input_names(module) -> list[str]:
     return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 
-def example_tensors(specs: list[TensorSpec], batch: int, seed: int = 0) -> tuple:
-    """Random example tensors for `specs`, a dynamic batch dim set to `batch`."""
+def example_tensors(specs: list[TensorSpec], batch: int, seed: int = 0, module=None) -> tuple:
+    """Example inputs for `specs`: random tensors with a dynamic batch dim set to `batch`; a constant input
+    (--input k=3) as its value, a plain Python number where `module`'s forward() takes an int/float/bool."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
+    scalars = scalar_parameters(module) if module is not None else set()
     tensors = []
     for s in specs:
         dtype = getattr(torch, s.dtype)
-        shape = (batch, *s.concrete_shape(batch)[1:])  # the batch axis is exported dynamic, whatever --input said
+        if s.value is not None:
+            tensors.append(s.value if s.name in scalars else torch.from_numpy(s.constant(batch)))
+            continue
+        axis = s.batch_axis()  # the batch axis is exported dynamic, whatever --input said
+        shape = tuple(batch if i == axis else d for i, d in enumerate(s.concrete_shape(batch)))
         if dtype.is_floating_point:
             tensors.append(torch.rand(shape, generator=gen, dtype=torch.float32).to(dtype))
         else:
             tensors.append(torch.zeros(shape, dtype=dtype))
     return tuple(tensors)
+
+
+def scalar_parameters(module) -> set[str]:
+    """forward()'s parameters typed int, float or bool (TorchScript's schema, or a Python module's annotations):
+    they take a Python number, never a tensor."""
+    schema = getattr(getattr(module, "forward", None), "schema", None)
+    if schema is not None:  # TorchScript
+        return {a.name for a in schema.arguments if str(a.type) in ("int", "float", "bool")}
+    try:
+        params = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError, AttributeError):
+        return set()
+    return {p.name for p in params if p.annotation in (int, float, bool, "int", "float", "bool")}
 
 
 def check_forward(module, specs: list[TensorSpec], batch: int = 1) -> int:
@@ -250,7 +274,7 @@ def check_forward(module, specs: list[TensorSpec], batch: int = 1) -> int:
 
     try:
         with torch.no_grad():
-            out = module(*example_tensors(specs, batch))
+            out = module(*example_tensors(specs, batch, module=module))
     except (RuntimeError, ValueError, TypeError, IndexError) as exc:
         shapes = ", ".join(f"{s.name}:{s.shape_text()}:{s.dtype}" for s in specs)
         raise InputMismatchError(
@@ -260,14 +284,16 @@ def check_forward(module, specs: list[TensorSpec], batch: int = 1) -> int:
 
 
 def batch_dynamic_shapes(module, specs: list[TensorSpec]) -> dict | tuple | None:
-    """torch.export dynamic_shapes with dim 0 of every input dynamic, keyed by forward()'s argument names
-    (None for a .pt2 exported at a fixed batch)."""
+    """torch.export dynamic_shapes with the batch axis of every input dynamic (dim 0, or where the spec puts it:
+    a recurrent state [layers, batch, hidden]), keyed by forward()'s argument names (None for a .pt2 exported at a
+    fixed batch)."""
     import torch
 
     if getattr(module, FIXED_BATCH, False):
         return None
     batch = torch.export.Dim("batch", min=1)
+    axes = [{s.batch_axis(): batch} if s.batch_axis() is not None else None for s in specs]
     params = forward_input_names(module)
     if len(params) >= len(specs):
-        return {p: {0: batch} for p, _ in zip(params, specs, strict=False)}
-    return tuple({0: batch} for _ in specs)
+        return dict(zip(params, axes, strict=False))
+    return tuple(axes)

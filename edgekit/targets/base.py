@@ -156,7 +156,8 @@ class Runner:
         """
         if self.load_seconds is None:
             self.load()
-        feeds = {**{s.name: s.constant() for s in self.inputs if s.value is not None}, **feeds}
+        batch = feed_batch(self.inputs, feeds)
+        feeds = {**{s.name: s.constant(batch) for s in self.inputs if s.value is not None}, **feeds}
         self._check_feeds(feeds)
         return self._prepare_impl(feeds)
 
@@ -226,21 +227,35 @@ def _apply_one(spec: TensorSpec, given: TensorSpec) -> TensorSpec:
             f"--input {given.name}:{given.shape_text()} has {len(given.shape)} dims; the model's input is {spec.shape_text()}",
             hint=f"give all {len(spec.shape)} dims",
         )
+    axis = given.batch_axis() if given.batch_axis() != 0 else spec.batch_axis()  # --input may name the batch axis
     dims = []
     for i, (have, want) in enumerate(zip(spec.shape, given.shape, strict=True)):
-        if isinstance(have, int) and isinstance(want, int) and have != want and i > 0:
+        if isinstance(have, int) and isinstance(want, int) and have != want and i != axis:
             raise InputMismatchError(
                 f"--input {given.name}:{given.shape_text()} contradicts the model's fixed shape {spec.shape_text()}",
                 hint=f"drop --input {given.name}, or give {spec.shape_text()}",
             )
-        dims.append(want if i > 0 and not isinstance(have, int) and isinstance(want, int) else have)
+        if i == axis:
+            dims.append(want if isinstance(want, str) else have)  # the batch stays the batch; a name marks where it is
+        else:
+            dims.append(want if not isinstance(have, int) and isinstance(want, int) else have)
     return TensorSpec(spec.name, tuple(dims), spec.dtype)
 
 
+def feed_batch(specs: list[TensorSpec], feeds: dict[str, np.ndarray]) -> int:
+    """The batch size of a set of feeds: the size of the first fed input's batch axis (1 with none)."""
+    for spec in specs:
+        axis = spec.batch_axis()
+        if spec.name in feeds and axis is not None and np.ndim(feeds[spec.name]) > axis:
+            return int(np.shape(feeds[spec.name])[axis])
+    return 1
+
+
 def check_array(spec: TensorSpec, array: np.ndarray) -> None:
-    """An array fits a spec: same rank, equal static dims (the batch dim aside), same dtype."""
+    """An array (in the model's layout) fits a spec: same rank, equal static dims (the batch axis aside), same dtype."""
+    axis = spec.batch_axis()
     if array.ndim != len(spec.shape) or any(
-        isinstance(d, int) and i > 0 and d != a for i, (d, a) in enumerate(zip(spec.shape, array.shape, strict=True))
+        isinstance(d, int) and i != axis and d != a for i, (d, a) in enumerate(zip(spec.shape, array.shape, strict=True))
     ):
         raise InputMismatchError(
             f"input '{spec.name}': data shape {'x'.join(map(str, array.shape))} does not match the model's {spec.shape_text()}",

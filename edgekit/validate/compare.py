@@ -29,14 +29,28 @@ class OutputFidelity:
 
 
 def run_batches(runner, samples: Samples, batch: int) -> list[np.ndarray]:
-    """All outputs of `runner` over `samples`, batch by batch, concatenated per output."""
+    """All outputs of `runner` over `samples`, batch by batch, concatenated sample-major per output."""
     per_output: list[list[np.ndarray]] = []
+    sizes = []
     for feeds in samples.batches(batch):
         outs = runner.infer(feeds)
+        sizes.append(min(batch, len(samples) - batch * len(sizes)))
         per_output = per_output or [[] for _ in outs]
         for acc, out in zip(per_output, outs, strict=True):
             acc.append(np.asarray(out))
-    return [np.concatenate(chunks) for chunks in per_output]
+    return [np.concatenate(sample_major(chunks, sizes)) for chunks in per_output]
+
+
+def sample_major(chunks: list[np.ndarray], sizes: list[int]) -> list[np.ndarray]:
+    """Each batch's output with its batch axis first: axis 0 where it holds the batch, else the first axis that
+    does in every batch (a recurrent state [layers, batch, hidden] returned beside the logits)."""
+    if all(c.ndim and c.shape[0] == n for c, n in zip(chunks, sizes, strict=True)):
+        return chunks
+    rank = min(c.ndim for c in chunks)
+    for axis in range(1, rank):
+        if all(c.shape[axis] == n for c, n in zip(chunks, sizes, strict=True)):
+            return [np.moveaxis(c, axis, 0) for c in chunks]
+    return [c[None] for c in chunks]  # no batch axis: one entry per batch
 
 
 def compare_output(name: str, ref: np.ndarray, art: np.ndarray, classification: bool | None = None) -> OutputFidelity:

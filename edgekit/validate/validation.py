@@ -83,6 +83,8 @@ def evaluate(request: ValidationRequest) -> tuple[dict, dict[str, np.ndarray] | 
     report["input_alignment"] = alignment
     if samples.provenance.get("random"):
         report["warnings"].append(RANDOM_WARNING)
+    if samples.provenance.get("nonfinite_values"):
+        report["warnings"].append(f"the data holds {samples.provenance['nonfinite_values']} non-finite values (NaN/Inf), used as asked")
     feeds = next(samples.batches(request.latency.batch)) if len(samples) >= request.latency.batch else None
     return report, feeds
 
@@ -128,7 +130,7 @@ def align_inputs(samples: Samples, artifact_specs: list[TensorSpec], reference_s
         elif art.name != ref.name:
             notes.append(f"{art.name} -> reference input '{ref.name}' (matched by position)")
         arrays[ref.name] = array
-    return Samples(arrays, samples.labels, samples.provenance), notes
+    return Samples(arrays, samples.labels, samples.provenance, {r.name: r for r in reference_specs if r.name in arrays}), notes
 
 
 def _same_layout(a: TensorSpec, b: TensorSpec) -> bool:

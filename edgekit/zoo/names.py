@@ -33,6 +33,8 @@ MODELS = {
     "zoo:fashion-cnn-keras": ZooModel("fashion_cnn.keras", (), "nhwc", **FASHION),
     "zoo:efficientnet-lite0": ZooModel("edgekit.zoo.models:efficientnet_lite0", ("image:1x3x224x224",)),
     "zoo:resnet18-shape": ZooModel("edgekit.zoo.models:resnet18_shape", ("image:1x3x224x224",)),
+    # stateful: the GRU's state [layers, batch, hidden] (start it at zeros with --input state=0)
+    "zoo:fashion-gru": ZooModel("edgekit.zoo.models:fashion_row_gru", ("image:1x1x28x28", "state:2xbatchx64"), **FASHION),
 }
 # zoo data -> (the committed raw file, its preprocessing): uint8 `images` [N, 28, 28] -> float32 `image` in [0, 1],
 # [N, 1, 28, 28] (nchw) or [N, 28, 28, 1] (nhwc), with int64 `labels`
@@ -53,12 +55,12 @@ def zoo_entry(spec: str) -> ZooModel:
 def zoo_model(spec: str):
     """(ModelSource, input specs, layout) of a zoo model; the trained FashionCNN comes with its weights."""
     from edgekit.loaders import ModelSource
-    from edgekit.zoo.fashion_mnist import DATA_DIR, WEIGHTS
+    from edgekit.zoo.fashion_mnist import DATA_DIR, GRU_WEIGHTS, WEIGHTS
 
     entry = zoo_entry(spec)
     if entry.target.endswith(".keras"):
         return ModelSource(str(DATA_DIR / entry.target), "keras", zoo=spec), entry.inputs, entry.layout
-    weights = WEIGHTS if spec == "zoo:fashion-cnn" else None
+    weights = {"zoo:fashion-cnn": WEIGHTS, "zoo:fashion-gru": GRU_WEIGHTS}.get(spec)
     return ModelSource(entry.target, "torch-factory", weights, zoo=spec), entry.inputs, entry.layout
 
 
