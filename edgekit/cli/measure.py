@@ -115,15 +115,11 @@ def bench(
 
 def _emit_validate(path, request, reference, weights, inputs, data, limit) -> None:
     """The recipe: the reference as the model, the artifact's format and precision, its calibration, these gates."""
-    from edgekit.converters.pipeline import describe, read_provenance
+    from edgekit.converters.pipeline import DESCRIBERS, describe, read_provenance
     from edgekit.recipe.write import emit
     from edgekit.targets import DEFAULT_TARGET
 
-    artifact = (
-        describe(request.artifact.path, request.artifact.format, None)
-        if request.artifact.format in ("onnx", "openvino", "tflite")
-        else None
-    )
+    artifact = describe(request.artifact.path, request.artifact.format, None) if request.artifact.format in DESCRIBERS else None
     fmt = request.artifact.format
     calibration = (read_provenance(request.artifact.path) or {}).get("calibration") or {}
     lat = request.latency

@@ -248,3 +248,9 @@ def batch_dynamic_shapes(module, specs: list[TensorSpec]) -> dict | tuple | None
     if len(params) >= len(specs):
         return {p: {0: batch} for p, _ in zip(params, specs, strict=False)}
     return tuple({0: batch} for _ in specs)
+
+
+def for_conversion(source: ModelSource, given: list[TensorSpec]):
+    """The module converters take, and its input specs (declared, or given with --input)."""
+    module, declared = load_torch(source)
+    return module, resolve_input_specs(module, declared, given)
