@@ -87,6 +87,7 @@ def test_convert_load_run_validate_bench(fmt, source, converted):
     from edgekit.targets import make_runner
     from edgekit.validate.benchmark import BenchSettings
     from edgekit.validate.validation import ValidationRequest, validate
+    from edgekit.zoo.names import zoo_data
 
     _skip_unless_runs(fmt)
     contract = CONTRACTS[fmt]
@@ -101,8 +102,13 @@ def test_convert_load_run_validate_bench(fmt, source, converted):
     (scores,) = runner.infer(next(random_samples(runner.inputs, 1).batches(1)))
     assert scores.shape[-1] == 10 and runner.load_seconds > 0
 
-    reference = open_source(REFERENCES[ORIGIN.get(source, fmt)])
-    report = validate(ValidationRequest(model, reference, data=DATA, data_limit=200, latency=BenchSettings(threads=1, warmup=1, runs=3)))
+    origin = ORIGIN.get(source, fmt)
+    data = DATA if origin == "torch" else str(zoo_data(DATA, layout="nhwc"))  # the Keras model takes NHWC images
+    report = validate(
+        ValidationRequest(
+            model, open_source(REFERENCES[origin]), data=data, data_limit=200, latency=BenchSettings(threads=1, warmup=1, runs=3)
+        )
+    )
     row_cosine = min(f["cosine_mean"] for f in report["fidelity"])
     assert row_cosine >= contract.min_cosine, report["fidelity"]
     assert report["accuracy"]["drop_points"] <= contract.max_drop, report["accuracy"]
