@@ -11,7 +11,7 @@ setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PIP_INSTALL) -e ".[torch,onnx,openvino,keras,litert,compress,zoo,ray,dev]"
+	$(PIP_INSTALL) -e ".[torch,onnx,openvino,keras,litert,executorch,compress,zoo,ray,dev]"
 	touch $@
 
 demo: setup

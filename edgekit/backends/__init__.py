@@ -21,6 +21,7 @@ REGISTRY = (
     "edgekit.backends.openvino",
     "edgekit.backends.tflite",
     "edgekit.backends.tensorrt",
+    "edgekit.backends.executorch",
 )
 
 

@@ -37,6 +37,7 @@ CONTRACTS = {
     "openvino": Contract(min_cosine=0.998),  # OpenVINO IR compresses weights to fp16 when written
     "tflite": Contract(),
     "tensorrt": Contract(),
+    "executorch": Contract(),
 }
 
 
