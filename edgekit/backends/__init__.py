@@ -15,10 +15,10 @@ from functools import cache
 
 # One line per backend. Order is the order of `--to` choices and `edgekit targets`.
 REGISTRY = (
-    "edgekit.backends.torch",
-    "edgekit.backends.keras",
     "edgekit.backends.onnx",
+    "edgekit.backends.torch",
     "edgekit.backends.openvino",
+    "edgekit.backends.keras",
     "edgekit.backends.tflite",
     "edgekit.backends.tensorrt",
     "edgekit.backends.executorch",
