@@ -6,7 +6,7 @@ import importlib
 import logging
 import sys
 
-ALL = ("speedup", "accuracy", "isa", "trust", "overhead", "scaling", "gate", "gpu", "deep_compression")
+ALL = ("speedup", "runtimes", "accuracy", "isa", "trust", "overhead", "scaling", "gate", "gpu", "deep_compression")
 
 
 def main(names: list[str]) -> None:

@@ -81,8 +81,10 @@ def artifact(model: str, precision: str, fmt: str = "onnx", calib_samples: int =
 
 def measure(path: Path, threads: int, runs: int = 60, batch: int = 1):
     """edgekit's bench result for one artifact on its format's CPU target, in a fresh process."""
+    from edgekit.targets import DEFAULT_TARGET
+
     fmt = open_source(str(path)).format
-    return bench(open_source(str(path)), BenchSettings(TARGETS[fmt], threads, batch, 10, runs))
+    return bench(open_source(str(path)), BenchSettings(DEFAULT_TARGET[fmt], threads, batch, 10, runs))
 
 
 def p50(path: Path, threads: int, runs: int = 60, batch: int = 1) -> float:

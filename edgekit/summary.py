@@ -4,15 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 
+from edgekit import backends
 from edgekit.artifact import file_size
 from edgekit.loaders import ModelSource
 
-GRAPH_SUMMARIES = {
-    "onnx": "edgekit.loaders.onnx:onnx_summary",
-    "openvino": "edgekit.loaders.openvino:openvino_summary",
-    "tflite": "edgekit.loaders.tflite:tflite_summary",
-    "tensorrt": "edgekit.loaders.tensorrt:tensorrt_summary",
-}
+GRAPH_SUMMARIES = backends.summaries()  # from the backend registry
 
 
 def model_info(source: ModelSource) -> dict:

@@ -41,9 +41,13 @@ MIN_AGREEMENT = typer.Option(
     None, "--min-agreement", help="Gate: fail (exit 2) if top-1 agreement with the reference is below this percent (classification)."
 )
 MIN_SNR = typer.Option(None, "--min-snr", help="Gate: fail (exit 2) if any output's SNR vs the reference is below this many dB.")
-MAX_NPU_FALLBACK = typer.Option(
-    None, "--max-npu-fallback", help="Gate: fail (exit 2) if more than this percent of ops fall back to the CPU on the NPU."
+MAX_FALLBACK = typer.Option(
+    None,
+    "--max-fallback",
+    "--max-npu-fallback",
+    help="Gate: fail (exit 2) if more than this percent of ops run outside the NPU or delegate (Ethos-U, XNNPACK).",
 )
+MAX_NPU_FALLBACK = MAX_FALLBACK  # the option's old name; --max-npu-fallback stays an alias
 NO_DEFAULT_GATES = typer.Option(
     False,
     "--no-default-gates",
@@ -51,10 +55,8 @@ NO_DEFAULT_GATES = typer.Option(
 )
 
 
-def thresholds(max_drop=None, min_cosine=None, min_agreement=None, min_snr=None, max_npu_fallback=None):
+def thresholds(max_drop=None, min_cosine=None, min_agreement=None, min_snr=None, max_fallback=None):
     """The Thresholds the threshold options ask for."""
     from edgekit.validate.gate import Thresholds
 
-    return Thresholds(
-        max_drop=max_drop, min_cosine=min_cosine, min_agreement=min_agreement, min_snr_db=min_snr, max_npu_fallback=max_npu_fallback
-    )
+    return Thresholds(max_drop=max_drop, min_cosine=min_cosine, min_agreement=min_agreement, min_snr_db=min_snr, max_fallback=max_fallback)

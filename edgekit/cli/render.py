@@ -116,6 +116,7 @@ def print_how_made(prov: dict) -> None:
             f"SRAM {npu['sram_kib']:.1f} KiB, flash {npu['flash_kib']:.1f} KiB; {npu['operators_npu']} ops on the NPU, "
             f"{npu['operators_cpu']} on the CPU ({npu['cpu_fallback_percent']:.1f}%) -> {npu['compiled_model']}"
         )
+    _print_fallback(prov)
     layout = (prov.get("tflite") or {}).get("layout_transposes")
     if layout:
         console.print(f"  layout: {'; '.join(layout)}")
@@ -167,6 +168,7 @@ def print_validation(report: dict) -> None:
     )
     for note in report.get("input_alignment", []):
         console.print(f"  input: {note}")
+    _print_fallback((report["artifact"].get("meta") or {}).get("provenance") or {})
     task = report.get("task")
     if task:
         console.print(f"  task: {task['name']}" + (f" (inferred from {escape(task['why'])}; --task to set it)" if task["inferred"] else ""))
@@ -195,6 +197,17 @@ def print_validation(report: dict) -> None:
         )
     _print_latency_rows([report["latency"]], report)
     _print_gate(report["gate"])
+
+
+def _print_fallback(provenance: dict) -> None:
+    from edgekit.validate.validation import fallback_of
+
+    fallback = fallback_of(provenance)
+    if fallback:
+        left = ", ".join(f"{op} x{n}" for op, n in (fallback.get("not_delegated_ops") or {}).items())
+        console.print(
+            f"  fallback: {fallback['percent']:.1f}% of ops ran outside {fallback['where']}" + (f" ({escape(left)})" if left else "")
+        )
 
 
 def _print_gate(gate: dict) -> None:

@@ -11,28 +11,18 @@ import importlib.util
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from edgekit import backends as _backends
 from edgekit.artifact import TensorSpec
 from edgekit.calibration.samples import Samples
 from edgekit.errors import EdgekitError, RuntimeMissingError
 
-# "source family -> format": "module:Class". Importing a converter module imports no framework.
-CONVERTERS = {
-    ("torch", "onnx"): "edgekit.converters.torch_onnx:TorchToOnnx",
-    ("onnx", "onnx"): "edgekit.converters.onnx_quantize:OnnxQuantizer",
-    ("torch", "openvino"): "edgekit.converters.any_openvino:ToOpenVino",
-    ("onnx", "openvino"): "edgekit.converters.any_openvino:ToOpenVino",
-    ("keras", "onnx"): "edgekit.converters.keras_onnx:KerasToOnnx",
-    ("keras", "openvino"): "edgekit.converters.any_openvino:ToOpenVino",
-    ("keras", "tflite"): "edgekit.converters.keras_tflite:KerasToTflite",
-    ("torch", "tflite"): "edgekit.converters.torch_tflite:TorchToTflite",
-    ("openvino", "openvino"): "edgekit.converters.passthrough:Passthrough",
-    ("tflite", "tflite"): "edgekit.converters.passthrough:Passthrough",
-    ("onnx", "tensorrt"): "edgekit.converters.onnx_tensorrt:OnnxToTensorrt",
-}
+# Derived from the backend registry (edgekit/backends): "source family -> format": "module:Class" and the rest.
+# Reading them imports no framework.
+CONVERTERS = _backends.converters()
 # Formats reached through another: a TensorRT engine is built from the ONNX edgekit makes (QDQ for int8).
-VIA = {"tensorrt": "onnx"}
-FORMATS = ("onnx", "openvino", "tflite", "tensorrt")
-SUFFIXES = {"onnx": ".onnx", "openvino": ".xml", "tflite": ".tflite", "tensorrt": ".engine"}
+VIA = {b.format: b.via for b in _backends.backends().values() if b.via}
+FORMATS = _backends.written_formats()
+SUFFIXES = {b.format: b.suffix for b in _backends.backends().values()}
 PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic", "int8-weights")
 CALIB_METHODS = ("minmax", "entropy", "percentile")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit import progress
+from edgekit import backends, progress
 from edgekit.artifact import Artifact, TensorSpec
 from edgekit.calibration import Samples, load_samples, random_samples
 from edgekit.calibration.samples import warn_if_few
@@ -25,7 +25,9 @@ log = logging.getLogger("edgekit")
 
 def convert(source: ModelSource, to: str, out: Path, options: ConvertOptions) -> Artifact:
     """Convert `source` to format `to` at `options.precision`, written to `out`."""
-    check_output_path(Path(out), "-o", "model" + {"openvino": ".xml", "tensorrt": ".engine"}.get(to, f".{to}"))
+    from edgekit.converters import SUFFIXES
+
+    check_output_path(Path(out), "-o", "model" + SUFFIXES.get(to, f".{to}"))
     steps = plan(source.family, to, options.precision)
     if to == "tensorrt":
         steps, options = _tensorrt_steps(source, steps, options)
@@ -96,26 +98,19 @@ def verify_written(path: Path, specs: list[TensorSpec]) -> str:
 
 
 def load_for_conversion(source: ModelSource, given: list[TensorSpec]):
-    """What converters take for this source family, and its input specs."""
-    if source.family == "torch":
-        from edgekit.loaders.torch import load_torch, resolve_input_specs
+    """What converters take for this source family (its backend's loader), and its input specs."""
+    from edgekit.backends import backend
+    from edgekit.imports import import_attr
 
-        module, declared = load_torch(source)
-        return module, resolve_input_specs(module, declared, given)
-    if source.family == "keras":
-        from edgekit.loaders.keras import KerasModel
+    declared = backend(source.family)
+    if declared is None or declared.loader is None:
+        raise EdgekitError(f"edgekit cannot convert {source.format} models", hint="convert from PyTorch, Keras or ONNX")
+    return import_attr(declared.loader)(source, given)
 
-        model = KerasModel(source)
-        return model, given or model.specs
-    if source.family == "onnx":
-        from edgekit.loaders.onnx import onnx_artifact
 
-        return source.path, onnx_artifact(source.path).inputs
-    if source.family in ("openvino", "tflite"):
-        from edgekit.converters.pipeline import describe
-
-        return source.path, describe(source.path, source.family, None).inputs
-    raise EdgekitError(f"edgekit cannot convert {source.format} models", hint="convert from PyTorch, Keras or ONNX")
+def file_for_conversion(source: ModelSource, given: list[TensorSpec]):
+    """A converted file (OpenVINO IR, TFLite) as a converter takes it: its path, and the inputs it describes."""
+    return source.path, describe(source.path, source.family, None).inputs
 
 
 def _tensorrt_steps(source: ModelSource, steps, options: ConvertOptions):
@@ -224,12 +219,7 @@ def calibration_samples(options: ConvertOptions, specs: list[TensorSpec]) -> Sam
     return samples
 
 
-DESCRIBERS = {
-    "onnx": "edgekit.loaders.onnx:onnx_artifact",
-    "openvino": "edgekit.loaders.openvino:openvino_artifact",
-    "tflite": "edgekit.loaders.tflite:tflite_artifact",
-    "tensorrt": "edgekit.loaders.tensorrt:tensorrt_artifact",
-}
+DESCRIBERS = backends.describers()  # format -> "module:function" (path, precision) -> Artifact
 
 
 def describe(path: Path, fmt: str, precision: str | None, provenance: dict | None = None) -> Artifact:

@@ -6,21 +6,12 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgekit import backends
 from edgekit.errors import ModelLoadError
 
 TORCH_FORMATS = ("torch-export", "torchscript", "torch-factory", "torch-pickle")
 KERAS_FORMATS = ("keras", "keras-h5", "savedmodel")
-SUFFIX_FORMATS = {
-    ".onnx": "onnx",
-    ".pt2": "torch-export",
-    ".xml": "openvino",
-    ".keras": "keras",
-    ".h5": "keras-h5",
-    ".hdf5": "keras-h5",
-    ".tflite": "tflite",
-    ".engine": "tensorrt",
-    ".plan": "tensorrt",
-}
+SUFFIX_FORMATS = backends.suffix_formats()  # from the backend registry
 TORCH_SUFFIXES = (".pt", ".pth", ".ts", ".torchscript", ".jit")
 
 
@@ -106,7 +97,7 @@ def _detect_file_format(path: Path, allow_pickle: bool) -> str:
         return _detect_torch_file(path, allow_pickle)
     raise ModelLoadError(
         f"cannot tell the format of {path.name}",
-        hint="edgekit reads .onnx, .pt2, TorchScript (.pt/.ts), module:factory with --weights, .keras, .h5, SavedModel folders, .tflite, OpenVINO .xml and TensorRT .engine",
+        hint=f"edgekit reads {', '.join(SUFFIX_FORMATS)} files, TorchScript (.pt/.ts), module:factory with --weights and SavedModel folders",
     )
 
 

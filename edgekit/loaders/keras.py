@@ -95,3 +95,9 @@ def _check_keras_archive(path: Path) -> None:
             f"{path.name} is not a .keras archive (not a zip file): damaged, truncated or another kind of file",
             hint="save the model again with model.save('model.keras')",
         )
+
+
+def for_conversion(source: ModelSource, given: list[TensorSpec]):
+    """The model converters take, and its input specs."""
+    model = KerasModel(source)
+    return model, given or model.specs

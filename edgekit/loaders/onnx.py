@@ -120,3 +120,8 @@ def onnx_summary(path: Path) -> dict:
     params = _parameters(model.graph)
     histogram = Counter(n.op_type for n in model.graph.node)
     return {"parameters": params, "opset": _opset(model), "ops": dict(histogram.most_common())}
+
+
+def for_conversion(source, given: list[TensorSpec]):
+    """Converters take an ONNX file as its path."""
+    return source.path, onnx_artifact(source.path).inputs

@@ -297,3 +297,9 @@ def batch_dynamic_shapes(module, specs: list[TensorSpec]) -> dict | tuple | None
     if len(params) >= len(specs):
         return dict(zip(params, axes, strict=False))
     return tuple(axes)
+
+
+def for_conversion(source: ModelSource, given: list[TensorSpec]):
+    """The module converters take, and its input specs (declared, or given with --input)."""
+    module, declared = load_torch(source)
+    return module, resolve_input_specs(module, declared, given)

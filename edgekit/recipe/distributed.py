@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from edgekit import backends
 from edgekit.errors import EdgekitError
 from edgekit.recipe.run import PreparedCell, artifact_path, prepare_cell, time_cell, timing_machine
 
@@ -269,7 +270,7 @@ def restore_files(folder: Path, files: dict[str, bytes]) -> None:
                 staging.write_bytes(files[name])
 
 
-_MAIN_SUFFIXES = (".onnx", ".xml", ".tflite", ".engine", ".plan")
+_MAIN_SUFFIXES = tuple(suffix for b in backends.backends().values() if not b.source_only for suffix in b.suffixes)
 
 
 def _several_nodes(ray) -> bool:

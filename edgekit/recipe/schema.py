@@ -5,19 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from edgekit import backends
 from edgekit.errors import EdgekitError
 from edgekit.validate.gate import Thresholds
 
 VERSION = 1
 TODO = "TODO"  # the value `edgekit init` writes where it needs one it was not given
-DEFAULT_TARGETS = {
-    "onnx": ["onnxruntime:cpu"],
-    "openvino": ["openvino:cpu"],
-    "tflite": ["litert:cpu"],
-    "tensorrt": ["tensorrt:cuda"],
-    "torch": ["torch:cpu"],
-    "keras": ["tensorflow:cpu"],
-}
+DEFAULT_TARGETS = backends.default_targets()
 # The model itself as a matrix row, on its own runtime (e.g. torch:cuda[compile=reduce-overhead,dtype=fp16]):
 # it runs at fp32, its dtype set by the target's options.
 SOURCE_FORMATS = ("torch", "keras")

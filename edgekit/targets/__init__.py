@@ -4,28 +4,15 @@ from __future__ import annotations
 
 import importlib
 
+from edgekit import backends
 from edgekit.artifact import TensorSpec
 from edgekit.devices import device_name
 from edgekit.errors import EdgekitError
 from edgekit.loaders import ModelSource
 
-# Built-in runners as "module:Class": importing one imports no framework.
-RUNNERS = {
-    "onnxruntime": "edgekit.targets.onnxruntime:OnnxRuntimeRunner",
-    "torch": "edgekit.targets.torch:TorchRunner",
-    "openvino": "edgekit.targets.openvino:OpenVinoRunner",
-    "tensorflow": "edgekit.targets.tensorflow:TensorFlowRunner",
-    "litert": "edgekit.targets.litert:LiteRtRunner",
-    "tensorrt": "edgekit.targets.tensorrt:TensorRtRunner",
-}
-DEFAULT_TARGET = {
-    "onnx": "onnxruntime:cpu",
-    "torch": "torch:cpu",
-    "openvino": "openvino:cpu",
-    "keras": "tensorflow:cpu",
-    "tflite": "litert:cpu",
-    "tensorrt": "tensorrt:cuda",
-}
+# Runners ("module:Class", importing one imports no framework) and default targets, from the backend registry.
+RUNNERS = backends.runners()
+DEFAULT_TARGET = {fmt: targets[0] for fmt, targets in backends.default_targets().items()}
 
 
 def runner_class(runtime: str):

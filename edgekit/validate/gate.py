@@ -23,7 +23,8 @@ class Thresholds:
     max_p90_ms: float | None = None
     max_size_mb: float | None = None
     min_speedup: float | None = None  # vs fp32 on the same target; not applied to fp32 rows
-    max_npu_fallback: float | None = None  # percent of operators an NPU compiler left on the CPU
+    max_fallback: float | None = None  # percent of ops outside the NPU or delegate (validation.fallback_of)
+    max_npu_fallback: float | None = None  # percent of operators an NPU compiler left on the CPU (recipes written before max_fallback)
     size_metric: str | None = None  # max_size_mb on: stored (default: the file), gzip, or coded (entropy-coded weights)
 
     def to_dict(self) -> dict:
@@ -64,6 +65,7 @@ CHECKS = {
     "max_p90_ms": ("p90_ms", "p90_ms", "max", " ms"),
     "max_size_mb": ("size_mb", "size_mb", "max", " MB"),
     "min_speedup": ("speedup", "speedup", "min", "x"),
+    "max_fallback": ("fallback", "fallback", "max", "%"),
     "max_npu_fallback": ("npu_fallback", "npu_cpu_fallback", "max", "%"),
 }
 SIZE_METRICS = {"stored": ("size_mb", "size_mb"), "gzip": ("gzip_mb", "gzip_size_mb"), "coded": ("coded_mb", "coded_size_mb")}
@@ -83,7 +85,7 @@ def _check(name: str, limit: float, row: dict, size_metric: str | None = None) -
         return None
     value = row.get(key)
     if value is None:
-        if name in ("max_npu_fallback",):
+        if name in ("max_fallback", "max_npu_fallback"):  # no NPU or delegate: nothing falls back
             return None
         return GateResult(metric, None, limit, False, f"{metric} was not measured ({_why_missing(name, row)})")
     passed = value <= limit if kind == "max" else value >= limit

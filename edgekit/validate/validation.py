@@ -176,7 +176,9 @@ def summary_row(result: dict) -> dict:
     fidelity = result.get("fidelity") or []
     latency = result["latency"]["latency"] if result.get("latency") else {}
     artifact = result.get("artifact") or {}
-    npu = (artifact.get("meta", {}).get("provenance") or {}).get("npu")
+    provenance = artifact.get("meta", {}).get("provenance") or {}
+    npu = provenance.get("npu")
+    fallback = fallback_of(provenance)
     size = result["latency"]["size_bytes"] if result.get("latency") else artifact.get("size_bytes", 0)
     reference = accuracy.get("reference")
     return {
@@ -202,11 +204,21 @@ def summary_row(result: dict) -> dict:
         "size_bytes": size,
         "size_mb": size / 1e6,
         "npu_fallback": npu["cpu_fallback_percent"] if npu else None,
+        "fallback": fallback["percent"] if fallback else None,
         "artifact": artifact.get("spec"),
         "times_ms": result["latency"]["times_ms"] if result.get("latency") else [],
         "random_data": bool((result.get("data") or {}).get("random")),
         "task": (result.get("task") or {}).get("name"),
     }
+
+
+def fallback_of(provenance: dict) -> dict | None:
+    """How much of the graph runs outside the accelerated part: ops an NPU compiler left on the CPU, or a delegate
+    left to the runtime's own kernels, as {"percent", "where"}; None when the conversion recorded no split."""
+    if provenance.get("fallback"):
+        return provenance["fallback"]
+    npu = provenance.get("npu")
+    return {"percent": npu["cpu_fallback_percent"], "where": f"the {npu['device']} NPU"} if npu else None
 
 
 def _worst_agreement_ci(fidelity: list[dict]) -> list[float] | None:

@@ -1,0 +1,97 @@
+"""PyTorch -> ExecuTorch .pte lowered to XNNPACK: torch.export, then to_edge_transform_and_lower with the
+XNNPACK partitioner; int8 through PT2E with the XNNPACK quantizer, calibrated on real samples.
+
+The provenance records which ops the delegate took and which it left to ExecuTorch's portable CPU kernels:
+that share is the artifact's fallback, gated by `--max-fallback`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+from pathlib import Path
+
+from edgekit.converters import ConversionData, Converter, ConvertOptions
+from edgekit.converters.torch_tflite import _calibrate, _inference_mode
+from edgekit.errors import ConversionError
+from edgekit.native import stderr_silenced
+
+EXPORT_BATCH = 1  # a .pte is planned for static shapes: batch 1, as an app on a phone feeds it
+DELEGATE = "XNNPACK"
+PLUMBING = {"getitem"}  # picks a delegate call's outputs apart: no compute, not an op left outside
+
+
+class TorchToExecutorch(Converter):
+    """torch.export -> (PT2E int8) -> to_edge_transform_and_lower(XnnpackPartitioner) -> .pte."""
+
+    sources = ("torch",)
+    target_format = "executorch"
+    precisions = {"fp32": False, "int8": True}
+    honours = frozenset()  # the XNNPACK quantizer's own scheme: symmetric per-channel weights, min/max ranges
+    package = "executorch"
+    import_name = "executorch"
+
+    def convert(self, model, specs, out: Path, options: ConvertOptions, data: ConversionData) -> dict:
+        import torch
+
+        from edgekit.loaders.torch import check_forward, example_tensors, export_batch
+
+        logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
+        check_forward(model, specs)
+        args = example_tensors(specs, export_batch(model, EXPORT_BATCH))
+        try:
+            with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()), stderr_silenced():
+                program, split = _lower(_inference_mode(model), args, options, data, specs)
+        except ConversionError:
+            raise
+        except Exception as exc:  # torch.export and the lowering raise many types for unsupported code
+            raise ConversionError(
+                f"ExecuTorch could not lower the model: {str(exc).strip().splitlines()[0][:300]}",
+                hint="torch.export must trace the model (no data-dependent control flow); try --to onnx",
+            ) from None
+        Path(out).write_bytes(program.buffer)
+        scheme = "PT2E XNNPACKQuantizer, symmetric per-channel int8 weights, static activations" if options.precision == "int8" else None
+        return {"executorch": {"delegate": DELEGATE, "batch": EXPORT_BATCH, "quantization": scheme}, "fallback": split}
+
+
+def _lower(module, args, options: ConvertOptions, data: ConversionData, specs):
+    import torch
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    if options.precision == "int8":
+        module = _quantize(module, args, data, specs)
+    edge = to_edge_transform_and_lower(torch.export.export(module, args), partitioner=[XnnpackPartitioner()])
+    split = delegation(edge.exported_program().graph_module)
+    return edge.to_executorch(), split
+
+
+def _quantize(module, args, data: ConversionData, specs):
+    """PT2E: the XNNPACK quantizer's observers, one pass over the calibration samples, then Q/DQ for the delegate."""
+    import torch
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+    prepared = prepare_pt2e(torch.export.export(module, args).module(), quantizer)
+    _calibrate(prepared, data.calibration, specs, "nchw")
+    return convert_pt2e(prepared)
+
+
+def delegation(graph_module) -> dict:
+    """Ops the delegate took and ops left outside it, and the share left outside (the fallback)."""
+    from executorch.devtools.backend_debug import get_delegation_info
+
+    info = get_delegation_info(graph_module)
+    rows = [r for r in info.delegation_by_operator.values() if r.op_type not in PLUMBING]
+    inside = {r.op_type: r.delegated for r in rows if r.delegated}
+    outside = {r.op_type: r.non_delegated for r in rows if r.non_delegated}
+    total = sum(inside.values()) + sum(outside.values())
+    return {
+        "where": f"the {DELEGATE} delegate",
+        "percent": 100.0 * sum(outside.values()) / total if total else 0.0,
+        "delegated_ops": inside,
+        "not_delegated_ops": outside,
+        "delegated_subgraphs": info.num_delegated_subgraphs,
+    }
