@@ -50,7 +50,7 @@ class TorchToTflite(Converter):
             ]
         try:
             with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()), stderr_silenced():  # progress bars, MLIR logs
-                edge = _convert(module, args, options, data, specs)
+                edge = _convert(module, args, options, data, specs, notes)
         except ConversionError:
             raise
         except Exception as exc:  # litert-torch raises many types for unsupported ops
@@ -63,7 +63,7 @@ class TorchToTflite(Converter):
         return {"tflite": notes}
 
 
-def _convert(module, args, options: ConvertOptions, data: ConversionData, specs):
+def _convert(module, args, options: ConvertOptions, data: ConversionData, specs, notes: dict):
     import litert_torch
     from litert_torch.quantize.quant_config import QuantConfig
 
@@ -76,38 +76,48 @@ def _convert(module, args, options: ConvertOptions, data: ConversionData, specs)
         # (litert-torch 0.10); the weight-only dynamic recipe keeps accuracy.
         recipe = quant_recipes.full_fp16_recipe() if options.precision == "fp16" else quant_recipes.full_dynamic_recipe()
         return litert_torch.convert(_inference_mode(module), args, quant_config=recipe)
-    quantizer = _quantizer(dynamic=False)
-    prepared = _pt2e_prepare(module, args, quantizer)
-    _calibrate(prepared, data.calibration, specs, options.layout)
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
 
+    from edgekit.converters.litert_quantizer import fit_weight_rounding
+
+    quantizer = _quantizer(dynamic=False)
+    prepared = _pt2e_prepare(module, args, quantizer)
+    batches = list(_batches(data.calibration, specs, options.layout))
+    for tensors in batches:  # one pass through the observers
+        prepared(*tensors)
     converted = convert_pt2e(prepared, fold_quantize=False)
+    notes["weight_rounding"] = fit_weight_rounding(converted, batches)
     return litert_torch.convert(converted, args, quant_config=QuantConfig(pt2e_quantizer=quantizer))
 
 
 def _quantizer(dynamic: bool):  # static (calibrated) int8 only: see _convert
-    from litert_torch.quantize.pt2e_quantizer import PT2EQuantizer, get_symmetric_quantization_config
+    from litert_torch.quantize.pt2e_quantizer import get_symmetric_quantization_config
 
-    return PT2EQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=dynamic))
+    from edgekit.converters.litert_quantizer import LiteRTQuantizer
+
+    return LiteRTQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=dynamic))
 
 
 def _pt2e_prepare(module, args, quantizer):
     import torch
     from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
+    from edgekit.converters.litert_quantizer import fold_zero_pads
+
     exported = torch.export.export(_inference_mode(module), args).module()
+    fold_zero_pads(exported)  # before quantize/dequantize pairs hide the pad from litert-torch's own folding
     return prepare_pt2e(exported, quantizer)
 
 
-def _calibrate(prepared, samples, specs, layout: str) -> None:
-    """One pass over the calibration samples through the observers (batch 1, as exported)."""
+def _batches(samples, specs, layout: str):
+    """The calibration samples as tuples of input tensors (batch 1, as exported)."""
     import torch
 
     for feeds in samples.batches(1):
         tensors = [torch.from_numpy(feeds[s.name]) for s in specs]
         if layout == "nhwc":
             tensors = [t.permute(0, 2, 3, 1).contiguous() if t.dim() == 4 else t for t in tensors]
-        prepared(*tensors)
+        yield tuple(tensors)
 
 
 def _inference_mode(module):
