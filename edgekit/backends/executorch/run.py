@@ -26,6 +26,11 @@ class ExecuTorchRunner(Runner):
         detail = "ExecuTorch runtime, XNNPACK delegate" if xnnpack else "ExecuTorch runtime without XNNPACK: portable CPU kernels only"
         return [DeviceInfo("executorch:cpu", True, detail)]
 
+    @classmethod
+    def listed_devices(cls) -> list[DeviceInfo]:
+        """Told without importing ExecuTorch: its pip wheel's runtime carries the XNNPACK delegate (`--probe` asks it)."""
+        return [DeviceInfo("executorch:cpu", True, "ExecuTorch runtime, XNNPACK delegate (the pip wheel's)")]
+
     def _load_impl(self) -> None:
         from edgekit.backends.executorch.describe import load_program, tensor_specs
         from edgekit.native import stderr_silenced
