@@ -82,7 +82,7 @@ def _convert(module, args, options: ConvertOptions, data: ConversionData, specs,
 
     quantizer = _quantizer(dynamic=False)
     prepared = _pt2e_prepare(module, args, quantizer)
-    batches = list(_batches(data.calibration, specs, options.layout))
+    batches = list(calibration_batches(data.calibration, specs, options.layout))
     for tensors in batches:  # one pass through the observers
         prepared(*tensors)
     converted = convert_pt2e(prepared, fold_quantize=False)
@@ -109,8 +109,8 @@ def _pt2e_prepare(module, args, quantizer):
     return prepare_pt2e(exported, quantizer)
 
 
-def _batches(samples, specs, layout: str):
-    """The calibration samples as tuples of input tensors (batch 1, as exported)."""
+def calibration_batches(samples, specs, layout: str):
+    """The calibration samples as tuples of input tensors (batch 1, as exported), for PT2E observers (LiteRT, ExecuTorch)."""
     import torch
 
     for feeds in samples.batches(1):

@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 
 from edgekit.converters import ConversionData, Converter, ConvertOptions
-from edgekit.converters.torch_tflite import _calibrate, _inference_mode
+from edgekit.converters.torch_tflite import _inference_mode, calibration_batches
 from edgekit.errors import ConversionError
 from edgekit.native import stderr_silenced
 
@@ -75,7 +75,8 @@ def _quantize(module, args, data: ConversionData, specs):
 
     quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
     prepared = prepare_pt2e(torch.export.export(module, args).module(), quantizer)
-    _calibrate(prepared, data.calibration, specs, "nchw")
+    for tensors in calibration_batches(data.calibration, specs, "nchw"):  # one pass through the observers
+        prepared(*tensors)
     return convert_pt2e(prepared)
 
 
