@@ -48,10 +48,14 @@ class TensorSpec:
         axis = self.batch_axis()
         return batch_array if not axis else np.moveaxis(batch_array, 0, axis)
 
+    def _with_batch(self, batch: int) -> tuple[Dim, ...]:
+        """The shape with a dynamic batch axis set to `batch` (other dims as they are)."""
+        axis = self.batch_axis()
+        return tuple(batch if i == axis and not isinstance(d, int) else d for i, d in enumerate(self.shape))
+
     def concrete_shape(self, batch: int) -> tuple[int, ...]:
         """The shape with a dynamic batch dim set to `batch`; other dynamic dims are an error."""
-        axis = self.batch_axis()
-        dims = [batch if i == axis and not isinstance(d, int) else d for i, d in enumerate(self.shape)]
+        dims = self._with_batch(batch)
         if not all(isinstance(d, int) for d in dims):
             raise InputMismatchError(
                 f"input '{self.name}' has dynamic dims ({self.shape_text()}) edgekit cannot guess",
@@ -74,8 +78,7 @@ class TensorSpec:
 
         if not self.shape:
             return np.array(self.value, dtype=self.dtype)
-        axis = self.batch_axis()
-        shape = tuple(batch if i == axis and not isinstance(d, int) else d for i, d in enumerate(self.shape))
+        shape = self._with_batch(batch)
         if not all(isinstance(d, int) for d in shape):
             raise InputMismatchError(
                 f"constant input '{self.name}' has dynamic dims ({self.shape_text()}) edgekit cannot size",
