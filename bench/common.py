@@ -61,12 +61,27 @@ def pruned_resnet() -> Path:
     return out
 
 
+def code_stamp() -> str:
+    """A short hash of the code that makes an artifact (converters, backends, zoo models, ISA schemes): a cached
+    artifact made by older code is not reused under a name the new code would also give it."""
+    import hashlib
+
+    package = ROOT.parent / "edgekit"
+    files = sorted(
+        [*(package / "converters").rglob("*.py"), *(package / "backends").rglob("*.py"), package / "zoo" / "models.py", package / "isa.py"]
+    )
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:10]
+
+
 def artifact(model: str, precision: str, fmt: str = "onnx", calib_samples: int = 300, for_target: str | None = None) -> Path:
     """The model converted to `fmt` at `precision` (int8 calibrated on real photos, with the scheme of
-    `for_target`'s ISA class: this host's by default), cached by name."""
+    `for_target`'s ISA class: this host's by default), cached by name and by the code that made it."""
     scheme = f".{for_target or ISA_CLASS}" if precision == "int8" else ""
     inputs = ".raw" if model in RAW_INPUT else ""  # the model's input range is part of its identity
-    out = CACHE / f"{model}{inputs}.{precision}{scheme}.{calib_samples}{SUFFIXES[fmt]}"
+    out = CACHE / f"{model}{inputs}.{precision}{scheme}.{calib_samples}.{code_stamp()}{SUFFIXES[fmt]}"
     if not out.exists():
         if model == PRUNED:
             source, inputs = open_source(str(pruned_resnet())), ()
