@@ -31,7 +31,11 @@ PADS = (_aten.pad.default, _aten.constant_pad_nd.default)
 
 
 class LiteRTQuantizer(PT2EQuantizer):
-    """PT2EQuantizer plus conv+ReLU6, activation adds and pad sharing (static int8 with a global config)."""
+    """PT2EQuantizer plus conv+ReLU6, activation adds and pad sharing (static int8 with a global config).
+
+    `keep_float`: module names (as `named_modules()` gives them) whose ops stay float (accuracy control)."""
+
+    keep_float: tuple[str, ...] = ()
 
     def annotate(self, model: GraphModule) -> GraphModule:
         config = self.global_config
@@ -42,7 +46,17 @@ class LiteRTQuantizer(PT2EQuantizer):
         if static:
             annotate_activation_adds(model, config)
             share_pad_observers(model)
+        unannotate_modules(model, self.keep_float)
         return model
+
+
+def unannotate_modules(model: GraphModule, modules: tuple[str, ...]) -> None:
+    """Drop the quantization annotations of the ops that `modules` (named_modules() names) own: they run in float,
+    reading the dequantized output of the op before them."""
+    for node in model.graph.nodes:
+        stack = node.meta.get("nn_module_stack")
+        if stack and list(stack.values())[-1][0] in modules:
+            node.meta.pop("quantization_annotation", None)
 
 
 def _is_annotated(node: Node) -> bool:

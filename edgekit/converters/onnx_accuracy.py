@@ -1,4 +1,4 @@
-"""Accuracy-aware static int8 on ONNX Runtime: return the most sensitive layers to float until the limit holds.
+"""Accuracy-aware static int8 on ONNX Runtime (and, through the same loop, LiteRT: converters.litert_accuracy): return the most sensitive layers to float until the limit holds.
 
 The layers are ranked once (converters.sensitivity, weight-only, on calibration samples); the model is
 calibrated once (ONNX Runtime's calibration cache) and re-quantized with one more layer in float per
@@ -36,18 +36,20 @@ class Limit:
 
 
 class Validator:
-    """Top-1 accuracy and agreement of an ONNX model against the fp32 model on the validation samples."""
+    """Top-1 accuracy and agreement of a model against the fp32 model on the validation samples; `logits(model,
+    samples)` runs either on the target's runtime (ONNX Runtime by default)."""
 
-    def __init__(self, reference_model, samples) -> None:
+    def __init__(self, reference_model, samples, logits=None) -> None:
         self.samples = samples
-        self.reference = _logits(reference_model, samples)
+        self.logits = logits or _logits
+        self.reference = self.logits(reference_model, samples)
         self.reference_accuracy = _accuracy(self.reference, samples.labels)
 
     def score(self, model) -> dict:
-        logits = _logits(model, self.samples)
+        logits = self.logits(model, self.samples)
         accuracy = _accuracy(logits, self.samples.labels)
         agreement = float((logits.argmax(1) == self.reference.argmax(1)).mean() * 100)
-        drop = None if accuracy is None else self.reference_accuracy - accuracy
+        drop = None if accuracy is None else round(self.reference_accuracy - accuracy, 3)
         return {"accuracy": accuracy, "drop_points": drop, "agreement": round(agreement, 3)}
 
 
@@ -62,9 +64,12 @@ def _accuracy(logits: np.ndarray, labels) -> float | None:
     return None if labels is None else round(float((logits.argmax(1) == np.asarray(labels).reshape(-1)).mean() * 100), 3)
 
 
-def accuracy_aware(quantizer, out, validation, limit: Limit) -> dict:
-    """Quantize into `out`, returning ranked layers to float one at a time until `limit` holds on `validation`."""
-    validator = Validator(quantizer.pre, validation)
+def accuracy_aware(quantizer, out, validation, limit: Limit, logits=None) -> dict:
+    """Quantize into `out`, returning ranked layers to float one at a time until `limit` holds on `validation`.
+
+    `quantizer`: `pre` (the fp32 reference), `ranked()` and `quantize(keep_float, out)`; `logits`: how to run
+    the reference and the artifact (ONNX Runtime when None)."""
+    validator = Validator(quantizer.pre, validation, logits)
     ranked, _ = quantizer.ranked()
     kept: list[str] = []
     quantizer.quantize(kept, out)

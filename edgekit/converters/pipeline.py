@@ -179,7 +179,7 @@ def _check_accuracy_control(steps, options: ConvertOptions) -> None:
     if not (last.accuracy_control and precision == "int8"):
         raise EdgekitError(
             f"accuracy-controlled quantization (--val with --max-drop) is not available for {precision} from {last.__name__}",
-            hint="use --precision int8 with --to onnx or --to openvino",
+            hint="use --precision int8 with --to onnx, --to openvino, or --to tflite from PyTorch",
         )
     if options.min_agreement is not None and not last.agreement_control:
         raise EdgekitError(f"--min-agreement is not available from {last.__name__}", hint="use --max-drop, or --to onnx")

@@ -26,12 +26,12 @@ class TorchToTflite(Converter):
     target_format = "tflite"
     precisions = {"fp32": False, "fp16": False, "int8-dynamic": False, "int8": True}
     honours = frozenset()  # its own range estimation and per-channel weights: --calib-method / --per-tensor do not apply
+    accuracy_control = True  # --max-drop / --min-agreement: converters.litert_accuracy
+    agreement_control = True
     package = "litert-torch"
     import_name = "litert_torch"
 
     def convert(self, model, specs, out: Path, options: ConvertOptions, data: ConversionData) -> dict:
-        import torch
-
         with stderr_silenced():  # litert-torch imports TensorFlow and torchao, both chatty at import
             import litert_torch
         logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
@@ -48,24 +48,42 @@ class TorchToTflite(Converter):
             notes["layout_transposes"] = [
                 f"{s.name}: NHWC input transposed to NCHW at the graph's entry" for s in specs if len(s.shape) == 4
             ]
-        try:
-            with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()), stderr_silenced():  # progress bars, MLIR logs
-                edge = _convert(module, args, options, data, specs, notes)
-        except ConversionError:
-            raise
-        except Exception as exc:  # litert-torch raises many types for unsupported ops
-            raise ConversionError(
-                f"litert-torch could not convert the model: {str(exc).strip().splitlines()[0][:300]}",
-                hint="an op may be unsupported; try --to onnx or --to openvino",
-            ) from None
-        with contextlib.redirect_stdout(io.StringIO()):
-            edge.export(str(out))
+        if options.precision == "int8" and data.validation is not None:  # --max-drop / --min-agreement
+            from edgekit.converters.litert_accuracy import accuracy_controlled
+
+            def build(keep_float: tuple[str, ...]):
+                return _converted(lambda: _int8_static(module, args, data, specs, notes, keep_float))
+
+            notes["accuracy_control"] = accuracy_controlled(model, specs, data, options, build, out)
+            return {"tflite": notes}
+        export(_converted(lambda: _convert(module, args, options, data, specs, notes)), out)
         return {"tflite": notes}
+
+
+def _converted(make):
+    """`make()` (a litert-torch conversion) with its chatter silenced and its failures as one ConversionError line."""
+    import torch
+
+    try:
+        with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()), stderr_silenced():  # progress bars, MLIR logs
+            return make()
+    except ConversionError:
+        raise
+    except Exception as exc:  # litert-torch raises many types for unsupported ops
+        raise ConversionError(
+            f"litert-torch could not convert the model: {str(exc).strip().splitlines()[0][:300]}",
+            hint="an op may be unsupported; try --to onnx or --to openvino",
+        ) from None
+
+
+def export(edge, out: Path) -> None:
+    """Write the converted model to `out` (the pipeline's temporary path, renamed into place when all is done)."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        edge.export(str(out))
 
 
 def _convert(module, args, options: ConvertOptions, data: ConversionData, specs, notes: dict):
     import litert_torch
-    from litert_torch.quantize.quant_config import QuantConfig
 
     if options.precision == "fp32":
         return litert_torch.convert(_inference_mode(module), args)
@@ -76,13 +94,21 @@ def _convert(module, args, options: ConvertOptions, data: ConversionData, specs,
         # (litert-torch 0.10); the weight-only dynamic recipe keeps accuracy.
         recipe = quant_recipes.full_fp16_recipe() if options.precision == "fp16" else quant_recipes.full_dynamic_recipe()
         return litert_torch.convert(_inference_mode(module), args, quant_config=recipe)
+    return _int8_static(module, args, data, specs, notes)
+
+
+def _int8_static(module, args, data: ConversionData, specs, notes: dict, keep_float: tuple[str, ...] = ()):
+    """PT2E static int8: observers over the calibration samples, fitted weight codes; `keep_float` modules stay float."""
+    import litert_torch
+    from litert_torch.quantize.quant_config import QuantConfig
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
 
     from edgekit.converters.litert_quantizer import fit_weight_rounding
 
     quantizer = _quantizer(dynamic=False)
+    quantizer.keep_float = tuple(keep_float)
     prepared = _pt2e_prepare(module, args, quantizer)
-    batches = list(calibration_batches(data.calibration, specs, options.layout))
+    batches = list(calibration_batches(data.calibration, specs, notes["layout"]))
     for tensors in batches:  # one pass through the observers
         prepared(*tensors)
     converted = convert_pt2e(prepared, fold_quantize=False)

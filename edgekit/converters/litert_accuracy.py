@@ -1,0 +1,61 @@
+"""Accuracy-aware static int8 on LiteRT (from PyTorch): the most sensitive layers return to float until the limit holds.
+
+The same loop as ONNX Runtime's (converters.onnx_accuracy.accuracy_aware): layers ranked once by what their
+weights alone cost in int8 (converters.sensitivity, on the PyTorch module), then one more layer left out of
+PT2E's annotation per step (litert_quantizer.unannotate_modules: it runs in float inside the int8 graph), each
+step's .tflite run on LiteRT and scored against the fp32 PyTorch model on the labelled validation samples; the
+final artifact is validated again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.converters import ConversionData, ConvertOptions
+
+
+class LiteRTQuantization:
+    """What accuracy_aware drives: the fp32 reference (`pre`), the ranked layers, and quantize(keep_float, out)."""
+
+    def __init__(self, module, specs, data: ConversionData, build: Callable) -> None:
+        self.pre = module
+        self.specs = specs
+        self.data = data
+        self.build = build
+
+    def ranked(self):
+        from edgekit.converters.sensitivity import torch_sensitivity
+
+        return torch_sensitivity(self.pre, self.data.calibration, self.specs)
+
+    def quantize(self, keep_float: list[str], out: Path) -> None:
+        from edgekit.converters.torch_tflite import export
+
+        export(self.build(tuple(keep_float)), out)
+
+    def logits(self, model, samples) -> np.ndarray:
+        """The first output over `samples`: of the PyTorch reference, or of a .tflite on LiteRT."""
+        if isinstance(model, (str, Path)):
+            from edgekit.loaders import open_source
+            from edgekit.targets import make_runner
+            from edgekit.validate.compare import run_batches
+
+            runner = make_runner(open_source(str(model)))
+            runner.load()
+            return run_batches(runner, samples.bind(runner.inputs), 1)[0].reshape(len(samples), -1)
+        import torch
+
+        with torch.no_grad():
+            outs = [model(*(torch.from_numpy(feeds[s.name]) for s in self.specs)) for feeds in samples.batches(64)]
+        return np.concatenate([np.asarray(o[0] if isinstance(o, (tuple, list)) else o) for o in outs]).reshape(len(samples), -1)
+
+
+def accuracy_controlled(module, specs, data: ConversionData, options: ConvertOptions, build: Callable, out: Path) -> dict:
+    """Write the int8 .tflite with as few float layers as meet --max-drop / --min-agreement; the provenance of the steps."""
+    from edgekit.converters.onnx_accuracy import Limit, accuracy_aware
+
+    quantization = LiteRTQuantization(module, specs, data, build)
+    return accuracy_aware(quantization, out, data.validation, Limit(options.max_drop, options.min_agreement), quantization.logits)
