@@ -38,6 +38,7 @@ def main() -> None:
     parser.add_argument("--eval-count", type=int, default=6)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--model", type=Path, default=DB_ONNX)
+    parser.add_argument("--reuse", action="store_true", help="use the artifacts already in FOLDER")
     args = parser.parse_args()
     args.folder.mkdir(parents=True, exist_ok=True)
     h, w = (int(v) for v in args.calib_size.split("x"))
@@ -50,36 +51,70 @@ def main() -> None:
     for name in args.variants.split(","):
         to, flags = VARIANTS[name]
         out = args.folder / f"{name}.calib{h}x{w}.{'xml' if to == 'openvino' else 'onnx'}"
-        convert(args.model, to, out, calib, [*flags, "-i", f"image:batchx3x{h}x{w}"])
+        failed = "" if out.exists() and args.reuse else convert(args.model, to, out, calib, [*flags, "-i", f"image:batchx3x{h}x{w}"])
+        if failed:
+            results.append({"variant": name, "calib": f"{h}x{w}", "failed": failed})
+            print(json.dumps(results[-1]), flush=True)
+            continue
         for size, p in pages.items():
             maps = run_openvino(out, p["image"]) if to == "openvino" else run_onnx(out, p["image"])
-            row = {"variant": name, "calib": f"{h}x{w}", "pages": f"{size[0]}x{size[1]}", **map_fidelity(fp32[size], maps, p["region"])}
+            row = {
+                "variant": name,
+                "calib": f"{h}x{w}",
+                "pages": f"{size[0]}x{size[1]}",
+                **map_fidelity(fp32[size][0], maps[0], p["region"]),
+            }
+            row["binary_cosine"] = cosine(fp32[size][1], maps[1])
             results.append(row)
             print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
     (args.folder / f"results.calib{h}x{w}.json").write_text(json.dumps(results, indent=1))
 
 
-def convert(model: Path, to: str, out: Path, calib: Path, flags: list[str]) -> None:
-    command = [sys.executable, "-m", "edgekit", "convert", str(model), "--to", to, "-p", "int8", "--calib", str(calib), "-o", str(out), *flags]
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+def convert(model: Path, to: str, out: Path, calib: Path, flags: list[str]) -> str:
+    """'' when edgekit wrote `out`, else its error line."""
+    command = [
+        sys.executable,
+        "-m",
+        "edgekit",
+        "convert",
+        str(model),
+        "--to",
+        to,
+        "-p",
+        "int8",
+        "--calib",
+        str(calib),
+        "-o",
+        str(out),
+        *flags,
+    ]
+    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return "" if done.returncode == 0 else next((ln for ln in done.stderr.splitlines() if ln.startswith("error:")), done.stderr[-300:])
 
 
-def run_onnx(path: Path, images: np.ndarray) -> np.ndarray:
-    """The probability maps [N, 1, H, W], one page at a time."""
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) or 1.0)) if np.isfinite(b).all() else float("nan")
+
+
+def run_onnx(path: Path, images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The probability and binary maps [N, 1, H, W], one page at a time."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    return np.concatenate([session.run(["prob"], {"image": images[i : i + 1]})[0] for i in range(len(images))])
+    runs = [session.run(["prob", "binary"], {"image": images[i : i + 1]}) for i in range(len(images))]
+    return np.concatenate([r[0] for r in runs]), np.concatenate([r[1] for r in runs])
 
 
-def run_openvino(path: Path, images: np.ndarray) -> np.ndarray:
+def run_openvino(path: Path, images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     import openvino as ov
 
     core = ov.Core()
     compiled = core.compile_model(core.read_model(str(path)), "CPU", {"INFERENCE_NUM_THREADS": "1", "INFERENCE_PRECISION_HINT": "f32"})
-    return np.concatenate([compiled(images[i : i + 1])["prob"] for i in range(len(images))])
+    runs = [compiled(images[i : i + 1]) for i in range(len(images))]
+    return np.concatenate([r["prob"] for r in runs]), np.concatenate([r["binary"] for r in runs])
 
 
 if __name__ == "__main__":

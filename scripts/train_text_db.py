@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -33,7 +32,9 @@ def main() -> None:
     with torch.no_grad():
         prob = model(torch.from_numpy(held_out["image"]))[0].numpy()[:, 0]
     scores = pixel_scores(prob > 0.3, held_out["region"] > 0.5)
-    print(f"trained {steps} steps in {time.perf_counter() - start:.0f}s; held-out 480x640 pixel F1 {scores['f1']:.3f} IoU {scores['iou']:.3f}")
+    print(
+        f"trained {steps} steps in {time.perf_counter() - start:.0f}s; held-out 480x640 pixel F1 {scores['f1']:.3f} IoU {scores['iou']:.3f}"
+    )
     DB_WEIGHTS.parent.mkdir(parents=True, exist_ok=True)
     torch.save(model.state_dict(), DB_WEIGHTS)
     export(model)

@@ -82,13 +82,18 @@ def _static_shapes(model) -> dict[str, tuple[int, ...]]:
 
 def _activations(model) -> list[TensorRef]:
     """Float tensors computed from the graph inputs, in node order, under their float model's names (QDQ suffixes off)."""
-    return [TensorRef(key, node.op_type, _layer(node)) for node, key in node_outputs(model)]
+    return [TensorRef(key, node.op_type, _layer(node), inputs=tuple(map(_float_name, node.input))) for node, key in node_outputs(model)]
+
+
+def _float_name(name: str) -> str:
+    """A tensor's name in the float model (a QDQ model's Q/DQ suffixes off)."""
+    from onnxruntime.quantization.quant_utils import DEQUANT_OUTPUT_SUFFIX, QUANT_INPUT_SUFFIX
+
+    return name.removesuffix(QUANT_INPUT_SUFFIX).removesuffix(DEQUANT_OUTPUT_SUFFIX)
 
 
 def node_outputs(model):
     """(node, the name of one of its outputs as the float model calls it) for each node computing from the inputs, in order."""
-    from onnxruntime.quantization.quant_utils import DEQUANT_OUTPUT_SUFFIX, QUANT_INPUT_SUFFIX
-
     live, seen = {i.name for i in model.graph.input}, set()
     for node in model.graph.node:
         if not any(name in live for name in node.input):
@@ -97,7 +102,7 @@ def node_outputs(model):
         if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
             continue
         for output in node.output:
-            key = output.removesuffix(QUANT_INPUT_SUFFIX).removesuffix(DEQUANT_OUTPUT_SUFFIX)
+            key = _float_name(output)
             if key and key not in seen:
                 seen.add(key)
                 yield node, key

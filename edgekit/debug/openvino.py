@@ -64,7 +64,10 @@ def _op_outputs(model) -> tuple[list[TensorRef], list]:
             if output.get_element_type().get_type_name() not in ("f32", "f16", "bf16"):
                 continue
             name = f"{op.get_friendly_name()}:{output.get_index()}"
-            refs.append(TensorRef(name, kind, op.get_friendly_name(), tuple(sorted(output.get_names()))))
+            reads = tuple(
+                f"{i.get_source_output().get_node().get_friendly_name()}:{i.get_source_output().get_index()}" for i in op.inputs()
+            )
+            refs.append(TensorRef(name, kind, op.get_friendly_name(), tuple(sorted(output.get_names())), reads))
             ports.append(_after_fake_quantize(output))
     return refs, ports
 

@@ -217,7 +217,10 @@ class TextDB(nn.Module):
         for i in range(len(lat) - 2, -1, -1):  # top-down: each level plus the one above, upsampled x2
             lat[i] = lat[i] + nn.functional.interpolate(lat[i + 1], scale_factor=2.0, mode="nearest")
         fused = torch.cat(
-            [nn.functional.interpolate(conv(p), scale_factor=float(2**i), mode="nearest") if i else conv(p) for i, (conv, p) in enumerate(zip(self.smooth, lat, strict=True))],
+            [
+                nn.functional.interpolate(conv(p), scale_factor=float(2**i), mode="nearest") if i else conv(p)
+                for i, (conv, p) in enumerate(zip(self.smooth, lat, strict=True))
+            ],
             dim=1,
         )
         prob = torch.sigmoid(self.prob_head(fused))
