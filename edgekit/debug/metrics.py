@@ -13,8 +13,8 @@ later layers inherit that loss.
 
 Notes (per row, from the reference's own values; they say why a tensor loses, not only where):
 - non-finite: the artifact has inf/nan there (e.g. 1 / (a value int8 rounded to 0));
-- wide range: max |x| >= 10^4 x the median non-zero |x| (an exp's output): a uniform int8 step sized for the
-  max is larger than most values, which round to 0;
+- wide range: a tensor below FLOOR_DB whose max |x| is >= 10^4 x its median non-zero |x| (an exp's output): a
+  uniform int8 step sized for the max is larger than most values, which round to 0;
 - amplifies: an op without weights whose max abs error is >= 10x the largest of its inputs' (a multiplication by
   a large constant, an exp): it multiplies the int8 error it is given (a conv's error is its weights' too: not noted);
 - shared scale: a Concat whose inputs' max |x| differ >= 10x: one scale for the concatenation gives the
@@ -129,7 +129,8 @@ def add_notes(rows: list[dict], inputs: list[tuple[str, ...]]) -> None:
         notes = []
         if row["nonfinite"]:
             notes.append(f"non-finite: {row['nonfinite']} values are inf/nan in the artifact")
-        if row["reference_median_abs"] and row["reference_max_abs"] / row["reference_median_abs"] >= WIDE_RANGE:
+        lossy = not row["exact"] and row["sqnr_db"] < FLOOR_DB
+        if lossy and row["reference_median_abs"] and row["reference_max_abs"] / row["reference_median_abs"] >= WIDE_RANGE:
             ratio = row["reference_max_abs"] / row["reference_median_abs"]
             notes.append(
                 f"wide range: max |x| {row['reference_max_abs']:.3g} is {ratio:.0e}x the median {row['reference_median_abs']:.3g}: "

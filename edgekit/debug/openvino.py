@@ -30,8 +30,13 @@ class OpenVinoCapture:
         model = read_ir(path) if Path(path).suffix == ".xml" else core.read_model(str(path))
         self.inputs = port_specs(model.inputs)
         self.tensors, ports = _op_outputs(model)
-        if any(p.get_partial_shape().is_dynamic for p in model.inputs):  # one sample at a time
-            model.reshape({p.get_any_name(): [1, *[d.get_length() for d in list(p.get_partial_shape())[1:]]] for p in model.inputs})
+        if any(p.get_partial_shape().is_dynamic for p in model.inputs):  # one sample at a time (other dynamic dims stay so: a page's H, W)
+            model.reshape(
+                {
+                    p.get_any_name(): [1, *[d.get_length() if d.is_static else -1 for d in list(p.get_partial_shape())[1:]]]
+                    for p in model.inputs
+                }
+            )
         for i, port in enumerate(ports):  # a name of our own to read each value back by
             port.get_tensor().add_names({f"{DEBUG_NAME}{i}"})
         model.add_outputs(ports)

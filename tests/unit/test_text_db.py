@@ -99,3 +99,13 @@ def test_debug_names_the_exponential(pages, int8_every_op):
     assert any(n.startswith("amplifies: its error is 5") for n in rows["/Mul_output_0"]["notes"])  # k = 50
     assert any(n.startswith("non-finite") for n in rows["binary"]["notes"])
     assert all(not r["notes"] for r in report["rows"] if r["op"] in ("Conv", "Relu"))
+
+
+def test_debug_reads_openvino_with_dynamic_height_and_width(pages):
+    folder, _, _ = pages
+    ir = folder / "text_db.xml"
+    convert(open_source("zoo:text-db"), "openvino", ir, ConvertOptions(inputs=(parse_input_spec(f"image:batchx3x{EVAL[0]}x{EVAL[1]}"),)))
+    report = debug(DebugRequest(open_source(str(ir)), open_source(str(DB_ONNX)), str(folder / "eval.npz"), 1))
+    rows = {row["tensor"]: row for row in report["rows"]}
+    assert rows["prob"]["shape"] == [1, 1, *EVAL]
+    assert rows["prob"]["exact"] or rows["prob"]["sqnr_db"] > 60
