@@ -13,8 +13,9 @@ later layers inherit that loss.
 
 Notes (per row, from the reference's own values; they say why a tensor loses, not only where):
 - non-finite: the artifact has inf/nan there (e.g. 1 / (a value int8 rounded to 0));
-- wide range: a tensor below FLOOR_DB whose max |x| is >= 10^4 x its median non-zero |x| (an exp's output): a
-  uniform int8 step sized for the max is larger than most values, which round to 0;
+- wide range: a tensor below FLOOR_DB, int8 in the artifact (or not known to be float), whose max |x| is >= 10^4 x
+  its median non-zero |x| (an exp's output): a uniform int8 step sized for the max is larger than most values,
+  which round to 0;
 - amplifies: an op without weights whose max abs error is >= 10x the largest of its inputs' (a multiplication by
   a large constant, an exp): it multiplies the int8 error it is given (a conv's error is its weights' too: not noted);
 - shared scale: a Concat whose inputs' max |x| differ >= 10x: one scale for the concatenation gives the
@@ -46,6 +47,7 @@ class TensorRef:
     layer: str  # the node / module / op name a person would look for
     aliases: tuple[str, ...] = ()  # other names of the same tensor (OpenVINO keeps a set)
     inputs: tuple[str, ...] = ()  # the keys of the tensors its op reads (where the capture knows them)
+    quantized: bool | None = None  # whether the model passes it on in int8 (None: the capture does not say)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -117,6 +119,8 @@ def table_rows(matched: list[tuple[TensorRef, TensorRef]], stats: dict[str, Erro
                 "nonfinite": s.nonfinite,
             }
         )
+    for row, (_, art) in zip(rows, matched, strict=True):
+        row["quantized"] = art.quantized
     add_notes(rows, [ref.inputs for ref, _ in matched])
     return rows
 
@@ -129,7 +133,7 @@ def add_notes(rows: list[dict], inputs: list[tuple[str, ...]]) -> None:
         notes = []
         if row["nonfinite"]:
             notes.append(f"non-finite: {row['nonfinite']} values are inf/nan in the artifact")
-        lossy = not row["exact"] and row["sqnr_db"] < FLOOR_DB
+        lossy = not row["exact"] and row["sqnr_db"] < FLOOR_DB and row.get("quantized") is not False
         if lossy and row["reference_median_abs"] and row["reference_max_abs"] / row["reference_median_abs"] >= WIDE_RANGE:
             ratio = row["reference_max_abs"] / row["reference_median_abs"]
             notes.append(

@@ -95,7 +95,11 @@ def _static_shapes(model, fed: dict[str, tuple[int, ...]]) -> dict[str, tuple[in
 
 def _activations(model) -> list[TensorRef]:
     """Float tensors computed from the graph inputs, in node order, under their float model's names (QDQ suffixes off)."""
-    return [TensorRef(key, node.op_type, _layer(node), inputs=tuple(map(_float_name, node.input))) for node, key in node_outputs(model)]
+    quantized = {_float_name(n.input[0]) for n in model.graph.node if n.op_type == "QuantizeLinear"}
+    return [
+        TensorRef(key, node.op_type, _layer(node), inputs=tuple(map(_float_name, node.input)), quantized=key in quantized)
+        for node, key in node_outputs(model)
+    ]
 
 
 def _float_name(name: str) -> str:

@@ -72,8 +72,9 @@ def _op_outputs(model) -> tuple[list[TensorRef], list]:
             reads = tuple(
                 f"{i.get_source_output().get_node().get_friendly_name()}:{i.get_source_output().get_index()}" for i in op.inputs()
             )
-            refs.append(TensorRef(name, kind, op.get_friendly_name(), tuple(sorted(output.get_names())), reads))
-            ports.append(_after_fake_quantize(output))
+            port = _after_fake_quantize(output)
+            refs.append(TensorRef(name, kind, op.get_friendly_name(), tuple(sorted(output.get_names())), reads, port != output))
+            ports.append(port)
     return refs, ports
 
 
