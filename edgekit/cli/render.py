@@ -479,7 +479,7 @@ def print_debug(report: dict, rows_shown: int | None = None) -> None:
             "exact" if row["exact"] else fmt(row["sqnr_db"], ".1f"),
             f"{row['cosine']:.5f}",
             f"{row['max_abs_error']:.3g}",
-            "[bold red]<- first jump[/]" if first else "",
+            ("[bold red]<- first jump[/]" if first else "") + (" [yellow]note[/]" if row.get("notes") else ""),
         )
     console.print(table)
     if rows_shown is not None and len(report["rows"]) > rows_shown:
@@ -496,6 +496,9 @@ def print_debug(report: dict, rows_shown: int | None = None) -> None:
         console.print(
             "worst: " + ", ".join(f"#{r['depth']} {escape(r['tensor'])} ({r['op']}) {r['sqnr_db']:.1f} dB" for r in report["worst"])
         )
+    for row in (r for r in report["rows"] if r.get("notes")):
+        for note in row["notes"]:
+            console.print(f"note: #{row['depth']} {escape(row['tensor'])} ({row['op']}): {escape(note)}")
     unmatched = report["unmatched"]
     for side in ("reference_only", "artifact_only"):
         names = unmatched[side]

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from edgekit.converters import ConversionData, Converter, ConvertOptions
+from edgekit.converters.exponential_ops import exponential_chains
 from edgekit.converters.int8_rounding import WeightRounding
 from edgekit.errors import ConversionError, EdgekitError
 
@@ -198,6 +199,7 @@ def _int8_static(model: Path, out: Path, options: ConvertOptions, data: Conversi
             "method": options.calibration.method,
             "for_target": options.for_target,
             "excluded": excluded,
+            "exponential_in_float": quantizer.exponential,
             "sensitivity": sensitivity,
             **scheme.to_dict(),
             **opset,
@@ -257,6 +259,7 @@ class StaticQuantizer:
         self.sensitivity_samples = min(SAMPLES, len(samples))
         self.probe = Samples({k: v[: self.sensitivity_samples] for k, v in samples.arrays.items()})
         self._reference = None
+        self.exponential = exponential_chains(pre)  # always float: no int8 scale holds exp(x) (converters.exponential_ops)
         self.rounding = WeightRounding(pre, samples)
         self.rounding_notes: dict = {}
 
@@ -264,7 +267,14 @@ class StaticQuantizer:
         """`out`: every supported layer in int8 but `keep_float` and the user's --exclude, its weight codes and
         biases then fitted to the calibration data (converters.int8_rounding)."""
         _quantize_static(
-            self.pre, out, self.samples, self.specs, self.options, self.scheme, [*self.options.exclude, *keep_float], self.cache
+            self.pre,
+            out,
+            self.samples,
+            self.specs,
+            self.options,
+            self.scheme,
+            [*self.options.exclude, *self.exponential, *keep_float],
+            self.cache,
         )
         try:
             self.rounding_notes = self.rounding.apply(out)

@@ -10,6 +10,16 @@ First jump: walking the matched tensors in graph order, the first with non-finit
 at most CLEAN_DB (40 dB; an exact tensor counts as 40 dB too). The cap keeps the first rounding of an input
 (60 dB after exact tensors) from counting as a jump. It is where the artifact starts to lose the reference;
 later layers inherit that loss.
+
+Notes (per row, from the reference's own values; they say why a tensor loses, not only where):
+- non-finite: the artifact has inf/nan there (e.g. 1 / (a value int8 rounded to 0));
+- wide range: a tensor below FLOOR_DB, int8 in the artifact (or not known to be float), whose max |x| is >= 10^4 x
+  its median non-zero |x| (an exp's output): a uniform int8 step sized for the max is larger than most values,
+  which round to 0;
+- amplifies: an op without weights whose max abs error is >= 10x the largest of its inputs' (a multiplication by
+  a large constant, an exp): it multiplies the int8 error it is given (a conv's error is its weights' too: not noted);
+- shared scale: a Concat whose inputs' max |x| differ >= 10x: one scale for the concatenation gives the
+  small-range inputs few int8 levels.
 """
 
 from __future__ import annotations
@@ -22,6 +32,10 @@ import numpy as np
 JUMP_DB = 10.0
 FLOOR_DB = 20.0  # noise a tenth of the signal's amplitude; int8 tensors usually sit at 25-40 dB
 CLEAN_DB = 40.0  # noise 1% of the signal's amplitude: at or above it a tensor counts as clean
+WIDE_RANGE = 1e4  # max |x| this many times the median |x|: no one int8 scale serves both (an exp's output)
+AMPLIFIES = 10.0  # an op whose max error is this many times its inputs' multiplies their int8 error (a k = 50 gain)
+WEIGHTED = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "Convolution", "GroupConvolution", "ConvolutionBackpropData", "CONV_2D"})
+SHARED_SCALE = 10.0  # Concat inputs whose ranges differ this much share one output scale badly
 
 
 @dataclass(frozen=True)
@@ -32,6 +46,8 @@ class TensorRef:
     op: str
     layer: str  # the node / module / op name a person would look for
     aliases: tuple[str, ...] = ()  # other names of the same tensor (OpenVINO keeps a set)
+    inputs: tuple[str, ...] = ()  # the keys of the tensors its op reads (where the capture knows them)
+    quantized: bool | None = None  # whether the model passes it on in int8 (None: the capture does not say)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -48,6 +64,7 @@ class ErrorStats:
     art_energy: float = 0.0
     max_abs: float = 0.0
     ref_max_abs: float = 0.0
+    ref_median_abs: float = 0.0  # the largest per-sample median of the reference's non-zero |x|
     nonfinite: int = 0
     shape: tuple = field(default_factory=tuple)
 
@@ -63,6 +80,8 @@ class ErrorStats:
         self.art_energy += float(art64 @ art64)
         self.max_abs = max(self.max_abs, float(np.abs(diff).max(initial=0.0)))
         self.ref_max_abs = max(self.ref_max_abs, float(np.abs(ref64).max(initial=0.0)))
+        nonzero = np.abs(ref64[ref64 != 0])
+        self.ref_median_abs = max(self.ref_median_abs, float(np.median(nonzero)) if nonzero.size else 0.0)
         self.shape = tuple(ref.shape)
 
     def sqnr_db(self) -> float | None:
@@ -96,10 +115,41 @@ def table_rows(matched: list[tuple[TensorRef, TensorRef]], stats: dict[str, Erro
                 "cosine": round(s.cosine(), 6),
                 "max_abs_error": s.max_abs,
                 "reference_max_abs": s.ref_max_abs,
+                "reference_median_abs": s.ref_median_abs,
                 "nonfinite": s.nonfinite,
             }
         )
+    for row, (_, art) in zip(rows, matched, strict=True):
+        row["quantized"] = art.quantized
+    add_notes(rows, [ref.inputs for ref, _ in matched])
     return rows
+
+
+def add_notes(rows: list[dict], inputs: list[tuple[str, ...]]) -> None:
+    """Each row's `notes`: what in the reference's own values makes int8 lose there (module docstring: Notes)."""
+    by_tensor = {row["tensor"]: row for row in rows}
+    for row, reads in zip(rows, inputs, strict=True):
+        sources = [by_tensor[name] for name in reads if name in by_tensor]
+        notes = []
+        if row["nonfinite"]:
+            notes.append(f"non-finite: {row['nonfinite']} values are inf/nan in the artifact")
+        lossy = not row["exact"] and row["sqnr_db"] < FLOOR_DB and row.get("quantized") is not False
+        if lossy and row["reference_median_abs"] and row["reference_max_abs"] / row["reference_median_abs"] >= WIDE_RANGE:
+            ratio = row["reference_max_abs"] / row["reference_median_abs"]
+            notes.append(
+                f"wide range: max |x| {row['reference_max_abs']:.3g} is {ratio:.0e}x the median {row['reference_median_abs']:.3g}: "
+                "one int8 step is larger than most values"
+            )
+        worst_input = max((r["max_abs_error"] for r in sources if not r["exact"]), default=0.0)
+        if worst_input and row["op"] not in WEIGHTED and row["max_abs_error"] >= AMPLIFIES * worst_input:
+            notes.append(f"amplifies: its error is {row['max_abs_error'] / worst_input:.3g}x its inputs' (max abs)")
+        ranges = [r["reference_max_abs"] for r in sources if r["reference_max_abs"] > 0]
+        if row["op"] == "Concat" and len(ranges) > 1 and max(ranges) >= SHARED_SCALE * min(ranges):
+            notes.append(
+                f"shared scale: its inputs' ranges differ {max(ranges) / min(ranges):.0f}x (max |x| {min(ranges):.3g} .. {max(ranges):.3g}): "
+                "one scale for all leaves the small ones few int8 levels"
+            )
+        row["notes"] = notes
 
 
 def first_jump(rows: list[dict], jump_db: float = JUMP_DB, floor_db: float = FLOOR_DB) -> int | None:

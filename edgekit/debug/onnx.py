@@ -48,29 +48,42 @@ class OnnxCapture:
                     hint="check the model with `edgekit validate` first",
                 ) from None
         self.saved = [o.name for o in self.session.get_outputs()]
-        self.shapes = _static_shapes(model)
+        self._shapes: dict[tuple, dict[str, tuple[int, ...]]] = {}  # by the fed shapes: dynamic H, W differ per input
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         from onnxruntime.quantization.qdq_loss_debug import create_activation_matching
 
         values = dict(zip(self.saved, self.session.run(None, feeds), strict=True))
-        raw = {name.removesuffix(SAVED): [self._shaped(name.removesuffix(SAVED), v)] for name, v in values.items() if name.endswith(SAVED)}
+        fed = tuple((name, value.shape) for name, value in feeds.items())
+        if fed not in self._shapes:
+            self._shapes[fed] = _static_shapes(self.model, dict(fed))
+        shapes = self._shapes[fed]
+        raw = {
+            name.removesuffix(SAVED): [_shaped(v, shapes.get(name.removesuffix(SAVED)))]
+            for name, v in values.items()
+            if name.endswith(SAVED)
+        }
         if not self.quantized:
             return {name: value[0] for name, value in raw.items()}
         matched = create_activation_matching(raw)
         plain = {name: value[0] for name, value in raw.items()}
         return {t.key: matched[t.key]["post_qdq"][0] if t.key in matched else plain.get(t.key) for t in self.tensors}
 
-    def _shaped(self, name: str, flat: np.ndarray) -> np.ndarray:
-        """A saved tensor (flattened by the saver) in its own shape, where the model states it."""
-        shape = self.shapes.get(name)
-        return flat.reshape(shape) if shape is not None and int(np.prod(shape)) == flat.size else flat
+
+def _shaped(flat: np.ndarray, shape: tuple[int, ...] | None) -> np.ndarray:
+    """A saved tensor (flattened by the saver) in its own shape, where shape inference gave it."""
+    return flat.reshape(shape) if shape is not None and int(np.prod(shape)) == flat.size else flat
 
 
-def _static_shapes(model) -> dict[str, tuple[int, ...]]:
-    """Tensor name -> shape at batch 1, for the tensors whose other dims the model states (after shape inference)."""
+def _static_shapes(model, fed: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape at batch 1, for the tensors whose other dims shape inference finds with the inputs
+    at the shapes fed (a detector's dynamic height and width included)."""
     import onnx
 
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    for value in model.graph.input:
+        for dim, size in zip(value.type.tensor_type.shape.dim, fed.get(value.name, ()), strict=False):
+            dim.dim_value = int(size)
     inferred = onnx.shape_inference.infer_shapes(model)
     shapes = {}
     for value in (*inferred.graph.value_info, *inferred.graph.output, *inferred.graph.input):
@@ -82,13 +95,22 @@ def _static_shapes(model) -> dict[str, tuple[int, ...]]:
 
 def _activations(model) -> list[TensorRef]:
     """Float tensors computed from the graph inputs, in node order, under their float model's names (QDQ suffixes off)."""
-    return [TensorRef(key, node.op_type, _layer(node)) for node, key in node_outputs(model)]
+    quantized = {_float_name(n.input[0]) for n in model.graph.node if n.op_type == "QuantizeLinear"}
+    return [
+        TensorRef(key, node.op_type, _layer(node), inputs=tuple(map(_float_name, node.input)), quantized=key in quantized)
+        for node, key in node_outputs(model)
+    ]
+
+
+def _float_name(name: str) -> str:
+    """A tensor's name in the float model (a QDQ model's Q/DQ suffixes off)."""
+    from onnxruntime.quantization.quant_utils import DEQUANT_OUTPUT_SUFFIX, QUANT_INPUT_SUFFIX
+
+    return name.removesuffix(QUANT_INPUT_SUFFIX).removesuffix(DEQUANT_OUTPUT_SUFFIX)
 
 
 def node_outputs(model):
     """(node, the name of one of its outputs as the float model calls it) for each node computing from the inputs, in order."""
-    from onnxruntime.quantization.quant_utils import DEQUANT_OUTPUT_SUFFIX, QUANT_INPUT_SUFFIX
-
     live, seen = {i.name for i in model.graph.input}, set()
     for node in model.graph.node:
         if not any(name in live for name in node.input):
@@ -97,7 +119,7 @@ def node_outputs(model):
         if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
             continue
         for output in node.output:
-            key = output.removesuffix(QUANT_INPUT_SUFFIX).removesuffix(DEQUANT_OUTPUT_SUFFIX)
+            key = _float_name(output)
             if key and key not in seen:
                 seen.add(key)
                 yield node, key

@@ -30,8 +30,13 @@ class OpenVinoCapture:
         model = read_ir(path) if Path(path).suffix == ".xml" else core.read_model(str(path))
         self.inputs = port_specs(model.inputs)
         self.tensors, ports = _op_outputs(model)
-        if any(p.get_partial_shape().is_dynamic for p in model.inputs):  # one sample at a time
-            model.reshape({p.get_any_name(): [1, *[d.get_length() for d in list(p.get_partial_shape())[1:]]] for p in model.inputs})
+        if any(p.get_partial_shape().is_dynamic for p in model.inputs):  # one sample at a time (other dynamic dims stay so: a page's H, W)
+            model.reshape(
+                {
+                    p.get_any_name(): [1, *[d.get_length() if d.is_static else -1 for d in list(p.get_partial_shape())[1:]]]
+                    for p in model.inputs
+                }
+            )
         for i, port in enumerate(ports):  # a name of our own to read each value back by
             port.get_tensor().add_names({f"{DEBUG_NAME}{i}"})
         model.add_outputs(ports)
@@ -64,8 +69,12 @@ def _op_outputs(model) -> tuple[list[TensorRef], list]:
             if output.get_element_type().get_type_name() not in ("f32", "f16", "bf16"):
                 continue
             name = f"{op.get_friendly_name()}:{output.get_index()}"
-            refs.append(TensorRef(name, kind, op.get_friendly_name(), tuple(sorted(output.get_names()))))
-            ports.append(_after_fake_quantize(output))
+            reads = tuple(
+                f"{i.get_source_output().get_node().get_friendly_name()}:{i.get_source_output().get_index()}" for i in op.inputs()
+            )
+            port = _after_fake_quantize(output)
+            refs.append(TensorRef(name, kind, op.get_friendly_name(), tuple(sorted(output.get_names())), reads, port != output))
+            ports.append(port)
     return refs, ports
 
 

@@ -123,5 +123,7 @@ def onnx_summary(path: Path) -> dict:
 
 
 def for_conversion(source, given: list[TensorSpec]):
-    """Converters take an ONNX file as its path."""
-    return source.path, onnx_artifact(source.path).inputs
+    """Converters take an ONNX file as its path; --input sizes its dynamic dims (a detector's height and width)."""
+    from edgekit.targets.base import apply_given_inputs
+
+    return source.path, apply_given_inputs(onnx_artifact(source.path).inputs, given)

@@ -168,3 +168,85 @@ class FashionRowGRU(nn.Module):
 def fashion_row_gru() -> FashionRowGRU:
     """Factory for `edgekit.zoo.models:fashion_row_gru` (untrained; zoo:fashion-gru comes with its weights)."""
     return FashionRowGRU().eval()
+
+
+DB_K = 50.0  # DBNet's amplifying factor k of the differentiable binarization
+
+
+class TextDB(nn.Module):
+    """A small DBNet-style text detector for RGB pages in [0, 1], any H and W that are multiples of 32.
+
+    Backbone with strides 4, 8, 16, 32; an FPN whose top-down path adds each level to the upsampled one above,
+    then upsamples every level to stride 4 and concatenates them (DBNet's neck); a probability head and a
+    threshold head, each upsampling x4 back to the page (sigmoid maps); and the differentiable binarization
+    B = 1 / (1 + exp(-k (P - T))), k = 50.
+
+    Outputs: `prob`, the probability map P (what DBNet's inference graph outputs and its post-processing
+    thresholds at 0.3), and `binary`, the approximate binary map B (DBNet's training output; exported as well so
+    the graph holds the k-amplified difference that int8 has to carry, as the issue's model did).
+    """
+
+    edgekit_inputs = ("image:batchx3xheightxwidth",)
+    widths = (16, 24, 48, 64, 96)  # stem (stride 2), then strides 4, 8, 16, 32
+    neck = 32
+
+    def __init__(self) -> None:
+        super().__init__()
+        w = self.widths
+        self.stem = _conv_bn_stride(3, w[0], 2)
+        self.stages = nn.ModuleList(
+            nn.Sequential(_conv_bn_stride(cin, cout, 2), _conv_bn_stride(cout, cout, 1)) for cin, cout in zip(w[:-1], w[1:], strict=True)
+        )
+        self.lateral = nn.ModuleList(nn.Conv2d(c, self.neck, 1, bias=False) for c in w[1:])
+        self.smooth = nn.ModuleList(nn.Conv2d(self.neck, self.neck // 4, 3, padding=1, bias=False) for _ in w[1:])
+        self.prob_head = _db_head(self.neck)
+        self.thresh_head = _db_head(self.neck)
+
+    def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        prob, _, binary = self.maps(image)
+        return prob, binary
+
+    def maps(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The probability, threshold and binary maps, each [N, 1, H, W]."""
+        x = self.stem((image - 0.5) / 0.25)
+        levels = []
+        for stage in self.stages:
+            x = stage(x)
+            levels.append(x)
+        lat = [conv(level) for conv, level in zip(self.lateral, levels, strict=True)]
+        for i in range(len(lat) - 2, -1, -1):  # top-down: each level plus the one above, upsampled x2
+            lat[i] = lat[i] + nn.functional.interpolate(lat[i + 1], scale_factor=2.0, mode="nearest")
+        fused = torch.cat(
+            [
+                nn.functional.interpolate(conv(p), scale_factor=float(2**i), mode="nearest") if i else conv(p)
+                for i, (conv, p) in enumerate(zip(self.smooth, lat, strict=True))
+            ],
+            dim=1,
+        )
+        prob = torch.sigmoid(self.prob_head(fused))
+        thresh = torch.sigmoid(self.thresh_head(fused))
+        binary = torch.reciprocal(1 + torch.exp(-DB_K * (prob - thresh)))
+        return prob, thresh, binary
+
+
+def _conv_bn_stride(cin: int, cout: int, stride: int) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+
+
+def _db_head(channels: int) -> nn.Sequential:
+    """DBNet's head: 3x3 conv, then two x2 transposed convs to the page's resolution, one logit channel."""
+    mid = channels // 4
+    return nn.Sequential(
+        nn.Conv2d(channels, mid, 3, padding=1, bias=False),
+        nn.BatchNorm2d(mid),
+        nn.ReLU(inplace=True),
+        nn.ConvTranspose2d(mid, mid, 2, 2),
+        nn.BatchNorm2d(mid),
+        nn.ReLU(inplace=True),
+        nn.ConvTranspose2d(mid, 1, 2, 2),
+    )
+
+
+def text_db() -> TextDB:
+    """Factory for `edgekit.zoo.models:text_db` (untrained; zoo:text-db comes with its weights)."""
+    return TextDB().eval()

@@ -35,7 +35,11 @@ MODELS = {
     "zoo:resnet18-shape": ZooModel("edgekit.zoo.models:resnet18_shape", ("image:1x3x224x224",)),
     # stateful: the GRU's state [layers, batch, hidden] (start it at zeros with --input state=0)
     "zoo:fashion-gru": ZooModel("edgekit.zoo.models:fashion_row_gru", ("image:1x1x28x28", "state:2xbatchx64"), **FASHION),
+    # a DBNet-style text detector as such models ship: ONNX, batch/height/width dynamic (edgekit.zoo.models.TextDB,
+    # trained by scripts/train_text_db.py on edgekit.zoo.text_pages); give int8 a page size: -i image:batchx3x320x480
+    "zoo:text-db": ZooModel("text_db.onnx", ()),
 }
+FILE_FORMATS = {".keras": "keras", ".onnx": "onnx"}  # zoo models committed as files, by suffix
 # zoo data -> (the committed raw file, its preprocessing): uint8 `images` [N, 28, 28] -> float32 `image` in [0, 1],
 # [N, 1, 28, 28] (nchw) or [N, 28, 28, 1] (nhwc), with int64 `labels`
 DATA = {"zoo:fashion-mnist-test": "fashion_mnist_test.npz", "zoo:fashion-mnist-calib": "fashion_mnist_calib.npz"}
@@ -58,8 +62,9 @@ def zoo_model(spec: str):
     from edgekit.zoo.fashion_mnist import DATA_DIR, GRU_WEIGHTS, WEIGHTS
 
     entry = zoo_entry(spec)
-    if entry.target.endswith(".keras"):
-        return ModelSource(str(DATA_DIR / entry.target), "keras", zoo=spec), entry.inputs, entry.layout
+    suffix = Path(entry.target).suffix
+    if suffix in FILE_FORMATS:
+        return ModelSource(str(DATA_DIR / entry.target), FILE_FORMATS[suffix], zoo=spec), entry.inputs, entry.layout
     weights = {"zoo:fashion-cnn": WEIGHTS, "zoo:fashion-gru": GRU_WEIGHTS}.get(spec)
     return ModelSource(entry.target, "torch-factory", weights, zoo=spec), entry.inputs, entry.layout
 
