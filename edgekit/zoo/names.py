@@ -35,6 +35,10 @@ MODELS = {
     "zoo:resnet18-shape": ZooModel("edgekit.zoo.models:resnet18_shape", ("image:1x3x224x224",)),
     # stateful: the GRU's state [layers, batch, hidden] (start it at zeros with --input state=0)
     "zoo:fashion-gru": ZooModel("edgekit.zoo.models:fashion_row_gru", ("image:1x1x28x28", "state:2xbatchx64"), **FASHION),
+    # attention (MatMul + Softmax, LayerNorm, GELU): the transformer family's int8 scheme
+    "zoo:fashion-vit": ZooModel("edgekit.zoo.models:fashion_vit", ("image:1x1x28x28",), **FASHION),
+    # a facial-expression-style Keras CNN: Conv(relu) -> BatchNorm, Dense(relu) -> BatchNorm, dropout, softmax out
+    "zoo:fashion-cnn-bn-keras": ZooModel("fashion_cnn_bn.keras", (), "nhwc", **FASHION),
 }
 # zoo data -> (the committed raw file, its preprocessing): uint8 `images` [N, 28, 28] -> float32 `image` in [0, 1],
 # [N, 1, 28, 28] (nchw) or [N, 28, 28, 1] (nhwc), with int64 `labels`
@@ -55,12 +59,12 @@ def zoo_entry(spec: str) -> ZooModel:
 def zoo_model(spec: str):
     """(ModelSource, input specs, layout) of a zoo model; the trained FashionCNN comes with its weights."""
     from edgekit.loaders import ModelSource
-    from edgekit.zoo.fashion_mnist import DATA_DIR, GRU_WEIGHTS, WEIGHTS
+    from edgekit.zoo.fashion_mnist import DATA_DIR, GRU_WEIGHTS, VIT_WEIGHTS, WEIGHTS
 
     entry = zoo_entry(spec)
     if entry.target.endswith(".keras"):
         return ModelSource(str(DATA_DIR / entry.target), "keras", zoo=spec), entry.inputs, entry.layout
-    weights = {"zoo:fashion-cnn": WEIGHTS, "zoo:fashion-gru": GRU_WEIGHTS}.get(spec)
+    weights = {"zoo:fashion-cnn": WEIGHTS, "zoo:fashion-gru": GRU_WEIGHTS, "zoo:fashion-vit": VIT_WEIGHTS}.get(spec)
     return ModelSource(entry.target, "torch-factory", weights, zoo=spec), entry.inputs, entry.layout
 
 
