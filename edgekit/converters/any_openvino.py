@@ -106,9 +106,11 @@ def _name_tensors(ov_model, specs):
 
 
 def detect_model_type(ov_model) -> str | None:
-    """'transformer' when the graph has attention (Softmax fed by MatMul), else None (CNN defaults)."""
+    """'transformer' when the graph has attention, else None (CNN defaults). OpenVINO's frontends (PyTorch and ONNX)
+    fuse MatMul + Softmax + MatMul into one ScaledDotProductAttention op; unfused, it is Softmax beside >= 4 MatMul."""
     ops = Counter(op.get_type_name() for op in ov_model.get_ops())
-    return "transformer" if ops["Softmax"] and ops["MatMul"] >= 4 else None
+    fused = ops["ScaledDotProductAttention"] > 0
+    return "transformer" if fused or (ops["Softmax"] and ops["MatMul"] >= 4) else None
 
 
 def _overflow_fix(for_target: str):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgekit.converters import ConversionData, Converter, ConvertOptions
+from edgekit.converters.keras_batchnorm import with_batchnorm_folded
 from edgekit.errors import ConversionError
 
 OPSET = 17
@@ -25,6 +26,7 @@ class KerasToOnnx(Converter):
         quiet_tensorflow()
         import tf2onnx
 
+        model, folded = with_batchnorm_folded(model)
         function = model.tf_function()
         try:
             tf2onnx.convert.from_function(function, input_signature=function.input_signature, opset=OPSET, output_path=str(out))
@@ -34,7 +36,7 @@ class KerasToOnnx(Converter):
                 hint="an op may be unsupported by tf2onnx; try --to openvino or --to tflite",
             ) from None
         _rename_io(out, [s.name for s in specs], model.output_names)
-        return {"exporter": f"tf2onnx (opset {OPSET})"}
+        return {"exporter": f"tf2onnx (opset {OPSET})", **folded}
 
 
 def _rename_io(path: Path, inputs: list[str], outputs: list[str]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgekit.converters import ConversionData, Converter, ConvertOptions
+from edgekit.converters.keras_batchnorm import with_batchnorm_folded
 from edgekit.errors import ConversionError
 from edgekit.native import stderr_silenced
 
@@ -25,6 +26,7 @@ class KerasToTflite(Converter):
         from edgekit.loaders.keras import quiet_tensorflow
 
         tf = quiet_tensorflow()
+        model, folded = with_batchnorm_folded(model)
         with tempfile.TemporaryDirectory() as tmp:
             # An NPU needs constant shapes: a dynamic batch leaves SHAPE ops it cannot run.
             batch = 1 if options.device else None
@@ -39,7 +41,7 @@ class KerasToTflite(Converter):
                     f"TFLite conversion failed: {str(exc).strip().splitlines()[0][:300]}",
                     hint="an op may lack a TFLite kernel; try another precision",
                 ) from None
-        return {"tflite": notes}
+        return {"tflite": notes, **folded}
 
 
 def configure(converter, options: ConvertOptions, data: ConversionData, specs) -> dict:

@@ -12,7 +12,9 @@ from edgekit.errors import EdgekitError
 DATA_DIR = Path(__file__).parent / "data"
 WEIGHTS = DATA_DIR / "fashion_cnn.pt"
 GRU_WEIGHTS = DATA_DIR / "fashion_gru.pt"  # zoo:fashion-gru, the stateful example (scripts/train_fashion_gru.py)
+VIT_WEIGHTS = DATA_DIR / "fashion_vit.pt"  # zoo:fashion-vit, the transformer example (scripts/train_fashion_vit.py)
 KERAS_MODEL = DATA_DIR / "fashion_cnn.keras"
+KERAS_BN_MODEL = DATA_DIR / "fashion_cnn_bn.keras"  # zoo:fashion-cnn-bn-keras, FER-shaped (scripts/train_fashion_cnn_bn_keras.py)
 TEST_NPZ = DATA_DIR / "fashion_mnist_test.npz"
 CALIB_NPZ = DATA_DIR / "fashion_mnist_calib.npz"
 IDX_DIR = Path("/usr/share/datasets/fashion-mnist")

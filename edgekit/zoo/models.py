@@ -250,3 +250,66 @@ def _db_head(channels: int) -> nn.Sequential:
 def text_db() -> TextDB:
     """Factory for `edgekit.zoo.models:text_db` (untrained; zoo:text-db comes with its weights)."""
     return TextDB().eval()
+
+
+class _Attention(nn.Module):
+    """Multi-head self-attention written out (MatMul + Softmax), as exporters and quantizers see BERT's."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads, self.scale = heads, (dim // heads) ** -0.5
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, tokens, dim = x.shape
+        qkv = self.qkv(x).reshape(batch, tokens, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]  # [batch, heads, tokens, head dim]
+        weights = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) * self.scale, dim=-1)
+        return self.proj(torch.matmul(weights, v).transpose(1, 2).reshape(batch, tokens, dim))
+
+
+class _EncoderBlock(nn.Module):
+    """Pre-norm transformer encoder block: x + attention(LN(x)), then x + MLP(LN(x)) with GELU."""
+
+    def __init__(self, dim: int, heads: int, hidden: int) -> None:
+        super().__init__()
+        self.norm1, self.attention = nn.LayerNorm(dim), _Attention(dim, heads)
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attention(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class FashionViT(nn.Module):
+    """A tiny transformer encoder for Fashion-MNIST (the attention family): each 7x7 patch of the image is a token
+    (16 tokens), 2 pre-norm blocks (d=64, 4 heads, GELU MLP), the mean-pooled embedding -> a linear classifier."""
+
+    edgekit_inputs = ("image:batchx1x28x28",)
+    dim, heads, blocks, patch = 64, 4, 2, 7
+
+    def __init__(self) -> None:
+        super().__init__()
+        tokens = (28 // self.patch) ** 2
+        self.embed = nn.Linear(self.patch * self.patch, self.dim)
+        self.position = nn.Parameter(torch.zeros(1, tokens, self.dim))
+        self.encoder = nn.Sequential(*[_EncoderBlock(self.dim, self.heads, 2 * self.dim) for _ in range(self.blocks)])
+        self.norm = nn.LayerNorm(self.dim)
+        self.head = nn.Linear(self.dim, 10)
+
+    def embedding(self, image: torch.Tensor) -> torch.Tensor:
+        """The sentence-embedding-style output: the mean of the encoded tokens, [batch, 64]."""
+        side, p = 28 // self.patch, self.patch
+        pixels = (image - FASHION_MEAN) / FASHION_STD  # normalised inside
+        patches = pixels.reshape(-1, side, p, side, p).transpose(2, 3).reshape(-1, side * side, p * p)  # [batch, 16, 49]
+        return self.norm(self.encoder(self.embed(patches) + self.position).mean(1))
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        return self.head(self.embedding(image))
+
+
+def fashion_vit() -> FashionViT:
+    """Factory for `edgekit.zoo.models:fashion_vit` (untrained; zoo:fashion-vit comes with its weights)."""
+    return FashionViT().eval()

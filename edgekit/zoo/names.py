@@ -38,6 +38,10 @@ MODELS = {
     # a DBNet-style text detector as such models ship: ONNX, batch/height/width dynamic (edgekit.zoo.models.TextDB,
     # trained by scripts/train_text_db.py on edgekit.zoo.text_pages); give int8 a page size: -i image:batchx3x320x480
     "zoo:text-db": ZooModel("text_db.onnx", ()),
+    # attention (MatMul + Softmax, LayerNorm, GELU): the transformer family's int8 scheme
+    "zoo:fashion-vit": ZooModel("edgekit.zoo.models:fashion_vit", ("image:1x1x28x28",), **FASHION),
+    # a facial-expression-style Keras CNN: Conv(relu) -> BatchNorm, Dense(relu) -> BatchNorm, dropout, softmax out
+    "zoo:fashion-cnn-bn-keras": ZooModel("fashion_cnn_bn.keras", (), "nhwc", **FASHION),
 }
 FILE_FORMATS = {".keras": "keras", ".onnx": "onnx"}  # zoo models committed as files, by suffix
 # zoo data -> (the committed raw file, its preprocessing): uint8 `images` [N, 28, 28] -> float32 `image` in [0, 1],
@@ -59,13 +63,13 @@ def zoo_entry(spec: str) -> ZooModel:
 def zoo_model(spec: str):
     """(ModelSource, input specs, layout) of a zoo model; the trained FashionCNN comes with its weights."""
     from edgekit.loaders import ModelSource
-    from edgekit.zoo.fashion_mnist import DATA_DIR, GRU_WEIGHTS, WEIGHTS
+    from edgekit.zoo.fashion_mnist import DATA_DIR, GRU_WEIGHTS, VIT_WEIGHTS, WEIGHTS
 
     entry = zoo_entry(spec)
     suffix = Path(entry.target).suffix
     if suffix in FILE_FORMATS:
         return ModelSource(str(DATA_DIR / entry.target), FILE_FORMATS[suffix], zoo=spec), entry.inputs, entry.layout
-    weights = {"zoo:fashion-cnn": WEIGHTS, "zoo:fashion-gru": GRU_WEIGHTS}.get(spec)
+    weights = {"zoo:fashion-cnn": WEIGHTS, "zoo:fashion-gru": GRU_WEIGHTS, "zoo:fashion-vit": VIT_WEIGHTS}.get(spec)
     return ModelSource(entry.target, "torch-factory", weights, zoo=spec), entry.inputs, entry.layout
 
 

@@ -1,0 +1,94 @@
+"""int8 on the other families (issue 17), on real trained zoo models: OpenVINO sees the attention of zoo:fashion-vit
+(from PyTorch and from ONNX) and its transformer scheme keeps the model closer than the CNN scheme; the backends
+agree on the FER-shaped Keras CNN zoo:fashion-cnn-bn-keras."""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+pytest.importorskip("openvino")
+pytest.importorskip("nncf")
+
+import edgekit  # noqa: E402
+from edgekit.calibration import Samples  # noqa: E402
+from edgekit.loaders import open_source  # noqa: E402
+from edgekit.targets import make_runner  # noqa: E402
+from edgekit.validate.compare import compare_output, run_batches  # noqa: E402
+from edgekit.zoo.names import zoo_data  # noqa: E402
+
+TEST_SAMPLES = 1000
+
+
+def _outputs(spec: str, layout: str = "nchw", batch: int = 100) -> np.ndarray:
+    """The first output of the model or artifact `spec` on the first Fashion-MNIST test images."""
+    runner = make_runner(open_source(spec))
+    runner.load()
+    with np.load(zoo_data("zoo:fashion-mnist-test", layout=layout)) as npz:
+        samples = Samples({"image": npz["image"][:TEST_SAMPLES]})
+    return run_batches(runner, samples.bind(runner.inputs), batch)[0]
+
+
+@pytest.fixture(scope="module")
+def vit_onnx(tmp_path_factory):
+    return edgekit.convert("zoo:fashion-vit", "onnx", tmp_path_factory.mktemp("vit") / "vit.onnx").path
+
+
+def test_openvino_sees_the_attention_of_the_vit_from_pytorch_and_from_onnx(vit_onnx):
+    import openvino as ov
+
+    from edgekit.converters.any_openvino import _to_openvino, detect_model_type
+    from edgekit.converters.pipeline import load_for_conversion
+
+    module, specs = load_for_conversion(open_source("zoo:fashion-vit"), [])
+    from_torch, from_onnx = _to_openvino(module, specs), ov.convert_model(str(vit_onnx))
+    for ov_model in (from_torch, from_onnx):
+        # OpenVINO fuses MatMul + Softmax + MatMul into ScaledDotProductAttention: no Softmax is left to count
+        assert Counter(op.get_type_name() for op in ov_model.get_ops())["ScaledDotProductAttention"] == 2
+        assert detect_model_type(ov_model) == "transformer"
+    cnn, cnn_specs = load_for_conversion(open_source("zoo:fashion-cnn"), [])
+    assert detect_model_type(_to_openvino(cnn, cnn_specs)) is None
+
+
+def test_openvino_int8_of_the_vit_takes_the_transformer_scheme_and_stays_closer_than_the_cnn_scheme(tmp_path):
+    reference = _outputs("zoo:fashion-vit")
+    fidelity = {}
+    for scheme in ("auto", "cnn"):
+        converted = edgekit.convert(
+            "zoo:fashion-vit", "openvino", tmp_path / f"{scheme}.xml", precision="int8", model_type=None if scheme == "auto" else scheme
+        )
+        assert converted.provenance["quantization"]["model_type"] == ("transformer" if scheme == "auto" else "cnn")
+        fidelity[scheme] = compare_output("logits", reference, _outputs(str(converted.path)))
+    assert fidelity["auto"].top1_agreement >= 99.0 and fidelity["auto"].cosine_mean >= 0.999
+    assert 1 - fidelity["auto"].cosine_mean < 1 - fidelity["cnn"].cosine_mean  # what detecting attention buys
+
+
+def test_the_backends_agree_with_each_other_on_the_fer_shaped_keras_cnn(tmp_path):
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("tf2onnx")
+    model = "zoo:fashion-cnn-bn-keras"
+    reference = _outputs(model, "nhwc")
+    agreement = {}
+    for fmt, suffix in (("onnx", ".onnx"), ("openvino", ".xml"), ("tflite", ".tflite")):
+        converted = edgekit.convert(model, fmt, tmp_path / f"int8{suffix}", precision="int8", calib="zoo:fashion-mnist-calib")
+        fidelity = compare_output("probabilities", reference, _outputs(str(converted.path), "nhwc", 1 if fmt == "tflite" else 100))
+        agreement[fmt] = fidelity.top1_agreement
+        assert fidelity.cosine_mean >= 0.999, (fmt, fidelity)
+    # LiteRT agreed 96.3% (cosine 0.994) before the batch norm after the Dense(relu) was folded (converters.keras_batchnorm)
+    assert min(agreement.values()) >= 98.0 and max(agreement.values()) - min(agreement.values()) <= 1.5, agreement
+
+
+def test_a_batchnorm_after_a_dense_relu_is_folded_exactly_into_the_dense_layers_around_it():
+    pytest.importorskip("tensorflow")
+    from edgekit.converters.keras_batchnorm import with_batchnorm_folded
+    from edgekit.loaders.keras import KerasModel
+
+    model = KerasModel(open_source("zoo:fashion-cnn-bn-keras"))
+    folded, notes = with_batchnorm_folded(model)
+    assert len(notes["batchnorm_folded"]["layers"]) == 1  # the 2-D one; those after a convolution's ReLU stay
+    batchnorms = [layer for layer in folded.keras.layers if type(layer).__name__ == "BatchNormalization"]
+    assert len(batchnorms) == 4 and model.keras is not folded.keras
+    with np.load(zoo_data("zoo:fashion-mnist-test", layout="nhwc")) as npz:
+        feeds = {"image": npz["image"][:200]}
+    np.testing.assert_allclose(folded.predict(feeds)[0], model.predict(feeds)[0], atol=1e-5)
+    assert with_batchnorm_folded(KerasModel(open_source("zoo:fashion-cnn-keras")))[1] == {}  # BN right after a conv: left
