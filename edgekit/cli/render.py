@@ -152,7 +152,10 @@ def print_tensorrt_findings(findings: list[dict], indent: str = "") -> None:
 
 def _quant_detail(quant: dict) -> str:
     if quant.get("tool") == "nncf":
-        return f"NNCF, {quant['model_type']} scheme, {quant['bias_correction']} bias correction, {quant['samples']} samples"
+        ranges = (
+            f"{quant['method']} ranges, {'per-channel' if quant['per_channel'] else 'per-tensor'} weights, " if "method" in quant else ""
+        )
+        return f"NNCF, {quant['model_type']} scheme, {ranges}{quant['bias_correction']} bias correction, {quant['samples']} samples"
     if "activations" in quant:
         return f"{quant['activations']} activations x {quant['weights']} weights, {'per-channel' if quant['per_channel'] else 'per-tensor'}"
     return quant.get("note", quant.get("weights", ""))

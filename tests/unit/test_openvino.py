@@ -119,3 +119,51 @@ def test_missing_device_and_missing_bin_are_clear(tmp_path, ir):
 
     with pytest.raises(ModelLoadError, match="weights file lonely.bin is missing"):
         read_ir(lonely)
+
+
+def _weight_scales(path) -> list[int]:
+    """How many dequantization scales each int8 weight of an IR has (one per output channel, or one)."""
+    import openvino as ov
+
+    counts = []
+    for op in ov.Core().read_model(str(path)).get_ordered_ops():
+        weight = op.input(1).get_source_output().get_node() if op.get_type_name() in ("Convolution", "MatMul") else None
+        if weight is not None and weight.get_type_name() == "Multiply":  # int8 Constant -> Convert -> Multiply(scale)
+            counts.append(int(np.prod(weight.input(1).get_partial_shape().to_shape())))
+    return counts
+
+
+def _activation_highs(path) -> list[float]:
+    """The upper range limit of each activation FakeQuantize of an IR, in graph order."""
+    import openvino as ov
+
+    ops = ov.Core().read_model(str(path)).get_ordered_ops()
+    return [float(op.input_value(2).get_node().get_data().max()) for op in ops if op.get_type_name() == "FakeQuantize"]
+
+
+def test_per_tensor_and_calib_method_change_what_nncf_writes(tmp_path, fashion_source, demo_data, ir):
+    def int8(name, **options):
+        calib = CalibrationOptions(str(demo_data[1]), 300, options.pop("method", "minmax"))
+        return convert(fashion_source, "openvino", tmp_path / name, ConvertOptions("int8", INPUTS, calib, **options))
+
+    per_tensor, percentile = int8("pt.xml", per_tensor=True), int8("pc.xml", method="percentile")
+    assert _weight_scales(ir["int8"].path) == [32, 64, 64, 128, 10] and _weight_scales(per_tensor.path) == [1] * 5
+    minmax_highs, percentile_highs = _activation_highs(ir["int8"].path), _activation_highs(percentile.path)
+    assert len(minmax_highs) >= 4
+    pairs = list(zip(percentile_highs, minmax_highs, strict=True))  # the same quantizers, narrower ranges
+    assert all(p <= m * 1.0001 for p, m in pairs) and any(p < 0.9 * m for p, m in pairs)
+    notes = [a.meta["provenance"]["quantization"] for a in (ir["int8"], per_tensor, percentile)]
+    assert [(n["method"], n["per_channel"], n["bias_correction"]) for n in notes] == [
+        ("minmax", True, "full"),
+        ("minmax", False, "full"),
+        ("percentile", True, "full"),
+    ]
+
+
+def test_entropy_calibration_is_refused_in_one_line(tmp_path):
+    from tests.conftest import assert_clean_error, run_cli
+
+    out = tmp_path / "m.xml"
+    args = ("--calib", "zoo:fashion-mnist-calib", "--calib-method", "entropy", "-o", out)
+    assert_clean_error(run_cli("convert", "zoo:fashion-cnn", "--to", "openvino", "-p", "int8", *args), "entropy", "percentile", "--to onnx")
+    assert not out.exists()

@@ -31,11 +31,11 @@ def test_litert_npu_is_not_run_on_the_cpu(tmp_path):
     assert "LiteRT delegate" in info.value.hint
 
 
-def test_an_option_the_backend_ignores_is_an_error(tmp_path, fashion_onnx, demo_data):
+def test_an_option_the_backend_ignores_is_an_error(tmp_path, fashion_source, fashion_onnx, demo_data):
     calibration = CalibrationOptions(str(demo_data[1]), 50)
-    with pytest.raises(EdgekitError, match="--per-tensor is not applied by openvino's int8"):
-        convert(open_source(str(fashion_onnx["fp32"])), "openvino", tmp_path / "m.xml", ConvertOptions("int8", INPUTS, calibration, True))
-    with pytest.raises(EdgekitError, match="--calib-method is not applied by openvino's int8"):
+    with pytest.raises(EdgekitError, match="--per-tensor is not applied by tflite's int8"):
+        convert(fashion_source, "tflite", tmp_path / "m.tflite", ConvertOptions("int8", INPUTS, calibration, True))
+    with pytest.raises(EdgekitError, match="--calib-method entropy is not available in openvino's int8"):
         method = CalibrationOptions(str(demo_data[1]), 50, "entropy")
         convert(open_source(str(fashion_onnx["fp32"])), "openvino", tmp_path / "m.xml", ConvertOptions("int8", INPUTS, method))
     with pytest.raises(EdgekitError, match="--per-tensor applies to int8 quantization, not fp16"):
