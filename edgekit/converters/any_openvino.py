@@ -31,8 +31,13 @@ class ToOpenVino(Converter):
     def convert(self, model, specs, out: Path, options: ConvertOptions, data: ConversionData) -> dict:
         import openvino as ov
 
+        folded: dict = {}
+        if hasattr(model, "export_saved_model"):  # Keras: batch norms after Dense(relu) folded as for ONNX and TFLite
+            from edgekit.converters.keras_batchnorm import with_batchnorm_folded
+
+            model, folded = with_batchnorm_folded(model)
         ov_model = _name_tensors(_to_openvino(model, specs), specs)
-        notes: dict = {"openvino": {"compress_to_fp16": options.precision == "fp16"}}
+        notes: dict = {"openvino": {"compress_to_fp16": options.precision == "fp16", **folded}}
         if options.precision == "int8":
             sensitivity = _sensitive_layers(model, ov_model, data, specs, options)
             ov_model, notes["quantization"] = _nncf_int8(ov_model, data, options, sensitivity)

@@ -74,6 +74,8 @@ def test_the_backends_agree_with_each_other_on_the_fer_shaped_keras_cnn(tmp_path
         fidelity = compare_output("probabilities", reference, _outputs(str(converted.path), "nhwc", 1 if fmt == "tflite" else 100))
         agreement[fmt] = fidelity.top1_agreement
         assert fidelity.cosine_mean >= 0.999, (fmt, fidelity)
+        if fmt == "openvino":  # every Keras path folds it, OpenVINO's too
+            assert converted.provenance["openvino"]["batchnorm_folded"]["layers"], converted.provenance["openvino"]
     # LiteRT agreed 96.3% (cosine 0.994) before the batch norm after the Dense(relu) was folded (converters.keras_batchnorm)
     assert min(agreement.values()) >= 98.0 and max(agreement.values()) - min(agreement.values()) <= 1.5, agreement
 
