@@ -27,7 +27,7 @@ demo: setup
 	$(BIN)/edgekit demo
 
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not e2e"
