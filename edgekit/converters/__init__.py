@@ -88,6 +88,7 @@ class Converter:
     agreement_control: ClassVar[bool] = False  # ... or to meet --min-agreement (top-1 agreement with fp32)
     # quantization options it applies ("calib_method", "per_tensor"); asking another of it is an error. None: not declared
     honours: ClassVar[frozenset[str] | None] = None
+    calib_methods: ClassVar[tuple[str, ...] | None] = None  # the --calib-method values it has, where not all of CALIB_METHODS
 
     @classmethod
     def require(cls) -> None:

@@ -169,6 +169,12 @@ def _check_honoured(steps, options: ConvertOptions) -> None:
                 f"{flag} is not applied by {converter.target_format}'s {precision} ({converter.__name__}): it uses its own scheme",
                 hint=f"drop {flag}, or quantize through ONNX (--to onnx) where it applies",
             )
+        method = options.calibration.method
+        if name == "calib_method" and converter.calib_methods is not None and method not in converter.calib_methods:
+            raise EdgekitError(
+                f"--calib-method {method} is not available for {converter.target_format}'s {precision} ({converter.__name__})",
+                hint=f"use --calib-method {' or '.join(converter.calib_methods)}, or quantize through ONNX (--to onnx)",
+            )
 
 
 def _check_accuracy_control(steps, options: ConvertOptions) -> None:

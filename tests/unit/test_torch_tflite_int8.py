@@ -1,4 +1,5 @@
-"""LiteRT int8 from PyTorch (PT2E with converters.litert_quantizer) on EfficientNet-Lite0 and real photo crops."""
+"""PT2E int8 (converters.pt2e, with litert-torch's quantizer for LiteRT and XNNPACK's for ExecuTorch) on EfficientNet-Lite0
+and real photo crops."""
 
 from __future__ import annotations
 
@@ -8,18 +9,30 @@ pytest.importorskip("litert_torch")
 pytest.importorskip("efficientnet_lite_pytorch")
 
 
+def _lite0_prepared(quantizer, crops):
+    """EfficientNet-Lite0 exported at batch 1, its symmetric zero pads folded, PT2E-prepared with `quantizer`."""
+    import torch
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
+
+    from edgekit.converters.pt2e import fold_zero_pads
+    from edgekit.zoo.models import efficientnet_lite0
+
+    exported = torch.export.export(efficientnet_lite0().eval(), (crops[:1],)).module()
+    fold_zero_pads(exported)
+    return prepare_pt2e(exported, quantizer)
+
+
 @pytest.fixture(scope="module")
 def lite0_prepared():
-    """EfficientNet-Lite0 exported, its zero pads folded, PT2E-prepared and calibrated on 16 real photo crops."""
+    """Prepared with the LiteRT quantizer (default options) and calibrated on 16 real photo crops."""
     import torch
 
-    from edgekit.converters.torch_tflite import _pt2e_prepare, _quantizer
-    from edgekit.zoo.models import efficientnet_lite0
+    from edgekit.converters import ConvertOptions
+    from edgekit.converters.litert_quantizer import litert_quantizer
     from edgekit.zoo.photos import photo_crops
 
     crops = torch.from_numpy(photo_crops(16, seed=0))
-    model = efficientnet_lite0()
-    prepared = _pt2e_prepare(model, (crops[:1],), _quantizer(dynamic=False))
+    prepared = _lite0_prepared(litert_quantizer(ConvertOptions("int8"))[0], crops)
     with torch.no_grad():
         for i in range(len(crops)):
             prepared(crops[i : i + 1])
@@ -63,7 +76,7 @@ def test_fitted_weight_rounding_brings_the_quantized_model_close_to_fp32(lite0_p
     import torch
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
 
-    from edgekit.converters.litert_quantizer import fit_weight_rounding
+    from edgekit.converters.pt2e import fit_weight_rounding
     from edgekit.zoo.models import efficientnet_lite0
     from edgekit.zoo.photos import photo_crops
 
@@ -77,3 +90,21 @@ def test_fitted_weight_rounding_brings_the_quantized_model_close_to_fp32(lite0_p
         out = torch.cat([converted(test[i : i + 1]) for i in range(len(test))])
     agreement = (out.argmax(1) == reference.argmax(1)).float().mean().item() * 100
     assert agreement >= 90.0 and torch.nn.functional.cosine_similarity(out, reference).mean() >= 0.994
+
+
+def test_executorch_xnnpack_quantizer_observes_relu6_after_the_clamp():
+    """The stock XNNPACKQuantizer shares a ReLU6's observer with the conv before it (pre-clamp ranges; the .pte agreed
+    with fp32 on ~40% of crops); converters.pt2e's pattern observes the clamp's output and nothing between."""
+    pytest.importorskip("executorch")
+    import torch
+
+    from edgekit.backends.executorch.quantizer import xnnpack_quantizer
+    from edgekit.converters import ConvertOptions
+    from edgekit.zoo.photos import photo_crops
+
+    prepared = _lite0_prepared(xnnpack_quantizer(ConvertOptions("int8"))[0], torch.from_numpy(photo_crops(1, seed=0)))
+    clamps = [n for n in prepared.graph.nodes if n.target == torch.ops.aten.hardtanh.default]
+    assert len(clamps) == 33
+    for clamp in clamps:
+        assert clamp.args[0].target == torch.ops.aten.conv2d.default, clamp.args[0]  # no observer between conv and clamp
+        assert _observer_after(prepared, clamp) is not None
