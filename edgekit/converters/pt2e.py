@@ -9,10 +9,11 @@ What the stock PT2E quantizers miss on EfficientNet-Lite / MobileNet, and the st
 - a constant zero pad shares its input's observer (zeros are inside any ReLU range), so no requantize after it; a
   symmetric one is folded into the convolution that reads it (`fold_zero_pads`).
 - the weight codes fitted to the quantized model's own activations, and biases corrected (`fit_weight_rounding`,
-  converters.int8_rounding's algorithm).
+  converters.int8_rounding's algorithm), then each bias moved so the layer's mean output on the calibration samples is
+  the float model's, layer by layer through the quantized model (`correct_biases`).
 - the activation observer follows --calib-method, the weight scheme --per-tensor (`static_config`).
 
-`quantize()` runs them in order: export, fold pads, prepare with the backend's quantizer, calibrate, convert, fit.
+`quantize()` runs them in order: export, fold pads, prepare with the backend's quantizer, calibrate, convert, fit, correct.
 The quantizer configs of litert-torch and XNNPACK are both dataclasses with input_activation, output_activation,
 weight and bias specs: that is all this module reads. Import lazily (it imports torch and torchao).
 """
@@ -72,8 +73,9 @@ def static_config(make_config, options) -> tuple:
 
 def quantize(module, args, quantizer, batches: list, fold_quantize: bool) -> tuple:
     """torch.export, zero pads folded, PT2E prepare with `quantizer`, one pass over `batches` (tuples of input tensors),
-    convert, weight codes fitted; (the quantized GraphModule, provenance notes). `fold_quantize` folds the weights'
-    quantize ops into int8 constants afterwards (what ExecuTorch's lowering expects; litert-torch folds them itself)."""
+    convert, weight codes fitted, biases corrected empirically; (the quantized GraphModule, provenance notes).
+    `fold_quantize` folds the weights' quantize ops into int8 constants afterwards (what ExecuTorch's lowering expects;
+    litert-torch folds them itself)."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     exported = torch.export.export(module, args).module()
@@ -82,7 +84,9 @@ def quantize(module, args, quantizer, batches: list, fold_quantize: bool) -> tup
     for tensors in batches:  # one pass through the observers
         prepared(*tensors)
     converted = convert_pt2e(prepared, fold_quantize=False)  # the fit edits the float weights the quantize ops read
+    means = float_output_means(converted, batches)  # before the fit edits the weights
     notes = {"calibration_samples": len(batches), "zero_pads_folded": folded, "weight_rounding": fit_weight_rounding(converted, batches)}
+    notes["bias_correction"] = correct_biases(converted, batches, means)
     if fold_quantize:
         _fold_weight_quantize(converted)
     return converted, notes
@@ -268,8 +272,7 @@ class _QuantizedLayer:
         return cls(model, node, quantize, conv)
 
     def _attr(self, node: Node) -> torch.Tensor:
-        owner, _, name = node.target.rpartition(".")
-        return getattr(self.model.get_submodule(owner) if owner else self.model, name)
+        return _attribute(self.model, node)
 
     def _value(self, arg):
         """A scale or zero point: an attribute (per channel) or a number in the graph (per tensor)."""
@@ -306,6 +309,12 @@ class _QuantizedLayer:
             shift = x.reshape(-1, x.shape[-1]).mean(0) @ error.T
         with torch.no_grad():
             self._attr(bias).sub_(shift.to(self._attr(bias).dtype))
+
+
+def _attribute(model: GraphModule, node: Node) -> torch.Tensor:
+    """The tensor a get_attr node reads."""
+    owner, _, name = node.target.rpartition(".")
+    return getattr(model.get_submodule(owner) if owner else model, name)
 
 
 def _weight_quantize_pairs() -> dict:
@@ -372,3 +381,108 @@ def _conv2d_params(conv: Node) -> tuple:
     """aten.conv2d's (stride, padding, dilation, groups), defaults filled in."""
     given = list(conv.args[3:7])
     return tuple(given + [[1, 1], [0, 0], [1, 1], 1][len(given) :])
+
+
+def float_output_means(model: GraphModule, batches) -> dict:
+    """{conv/linear node: per-channel mean of its output} in float: the converted graph run with every quantize and
+    dequantize as identity (the fp32 model, its zero pads folded; call it before fit_weight_rounding edits weights)."""
+    layers = [layer.node for node in model.graph.nodes if (layer := _QuantizedLayer.of(model, node)) is not None]
+    means = {}
+    _walk(model, batches[:SAMPLES_FOR_MEANS], set(layers), lambda node, outs: means.__setitem__(node, _channel_mean(outs)), quantized=False)
+    return means
+
+
+def correct_biases(model: GraphModule, batches, float_means: dict) -> dict:
+    """Empirical bias correction (Nagel et al. 2019, as AIMET does it): layer by layer in graph order, the quantized
+    model's own mean output of each conv/linear on the calibration samples is brought to the float model's by its bias,
+    so each layer is corrected for the errors of all the layers before it. Returns the provenance entry."""
+    shifts = []
+
+    def correct(node, outs):
+        bias = node.args[2] if len(node.args) > 2 else None
+        if not isinstance(bias, Node) or bias.op != "get_attr" or node not in float_means:
+            return
+        shift = _channel_mean(outs) - float_means[node]
+        value = _attribute(model, bias)
+        with torch.no_grad():
+            value.sub_(shift.to(value.dtype))
+        view = (1, -1) + (1,) * (outs[0].dim() - 2)
+        outs[:] = [o - shift.reshape(view).to(o.dtype) for o in outs]  # downstream layers see the corrected output
+        shifts.append(float(shift.abs().mean()))
+
+    _walk(model, batches[:SAMPLES_FOR_MEANS], set(float_means), correct, quantized=True)
+    return {
+        "method": "empirical bias correction through the quantized model's own activations, layer by layer",
+        "samples": min(SAMPLES_FOR_MEANS, len(batches)),
+        "layers": len(shifts),
+        "mean_abs_shift": round(sum(shifts) / len(shifts), 6) if shifts else None,
+    }
+
+
+SAMPLES_FOR_MEANS = 32  # calibration samples the per-channel output means are taken over
+
+
+def _channel_mean(outs: list) -> torch.Tensor:
+    """Per-channel mean over samples and positions of conv (N, C, H, W) or linear (N, C) outputs."""
+    x = torch.cat(outs)
+    return x.double().mean(dim=[d for d in range(x.dim()) if d != 1])
+
+
+def _walk(model: GraphModule, batches, layers: set, visit, quantized: bool) -> None:
+    """Run the graph node by node on all `batches` at once (a list of outputs per node), calling visit(node, outputs)
+    after each node in `layers`; visit may edit the outputs in place. quantized=False: quantize/dequantize as identity."""
+    qd = torch.ops.quantized_decomposed
+    identity = (
+        set()
+        if quantized
+        else {
+            qd.quantize_per_tensor.default,
+            qd.dequantize_per_tensor.default,
+            qd.quantize_per_channel.default,
+            qd.dequantize_per_channel.default,
+        }
+    )
+    last_use = {}
+    for node in model.graph.nodes:
+        for source in node.all_input_nodes:
+            last_use[source] = node
+    interpreter = torch.fx.Interpreter(model)
+    env: dict = {}
+    count = len(batches)
+    inputs = iter(range(len(batches[0])))
+    with torch.no_grad():
+        for node in model.graph.nodes:
+            if node.op == "placeholder":
+                i = next(inputs)
+                env[node] = [b[i] for b in batches]
+            elif node.op == "get_attr":
+                env[node] = _Constant(interpreter.fetch_attr(node.target))
+            elif node.op == "call_function":
+                batched = any(isinstance(env[n], list) for n in node.all_input_nodes)
+                if node.target in identity:
+                    env[node] = env[node.args[0]]
+                elif not batched:
+                    args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: env[n].value)
+                    env[node] = _Constant(node.target(*args, **kwargs))
+                else:
+                    env[node] = [_call(node, env, k) for k in range(count)]
+                if node in layers:
+                    visit(node, env[node])
+            elif node.op == "output":
+                return
+            for source in node.all_input_nodes:
+                if last_use.get(source) is node:
+                    env.pop(source, None)
+
+
+class _Constant:
+    """A value computed from attributes only (a weight, its quantize/dequantize): the same for every sample."""
+
+    def __init__(self, value) -> None:
+        self.value = value
+
+
+def _call(node: Node, env: dict, k: int):
+    pick = lambda n: env[n][k] if isinstance(env[n], list) else env[n].value  # noqa: E731
+    args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), pick)
+    return node.target(*args, **kwargs)

@@ -70,21 +70,24 @@ def test_residual_adds_are_quantized_and_symmetric_pads_folded(lite0_prepared):
 
 def test_fitted_weight_rounding_brings_the_quantized_model_close_to_fp32(lite0_prepared):
     """The PT2E model litert-torch lowers, on 60 other crops: round-to-nearest weights agreed on ~87% / cosine 0.987
-    (the LiteRT model before the quantizer fixes: 45% / 0.74); fitted codes + bias correction ~95% / 0.997."""
+    (the LiteRT model before the quantizer fixes: 45% / 0.74); fitted codes + bias corrections ~95% / 0.997."""
     import copy
 
     import torch
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
 
-    from edgekit.converters.pt2e import fit_weight_rounding
+    from edgekit.converters.pt2e import correct_biases, fit_weight_rounding, float_output_means
     from edgekit.zoo.models import efficientnet_lite0
     from edgekit.zoo.photos import photo_crops
 
     calibration = torch.from_numpy(photo_crops(16, seed=0))
     test = torch.from_numpy(photo_crops(60, seed=1))
     converted = convert_pt2e(copy.deepcopy(lite0_prepared), fold_quantize=False)
-    done = fit_weight_rounding(converted, [(calibration[i : i + 1],) for i in range(len(calibration))])
+    batches = [(calibration[i : i + 1],) for i in range(len(calibration))]
+    means = float_output_means(converted, batches)
+    done = fit_weight_rounding(converted, batches)
     assert done["layers"] == 50 and done["output_error_vs_round_to_nearest"] < 0.5
+    assert correct_biases(converted, batches, means)["layers"] == 50
     with torch.no_grad():
         reference = efficientnet_lite0()(test)
         out = torch.cat([converted(test[i : i + 1]) for i in range(len(test))])

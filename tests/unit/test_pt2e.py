@@ -1,8 +1,10 @@
-"""--per-tensor and --calib-method on the PT2E paths (PyTorch -> LiteRT, PyTorch -> ExecuTorch) and Keras -> TFLite:
-applied where the backend has them, recorded as applied, refused in one line where it has not (trained FashionCNN,
-real Fashion-MNIST)."""
+"""PT2E int8 (converters.pt2e) on the trained FashionCNN and real Fashion-MNIST: empirical bias correction, and
+--per-tensor / --calib-method on the PT2E paths (PyTorch -> LiteRT, PyTorch -> ExecuTorch) and Keras -> TFLite:
+applied where the backend has them, recorded as applied, refused in one line where it has not."""
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 import pytest
@@ -85,3 +87,34 @@ def test_keras_to_tflite_per_tensor_is_applied_and_calibration_method_refused(tm
             tmp_path / "p.tflite",
             ConvertOptions("int8", (), CalibrationOptions(str(tmp_path / "nhwc.npz"), 100, "percentile")),
         )
+
+
+def test_empirical_bias_correction_brings_each_layer_mean_to_the_float_model(demo_data):
+    """After the correction, every conv/linear output of the quantized model has the float model's per-channel mean on
+    the calibration samples (each layer corrected for the errors of the layers before it)."""
+    pytest.importorskip("litert_torch")
+    import torch
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from edgekit.calibration import load_samples
+    from edgekit.converters import ConvertOptions, pt2e
+    from edgekit.converters.litert_quantizer import litert_quantizer
+    from edgekit.loaders.torch import load_torch
+    from edgekit.zoo.names import zoo_model
+
+    model = load_torch(zoo_model("zoo:fashion-cnn")[0])[0].eval()
+    batches = [(torch.from_numpy(f["image"]),) for f in itertools.islice(load_samples(str(demo_data[1])).batches(1), 64)]
+    prepared = prepare_pt2e(torch.export.export(model, batches[0]).module(), litert_quantizer(ConvertOptions("int8"))[0])
+    for tensors in batches:
+        prepared(*tensors)
+    quantized = convert_pt2e(prepared, fold_quantize=False)
+    float_means = pt2e.float_output_means(quantized, batches)  # the fp32 model: quantize/dequantize as identity
+    pt2e.fit_weight_rounding(quantized, batches)  # moves the means (rounding error, then its own mean correction)
+    assert pt2e.correct_biases(quantized, batches, float_means)["layers"] == 5
+    now = {}
+    pt2e._walk(
+        quantized, batches[: pt2e.SAMPLES_FOR_MEANS], set(float_means), lambda n, outs: now.__setitem__(n, pt2e._channel_mean(outs)), True
+    )
+    assert len(now) == 5
+    for node, mean in now.items():
+        assert torch.allclose(mean, float_means[node], atol=1e-4 * (1 + float(float_means[node].abs().max()))), node
