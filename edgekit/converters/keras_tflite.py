@@ -6,7 +6,7 @@ from pathlib import Path
 
 from edgekit.converters import ConversionData, Converter, ConvertOptions
 from edgekit.converters.keras_batchnorm import with_batchnorm_folded
-from edgekit.errors import ConversionError
+from edgekit.errors import ConversionError, EdgekitError
 from edgekit.native import stderr_silenced
 
 
@@ -16,7 +16,9 @@ class KerasToTflite(Converter):
     sources = ("keras",)
     target_format = "tflite"
     precisions = {"fp32": False, "fp16": False, "int8-dynamic": False, "int8": True}
-    honours = frozenset()  # its own range estimation and per-channel weights: --calib-method / --per-tensor do not apply
+    # full int8 weights per tensor with --per-tensor (the converter's _experimental_disable_per_channel); its range
+    # estimation is its own (min/max), with no choice of method: --calib-method is refused
+    honours = frozenset({"per_tensor"})
     package = "tensorflow-cpu"
     import_name = "tensorflow"
 
@@ -25,6 +27,10 @@ class KerasToTflite(Converter):
 
         from edgekit.loaders.keras import quiet_tensorflow
 
+        if options.per_tensor and options.precision != "int8":  # the converter's switch applies to full int8 only
+            raise EdgekitError(
+                f"--per-tensor is not available for TFLite {options.precision} from Keras", hint="drop --per-tensor, or use -p int8"
+            )
         tf = quiet_tensorflow()
         model, folded = with_batchnorm_folded(model)
         with tempfile.TemporaryDirectory() as tmp:
@@ -64,4 +70,12 @@ def configure(converter, options: ConvertOptions, data: ConversionData, specs) -
     io = {"float32": tf.float32, "int8": tf.int8, "uint8": tf.uint8}[options.io_dtype]
     converter.inference_input_type = io
     converter.inference_output_type = io
-    return {"precision": "int8", "io_dtype": options.io_dtype, "ops": "int8 builtins only (full integer)", "samples": len(data.calibration)}
+    converter._experimental_disable_per_channel = options.per_tensor  # the only switch TFLiteConverter has for it
+    return {
+        "precision": "int8",
+        "io_dtype": options.io_dtype,
+        "ops": "int8 builtins only (full integer)",
+        "samples": len(data.calibration),
+        "weights": f"int8 symmetric, {'per-tensor' if options.per_tensor else 'per-channel'}",
+        "activations": "int8 per-tensor, the TFLite calibrator's min/max over the samples (no other method there)",
+    }

@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 
 from edgekit.converters import ConversionData, Converter, ConvertOptions
-from edgekit.errors import ConversionError
+from edgekit.errors import ConversionError, EdgekitError
 from edgekit.native import stderr_silenced
 
 log = logging.getLogger("edgekit")
@@ -25,7 +25,8 @@ class TorchToTflite(Converter):
     sources = ("torch",)
     target_format = "tflite"
     precisions = {"fp32": False, "fp16": False, "int8-dynamic": False, "int8": True}
-    honours = frozenset()  # its own range estimation and per-channel weights: --calib-method / --per-tensor do not apply
+    honours = frozenset({"calib_method", "per_tensor"})  # PT2E int8: converters.pt2e.static_config
+    calib_methods = ("minmax",)  # converters.pt2e.OBSERVERS: torchao has no entropy or percentile observer
     accuracy_control = True  # --max-drop / --min-agreement: converters.litert_accuracy
     agreement_control = True
     package = "litert-torch"
@@ -38,6 +39,10 @@ class TorchToTflite(Converter):
 
         from edgekit.loaders.torch import check_forward, example_tensors, export_batch
 
+        if options.per_tensor and options.precision != "int8":  # litert-torch's dynamic recipe has channel-wise weights only
+            raise EdgekitError(
+                f"--per-tensor is not available for TFLite {options.precision} from PyTorch", hint="drop --per-tensor, or use -p int8"
+            )
         check_forward(model, specs)
         args = example_tensors(specs, export_batch(model, EXPORT_BATCH))
         notes = {"precision": options.precision, "layout": options.layout}
@@ -52,7 +57,7 @@ class TorchToTflite(Converter):
             from edgekit.converters.litert_accuracy import accuracy_controlled
 
             def build(keep_float: tuple[str, ...]):
-                return _converted(lambda: _int8_static(module, args, data, specs, notes, keep_float))
+                return _converted(lambda: _int8_static(module, args, options, data, specs, notes, keep_float))
 
             notes["accuracy_control"] = accuracy_controlled(model, specs, data, options, build, out)
             return {"tflite": notes}
@@ -94,45 +99,23 @@ def _convert(module, args, options: ConvertOptions, data: ConversionData, specs,
         # (litert-torch 0.10); the weight-only dynamic recipe keeps accuracy.
         recipe = quant_recipes.full_fp16_recipe() if options.precision == "fp16" else quant_recipes.full_dynamic_recipe()
         return litert_torch.convert(_inference_mode(module), args, quant_config=recipe)
-    return _int8_static(module, args, data, specs, notes)
+    return _int8_static(module, args, options, data, specs, notes)
 
 
-def _int8_static(module, args, data: ConversionData, specs, notes: dict, keep_float: tuple[str, ...] = ()):
-    """PT2E static int8: observers over the calibration samples, fitted weight codes; `keep_float` modules stay float."""
+def _int8_static(module, args, options: ConvertOptions, data: ConversionData, specs, notes: dict, keep_float: tuple[str, ...] = ()):
+    """PT2E static int8 (converters.pt2e.quantize) with litert-torch's quantizer; `keep_float` modules stay float."""
     import litert_torch
     from litert_torch.quantize.quant_config import QuantConfig
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
 
-    from edgekit.converters.litert_quantizer import fit_weight_rounding
+    from edgekit.converters.litert_quantizer import litert_quantizer
+    from edgekit.converters.pt2e import quantize
 
-    quantizer = _quantizer(dynamic=False)
+    quantizer, scheme = litert_quantizer(options)
     quantizer.keep_float = tuple(keep_float)
-    prepared = _pt2e_prepare(module, args, quantizer)
-    batches = list(calibration_batches(data.calibration, specs, notes["layout"]))
-    for tensors in batches:  # one pass through the observers
-        prepared(*tensors)
-    converted = convert_pt2e(prepared, fold_quantize=False)
-    notes["weight_rounding"] = fit_weight_rounding(converted, batches)
+    batches = list(calibration_batches(data.calibration, specs, options.layout))
+    converted, done = quantize(_inference_mode(module), args, quantizer, batches, fold_quantize=False)
+    notes["quantization"] = {**scheme, **done}
     return litert_torch.convert(converted, args, quant_config=QuantConfig(pt2e_quantizer=quantizer))
-
-
-def _quantizer(dynamic: bool):  # static (calibrated) int8 only: see _convert
-    from litert_torch.quantize.pt2e_quantizer import get_symmetric_quantization_config
-
-    from edgekit.converters.litert_quantizer import LiteRTQuantizer
-
-    return LiteRTQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=dynamic))
-
-
-def _pt2e_prepare(module, args, quantizer):
-    import torch
-    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
-
-    from edgekit.converters.litert_quantizer import fold_zero_pads
-
-    exported = torch.export.export(_inference_mode(module), args).module()
-    fold_zero_pads(exported)  # before quantize/dequantize pairs hide the pad from litert-torch's own folding
-    return prepare_pt2e(exported, quantizer)
 
 
 def calibration_batches(samples, specs, layout: str):

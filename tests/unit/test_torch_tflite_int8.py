@@ -1,4 +1,5 @@
-"""LiteRT int8 from PyTorch (PT2E with converters.litert_quantizer) on EfficientNet-Lite0 and real photo crops."""
+"""PT2E int8 (converters.pt2e, with litert-torch's quantizer for LiteRT and XNNPACK's for ExecuTorch) on EfficientNet-Lite0
+and real photo crops."""
 
 from __future__ import annotations
 
@@ -8,18 +9,30 @@ pytest.importorskip("litert_torch")
 pytest.importorskip("efficientnet_lite_pytorch")
 
 
+def _lite0_prepared(quantizer, crops):
+    """EfficientNet-Lite0 exported at batch 1, its symmetric zero pads folded, PT2E-prepared with `quantizer`."""
+    import torch
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
+
+    from edgekit.converters.pt2e import fold_zero_pads
+    from edgekit.zoo.models import efficientnet_lite0
+
+    exported = torch.export.export(efficientnet_lite0().eval(), (crops[:1],)).module()
+    fold_zero_pads(exported)
+    return prepare_pt2e(exported, quantizer)
+
+
 @pytest.fixture(scope="module")
 def lite0_prepared():
-    """EfficientNet-Lite0 exported, its zero pads folded, PT2E-prepared and calibrated on 16 real photo crops."""
+    """Prepared with the LiteRT quantizer (default options) and calibrated on 16 real photo crops."""
     import torch
 
-    from edgekit.converters.torch_tflite import _pt2e_prepare, _quantizer
-    from edgekit.zoo.models import efficientnet_lite0
+    from edgekit.converters import ConvertOptions
+    from edgekit.converters.litert_quantizer import litert_quantizer
     from edgekit.zoo.photos import photo_crops
 
     crops = torch.from_numpy(photo_crops(16, seed=0))
-    model = efficientnet_lite0()
-    prepared = _pt2e_prepare(model, (crops[:1],), _quantizer(dynamic=False))
+    prepared = _lite0_prepared(litert_quantizer(ConvertOptions("int8"))[0], crops)
     with torch.no_grad():
         for i in range(len(crops)):
             prepared(crops[i : i + 1])
@@ -57,23 +70,44 @@ def test_residual_adds_are_quantized_and_symmetric_pads_folded(lite0_prepared):
 
 def test_fitted_weight_rounding_brings_the_quantized_model_close_to_fp32(lite0_prepared):
     """The PT2E model litert-torch lowers, on 60 other crops: round-to-nearest weights agreed on ~87% / cosine 0.987
-    (the LiteRT model before the quantizer fixes: 45% / 0.74); fitted codes + bias correction ~95% / 0.997."""
+    (the LiteRT model before the quantizer fixes: 45% / 0.74); fitted codes + bias corrections ~95% / 0.997."""
     import copy
 
     import torch
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
 
-    from edgekit.converters.litert_quantizer import fit_weight_rounding
+    from edgekit.converters.pt2e import correct_biases, fit_weight_rounding, float_output_means
     from edgekit.zoo.models import efficientnet_lite0
     from edgekit.zoo.photos import photo_crops
 
     calibration = torch.from_numpy(photo_crops(16, seed=0))
     test = torch.from_numpy(photo_crops(60, seed=1))
     converted = convert_pt2e(copy.deepcopy(lite0_prepared), fold_quantize=False)
-    done = fit_weight_rounding(converted, [(calibration[i : i + 1],) for i in range(len(calibration))])
+    batches = [(calibration[i : i + 1],) for i in range(len(calibration))]
+    means = float_output_means(converted, batches)
+    done = fit_weight_rounding(converted, batches)
     assert done["layers"] == 50 and done["output_error_vs_round_to_nearest"] < 0.5
+    assert correct_biases(converted, batches, means)["layers"] == 50
     with torch.no_grad():
         reference = efficientnet_lite0()(test)
         out = torch.cat([converted(test[i : i + 1]) for i in range(len(test))])
     agreement = (out.argmax(1) == reference.argmax(1)).float().mean().item() * 100
     assert agreement >= 90.0 and torch.nn.functional.cosine_similarity(out, reference).mean() >= 0.994
+
+
+def test_executorch_xnnpack_quantizer_observes_relu6_after_the_clamp():
+    """The stock XNNPACKQuantizer shares a ReLU6's observer with the conv before it (pre-clamp ranges; the .pte agreed
+    with fp32 on ~40% of crops); converters.pt2e's pattern observes the clamp's output and nothing between."""
+    pytest.importorskip("executorch")
+    import torch
+
+    from edgekit.backends.executorch.quantizer import xnnpack_quantizer
+    from edgekit.converters import ConvertOptions
+    from edgekit.zoo.photos import photo_crops
+
+    prepared = _lite0_prepared(xnnpack_quantizer(ConvertOptions("int8"))[0], torch.from_numpy(photo_crops(1, seed=0)))
+    clamps = [n for n in prepared.graph.nodes if n.target == torch.ops.aten.hardtanh.default]
+    assert len(clamps) == 33
+    for clamp in clamps:
+        assert clamp.args[0].target == torch.ops.aten.conv2d.default, clamp.args[0]  # no observer between conv and clamp
+        assert _observer_after(prepared, clamp) is not None

@@ -28,7 +28,8 @@ class TorchToExecutorch(Converter):
     sources = ("torch",)
     target_format = "executorch"
     precisions = {"fp32": False, "int8": True}
-    honours = frozenset()  # the XNNPACK quantizer's own scheme: symmetric per-channel weights, min/max ranges
+    honours = frozenset({"calib_method", "per_tensor"})  # PT2E int8: converters.pt2e.static_config
+    calib_methods = ("minmax",)  # converters.pt2e.OBSERVERS: torchao has no entropy or percentile observer
     package = "executorch"
     import_name = "executorch"
 
@@ -42,7 +43,7 @@ class TorchToExecutorch(Converter):
         args = example_tensors(specs, export_batch(model, EXPORT_BATCH))
         try:
             with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()), stderr_silenced():
-                program, split = _lower(_inference_mode(model), args, options, data, specs)
+                program, split, quantization = _lower(_inference_mode(model), args, options, data, specs)
         except ConversionError:
             raise
         except Exception as exc:  # torch.export and the lowering raise many types for unsupported code
@@ -51,8 +52,7 @@ class TorchToExecutorch(Converter):
                 hint="torch.export must trace the model (no data-dependent control flow); try --to onnx",
             ) from None
         Path(out).write_bytes(program.buffer)
-        scheme = "PT2E XNNPACKQuantizer, symmetric per-channel int8 weights, static activations" if options.precision == "int8" else None
-        return {"executorch": {"delegate": DELEGATE, "batch": EXPORT_BATCH, "quantization": scheme}, "fallback": split}
+        return {"executorch": {"delegate": DELEGATE, "batch": EXPORT_BATCH, "quantization": quantization}, "fallback": split}
 
 
 def _lower(module, args, options: ConvertOptions, data: ConversionData, specs):
@@ -60,24 +60,24 @@ def _lower(module, args, options: ConvertOptions, data: ConversionData, specs):
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
+    quantization = None
     if options.precision == "int8":
-        module = _quantize(module, args, data, specs)
+        module, quantization = _quantize(module, args, options, data, specs)
     edge = to_edge_transform_and_lower(torch.export.export(module, args), partitioner=[XnnpackPartitioner()])
     split = delegation(edge.exported_program().graph_module)
-    return edge.to_executorch(), split
+    return edge.to_executorch(), split, quantization
 
 
-def _quantize(module, args, data: ConversionData, specs):
-    """PT2E: the XNNPACK quantizer's observers, one pass over the calibration samples, then Q/DQ for the delegate."""
-    import torch
-    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+def _quantize(module, args, options: ConvertOptions, data: ConversionData, specs):
+    """PT2E with the XNNPACK quantizer and converters.pt2e's steps (calibration, fitted weight codes), weights folded
+    to int8 for the delegate; (the quantized GraphModule, provenance entry)."""
+    from edgekit.backends.executorch.quantizer import xnnpack_quantizer
+    from edgekit.converters.pt2e import quantize
 
-    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
-    prepared = prepare_pt2e(torch.export.export(module, args).module(), quantizer)
-    for tensors in calibration_batches(data.calibration, specs, "nchw"):  # one pass through the observers
-        prepared(*tensors)
-    return convert_pt2e(prepared)
+    quantizer, scheme = xnnpack_quantizer(options)
+    batches = list(calibration_batches(data.calibration, specs, "nchw"))
+    converted, done = quantize(module, args, quantizer, batches, fold_quantize=True)
+    return converted, {**scheme, **done}
 
 
 def delegation(graph_module) -> dict:

@@ -1,0 +1,27 @@
+"""ExecuTorch's XNNPACK PT2E quantizer with the mobile-CNN patterns it misses (converters.pt2e: conv + ReLU6 observed
+after the clamp, zero pads sharing their input's observer), and its static int8 config with --per-tensor and
+--calib-method applied. Import lazily (it imports torch and ExecuTorch)."""
+
+from __future__ import annotations
+
+from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
+from torch.fx import GraphModule
+
+from edgekit.converters import ConvertOptions
+from edgekit.converters.pt2e import annotate_after, annotate_before, static_config
+
+
+class MobileXNNPACKQuantizer(XNNPACKQuantizer):
+    """XNNPACKQuantizer plus converters.pt2e's patterns (static int8 with a global config)."""
+
+    def annotate(self, model: GraphModule) -> GraphModule:
+        annotate_before(model, self.global_config)
+        model = super().annotate(model)
+        annotate_after(model, self.global_config)
+        return model
+
+
+def xnnpack_quantizer(options: ConvertOptions) -> tuple[MobileXNNPACKQuantizer, dict]:
+    """The static int8 quantizer for `options`, and its scheme for the provenance."""
+    config, scheme = static_config(get_symmetric_quantization_config, options)
+    return MobileXNNPACKQuantizer().set_global(config), {"quantizer": "ExecuTorch XNNPACKQuantizer + converters.pt2e patterns", **scheme}

@@ -1,0 +1,120 @@
+"""PT2E int8 (converters.pt2e) on the trained FashionCNN and real Fashion-MNIST: empirical bias correction, and
+--per-tensor / --calib-method on the PT2E paths (PyTorch -> LiteRT, PyTorch -> ExecuTorch) and Keras -> TFLite:
+applied where the backend has them, recorded as applied, refused in one line where it has not."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from edgekit.converters import CalibrationOptions, ConvertOptions
+from edgekit.converters.pipeline import convert
+from edgekit.errors import EdgekitError
+from edgekit.loaders import open_source
+from tests.conftest import INPUTS
+
+pytest.importorskip("torch")
+
+
+def _weight_scales(tflite_path) -> list[int]:
+    """The number of scales of each int8 conv/dense weight of a .tflite."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(str(tflite_path))
+    counts = []
+    for t in interpreter.get_tensor_details():
+        q = t["quantization_parameters"]
+        if t["dtype"] == np.int8 and len(t["shape"]) in (2, 4) and t["shape"][0] > 1 and len(q["scales"]):
+            counts.append(len(q["scales"]))
+    return counts
+
+
+@pytest.mark.parametrize("to", ["tflite", "executorch"])
+def test_pt2e_calibration_method_outside_its_observers_is_refused_before_any_work(tmp_path, demo_data, to):
+    pytest.importorskip({"tflite": "litert_torch", "executorch": "executorch"}[to])
+    method = CalibrationOptions(str(demo_data[1]), 50, "entropy")
+    with pytest.raises(EdgekitError, match=f"--calib-method entropy is not available for {to}'s int8") as info:
+        convert(open_source("zoo:fashion-cnn"), to, tmp_path / f"m.{to}", ConvertOptions("int8", INPUTS, method))
+    assert "minmax" in info.value.hint and not list(tmp_path.iterdir())
+
+
+def test_torch_to_tflite_per_tensor_weights_and_the_observer_used_are_recorded(tmp_path, demo_data):
+    pytest.importorskip("litert_torch")
+    from edgekit.converters.pt2e import OBSERVERS
+    from edgekit.converters.torch_tflite import TorchToTflite
+
+    assert set(TorchToTflite.calib_methods) == set(OBSERVERS)
+    calibration = CalibrationOptions(str(demo_data[1]), 100)
+    per_tensor = convert(open_source("zoo:fashion-cnn"), "tflite", tmp_path / "t.tflite", ConvertOptions("int8", INPUTS, calibration, True))
+    scheme = per_tensor.meta["provenance"]["tflite"]["quantization"]
+    assert "per-tensor" in scheme["weights"] and "MinMaxObserver" in scheme["activations"]
+    assert scheme["weight_rounding"]["layers"] == 5  # the fit runs on per-tensor weights too
+    assert _weight_scales(per_tensor.path) and set(_weight_scales(per_tensor.path)) == {1}
+    with pytest.raises(EdgekitError, match="--per-tensor is not available for TFLite int8-dynamic from PyTorch"):
+        convert(open_source("zoo:fashion-cnn"), "tflite", tmp_path / "d.tflite", ConvertOptions("int8-dynamic", INPUTS, per_tensor=True))
+
+
+def test_executorch_per_tensor_is_applied_and_recorded(tmp_path, demo_data):
+    pytest.importorskip("executorch")
+    from edgekit.backends.executorch.convert import TorchToExecutorch
+    from edgekit.converters.pt2e import OBSERVERS
+
+    assert set(TorchToExecutorch.calib_methods) == set(OBSERVERS)
+    calibration = CalibrationOptions(str(demo_data[1]), 100)
+    artifact = convert(open_source("zoo:fashion-cnn"), "executorch", tmp_path / "t.pte", ConvertOptions("int8", INPUTS, calibration, True))
+    scheme = artifact.meta["provenance"]["executorch"]["quantization"]
+    assert "per-tensor" in scheme["weights"] and "MinMaxObserver" in scheme["activations"]
+    assert scheme["weight_rounding"]["layers"] == 5 and artifact.meta["provenance"]["fallback"]["percent"] == 0.0
+
+
+def test_keras_to_tflite_per_tensor_is_applied_and_calibration_method_refused(tmp_path, demo_data):
+    pytest.importorskip("tensorflow")
+    from edgekit.zoo.fashion_mnist import KERAS_MODEL
+
+    keras = open_source(str(KERAS_MODEL))
+    with np.load(demo_data[1]) as npz:  # the Keras model takes NHWC
+        np.savez(tmp_path / "nhwc.npz", image=npz["image"][:100].transpose(0, 2, 3, 1))
+    calibration = CalibrationOptions(str(tmp_path / "nhwc.npz"), 100)
+    per_tensor = convert(keras, "tflite", tmp_path / "k.tflite", ConvertOptions("int8", (), calibration, True))
+    assert per_tensor.meta["provenance"]["tflite"]["weights"] == "int8 symmetric, per-tensor"
+    assert _weight_scales(per_tensor.path) and set(_weight_scales(per_tensor.path)) == {1}
+    with pytest.raises(EdgekitError, match="--calib-method is not applied by tflite's int8 \\(KerasToTflite\\)"):
+        convert(
+            keras,
+            "tflite",
+            tmp_path / "p.tflite",
+            ConvertOptions("int8", (), CalibrationOptions(str(tmp_path / "nhwc.npz"), 100, "percentile")),
+        )
+
+
+def test_empirical_bias_correction_brings_each_layer_mean_to_the_float_model(demo_data):
+    """After the correction, every conv/linear output of the quantized model has the float model's per-channel mean on
+    the calibration samples (each layer corrected for the errors of the layers before it)."""
+    pytest.importorskip("litert_torch")
+    import torch
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from edgekit.calibration import load_samples
+    from edgekit.converters import ConvertOptions, pt2e
+    from edgekit.converters.litert_quantizer import litert_quantizer
+    from edgekit.loaders.torch import load_torch
+    from edgekit.zoo.names import zoo_model
+
+    model = load_torch(zoo_model("zoo:fashion-cnn")[0])[0].eval()
+    batches = [(torch.from_numpy(f["image"]),) for f in itertools.islice(load_samples(str(demo_data[1])).batches(1), 64)]
+    prepared = prepare_pt2e(torch.export.export(model, batches[0]).module(), litert_quantizer(ConvertOptions("int8"))[0])
+    for tensors in batches:
+        prepared(*tensors)
+    quantized = convert_pt2e(prepared, fold_quantize=False)
+    float_means = pt2e.float_output_means(quantized, batches)  # the fp32 model: quantize/dequantize as identity
+    pt2e.fit_weight_rounding(quantized, batches)  # moves the means (rounding error, then its own mean correction)
+    assert pt2e.correct_biases(quantized, batches, float_means)["layers"] == 5
+    now = {}
+    pt2e._walk(
+        quantized, batches[: pt2e.SAMPLES_FOR_MEANS], set(float_means), lambda n, outs: now.__setitem__(n, pt2e._channel_mean(outs)), True
+    )
+    assert len(now) == 5
+    for node, mean in now.items():
+        assert torch.allclose(mean, float_means[node], atol=1e-4 * (1 + float(float_means[node].abs().max()))), node
