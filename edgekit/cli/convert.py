@@ -22,7 +22,9 @@ CALIB = typer.Option(
     None, "--calib", help="Calibration data: .npz/.npy, a folder of images (class subfolders), module:function or a zoo: data name."
 )
 CALIB_SAMPLES = typer.Option(300, "--calib-samples", help="Samples drawn (deterministically, --seed) from the calibration data.")
-CALIB_METHOD = typer.Option("minmax", "--calib-method", help=f"Range estimation: {', '.join(CALIB_METHODS)}.")
+CALIB_METHOD = typer.Option(
+    "auto", "--calib-method", help=f"Range estimation: {', '.join(CALIB_METHODS)} (auto: the backend's best measured method)."
+)
 PER_TENSOR = typer.Option(False, "--per-tensor", help="Per-tensor weight scales instead of per-channel.")
 EXCLUDE = typer.Option(None, "--exclude", help="Node name to keep in float (repeatable).")
 KEEP_SENSITIVE = typer.Option(

@@ -24,7 +24,8 @@ VIA = {b.format: b.via for b in _backends.backends().values() if b.via}
 FORMATS = _backends.written_formats()
 SUFFIXES = {b.format: b.suffix for b in _backends.backends().values()}
 PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic", "int8-weights")
-CALIB_METHODS = ("minmax", "entropy", "percentile")
+# auto: the quantizing backend's default_calib_method, the one measured best on it (docs/int8-schemes.md)
+CALIB_METHODS = ("auto", "minmax", "entropy", "percentile", "histogram")
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class CalibrationOptions:
 
     data: str | None = None
     samples: int = 300
-    method: str = "minmax"
+    method: str = "auto"
     seed: int = 0
     preprocess: str | None = None
     allow_random: bool = False
@@ -89,6 +90,7 @@ class Converter:
     # quantization options it applies ("calib_method", "per_tensor"); asking another of it is an error. None: not declared
     honours: ClassVar[frozenset[str] | None] = None
     calib_methods: ClassVar[tuple[str, ...]] = CALIB_METHODS  # the --calib-method values it has, when it honours one
+    default_calib_method: ClassVar[str] = "minmax"  # what --calib-method auto (the default) means on it
 
     @classmethod
     def require(cls) -> None:

@@ -22,7 +22,8 @@ class ToOpenVino(Converter):
     target_format = "openvino"
     precisions = {"fp32": False, "fp16": False, "int8": True, "int8-weights": False}
     honours = frozenset({"calib_method", "per_tensor"})
-    calib_methods = ("minmax", "percentile")  # NNCF's range estimators; it has no entropy (KL) calibration
+    calib_methods = ("minmax", "percentile", "histogram")  # NNCF's range estimators; it has no entropy (KL) calibration
+    default_calib_method = "histogram"  # EfficientNet-Lite0: 95.50% of 600 crops vs 94.00% with minmax (docs/int8-schemes.md)
     package = "openvino"
     import_name = "openvino"
     accuracy_control = True
@@ -227,6 +228,7 @@ def _nncf_int8(ov_model, data: ConversionData, options: ConvertOptions, sensitiv
 RANGE_ESTIMATORS = {
     "minmax": (None, "per-tensor: mean over the samples of each one's min and max; per-channel: global min and max"),
     "percentile": ("MEAN_QUANTILE", "mean over the samples of each one's 0.01% and 99.99% quantiles"),
+    "histogram": ("HISTOGRAM", "the range that minimises the quantization error of a histogram of each activation"),
 }
 
 

@@ -41,6 +41,7 @@ def convert(source: ModelSource, to: str, out: Path, options: ConvertOptions) ->
         )
     _check_accuracy_control(steps, options)
     _check_honoured(steps, options)
+    options = _with_calib_method(steps, options)
     _check_device(to, options)
     with progress.step(f"loading {source.spec} and its data"):
         model, specs = load_for_conversion(source, list(options.inputs))
@@ -174,6 +175,16 @@ def _check_honoured(steps, options: ConvertOptions) -> None:
                 f"--calib-method {options.calibration.method} is not available in {converter.target_format}'s {precision} ({converter.__name__})",
                 hint=f"use {' or '.join(converter.calib_methods)}, or quantize through ONNX (--to onnx) where it applies",
             )
+
+
+def _with_calib_method(steps, options: ConvertOptions) -> ConvertOptions:
+    """--calib-method auto (the default) made concrete: the int8 step's default_calib_method, the one measured best
+    on its backend; the provenance and every step then see the method that ran."""
+    if options.calibration.method != "auto":
+        return options
+    quantizing = [converter for converter, precision in steps if precision == "int8"]
+    method = quantizing[-1].default_calib_method if quantizing else "minmax"
+    return dataclasses.replace(options, calibration=dataclasses.replace(options.calibration, method=method))
 
 
 def _check_accuracy_control(steps, options: ConvertOptions) -> None:

@@ -60,7 +60,10 @@ def is_static(config) -> bool:
 
 
 # --calib-method -> the activation observer PT2E calibrates with, and what it computes (for the provenance)
-OBSERVERS = {"minmax": ("MinMaxObserver", "the minimum and maximum over all calibration samples")}
+OBSERVERS = {
+    "minmax": ("MinMaxObserver", "the minimum and maximum over all calibration samples"),
+    "histogram": ("HistogramObserver", "the range that minimises the L2 quantization error of a histogram of the activations"),
+}
 
 
 def static_config(make_config, options) -> tuple:

@@ -26,7 +26,8 @@ class TorchToTflite(Converter):
     target_format = "tflite"
     precisions = {"fp32": False, "fp16": False, "int8-dynamic": False, "int8": True}
     honours = frozenset({"calib_method", "per_tensor"})  # PT2E int8: converters.pt2e.static_config
-    calib_methods = ("minmax",)  # converters.pt2e.OBSERVERS: torchao has no entropy or percentile observer
+    calib_methods = ("minmax", "histogram")  # converters.pt2e.OBSERVERS: torchao has no entropy or percentile observer
+    default_calib_method = "histogram"  # the stock quantizer's own observer; Lite0 on LiteRT 96.00% vs 94.50% with minmax
     accuracy_control = True  # --max-drop / --min-agreement: converters.litert_accuracy
     agreement_control = True
     package = "litert-torch"

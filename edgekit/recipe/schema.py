@@ -33,7 +33,7 @@ class ModelSection:
 class CalibrationSection:
     path: str | None = None
     samples: int = 300
-    method: str = "minmax"
+    method: str = "auto"
     preprocess: str | None = None
     seed: int = 0
     random: bool = False  # calibrate on random data (plumbing only: reports mark it)

@@ -143,17 +143,19 @@ def _activation_highs(path) -> list[float]:
 
 def test_per_tensor_and_calib_method_change_what_nncf_writes(tmp_path, fashion_source, demo_data, ir):
     def int8(name, **options):
-        calib = CalibrationOptions(str(demo_data[1]), 300, options.pop("method", "minmax"))
+        calib = CalibrationOptions(str(demo_data[1]), 300, options.pop("method"))
         return convert(fashion_source, "openvino", tmp_path / name, ConvertOptions("int8", INPUTS, calib, **options))
 
-    per_tensor, percentile = int8("pt.xml", per_tensor=True), int8("pc.xml", method="percentile")
-    assert _weight_scales(ir["int8"].path) == [32, 64, 64, 128, 10] and _weight_scales(per_tensor.path) == [1] * 5
-    minmax_highs, percentile_highs = _activation_highs(ir["int8"].path), _activation_highs(percentile.path)
+    minmax, percentile = int8("mm.xml", method="minmax"), int8("pc.xml", method="percentile")
+    per_tensor = int8("pt.xml", method="minmax", per_tensor=True)
+    assert _weight_scales(minmax.path) == [32, 64, 64, 128, 10] and _weight_scales(per_tensor.path) == [1] * 5
+    minmax_highs, percentile_highs = _activation_highs(minmax.path), _activation_highs(percentile.path)
     assert len(minmax_highs) >= 4
     pairs = list(zip(percentile_highs, minmax_highs, strict=True))  # the same quantizers, narrower ranges
     assert all(p <= m * 1.0001 for p, m in pairs) and any(p < 0.9 * m for p, m in pairs)
-    notes = [a.meta["provenance"]["quantization"] for a in (ir["int8"], per_tensor, percentile)]
+    notes = [a.meta["provenance"]["quantization"] for a in (ir["int8"], minmax, per_tensor, percentile)]
     assert [(n["method"], n["per_channel"], n["bias_correction"]) for n in notes] == [
+        ("histogram", True, "full"),  # --calib-method auto: OpenVINO's default_calib_method
         ("minmax", True, "full"),
         ("minmax", False, "full"),
         ("percentile", True, "full"),

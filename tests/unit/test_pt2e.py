@@ -35,9 +35,9 @@ def _weight_scales(tflite_path) -> list[int]:
 def test_pt2e_calibration_method_outside_its_observers_is_refused_before_any_work(tmp_path, demo_data, to):
     pytest.importorskip({"tflite": "litert_torch", "executorch": "executorch"}[to])
     method = CalibrationOptions(str(demo_data[1]), 50, "entropy")
-    with pytest.raises(EdgekitError, match=f"--calib-method entropy is not available for {to}'s int8") as info:
+    with pytest.raises(EdgekitError, match=f"--calib-method entropy is not available in {to}'s int8") as info:
         convert(open_source("zoo:fashion-cnn"), to, tmp_path / f"m.{to}", ConvertOptions("int8", INPUTS, method))
-    assert "minmax" in info.value.hint and not list(tmp_path.iterdir())
+    assert "minmax or histogram" in info.value.hint and not list(tmp_path.iterdir())
 
 
 def test_torch_to_tflite_per_tensor_weights_and_the_observer_used_are_recorded(tmp_path, demo_data):
@@ -49,7 +49,9 @@ def test_torch_to_tflite_per_tensor_weights_and_the_observer_used_are_recorded(t
     calibration = CalibrationOptions(str(demo_data[1]), 100)
     per_tensor = convert(open_source("zoo:fashion-cnn"), "tflite", tmp_path / "t.tflite", ConvertOptions("int8", INPUTS, calibration, True))
     scheme = per_tensor.meta["provenance"]["tflite"]["quantization"]
-    assert "per-tensor" in scheme["weights"] and "MinMaxObserver" in scheme["activations"]
+    # --calib-method auto (the default) ran as PT2E's default_calib_method, and the provenance names what ran
+    assert "per-tensor" in scheme["weights"] and "HistogramObserver" in scheme["activations"]
+    assert per_tensor.meta["provenance"]["calibration"]["method"] == "histogram"
     assert scheme["weight_rounding"]["layers"] == 5  # the fit runs on per-tensor weights too
     assert _weight_scales(per_tensor.path) and set(_weight_scales(per_tensor.path)) == {1}
     with pytest.raises(EdgekitError, match="--per-tensor is not available for TFLite int8-dynamic from PyTorch"):
@@ -62,7 +64,7 @@ def test_executorch_per_tensor_is_applied_and_recorded(tmp_path, demo_data):
     from edgekit.converters.pt2e import OBSERVERS
 
     assert set(TorchToExecutorch.calib_methods) == set(OBSERVERS)
-    calibration = CalibrationOptions(str(demo_data[1]), 100)
+    calibration = CalibrationOptions(str(demo_data[1]), 100, "minmax")
     artifact = convert(open_source("zoo:fashion-cnn"), "executorch", tmp_path / "t.pte", ConvertOptions("int8", INPUTS, calibration, True))
     scheme = artifact.meta["provenance"]["executorch"]["quantization"]
     assert "per-tensor" in scheme["weights"] and "MinMaxObserver" in scheme["activations"]
@@ -97,14 +99,17 @@ def test_empirical_bias_correction_brings_each_layer_mean_to_the_float_model(dem
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     from edgekit.calibration import load_samples
-    from edgekit.converters import ConvertOptions, pt2e
+    from edgekit.converters import CalibrationOptions, ConvertOptions, pt2e
     from edgekit.converters.litert_quantizer import litert_quantizer
     from edgekit.loaders.torch import load_torch
     from edgekit.zoo.names import zoo_model
 
     model = load_torch(zoo_model("zoo:fashion-cnn")[0])[0].eval()
     batches = [(torch.from_numpy(f["image"]),) for f in itertools.islice(load_samples(str(demo_data[1])).batches(1), 64)]
-    prepared = prepare_pt2e(torch.export.export(model, batches[0]).module(), litert_quantizer(ConvertOptions("int8"))[0])
+    prepared = prepare_pt2e(
+        torch.export.export(model, batches[0]).module(),
+        litert_quantizer(ConvertOptions("int8", (), CalibrationOptions(method="minmax")))[0],
+    )
     for tensors in batches:
         prepared(*tensors)
     quantized = convert_pt2e(prepared, fold_quantize=False)

@@ -9,6 +9,13 @@ pytest.importorskip("litert_torch")
 pytest.importorskip("efficientnet_lite_pytorch")
 
 
+def default_options(converter):
+    """int8 options as the pipeline hands them to `converter` by default (--calib-method auto made concrete)."""
+    from edgekit.converters import CalibrationOptions, ConvertOptions
+
+    return ConvertOptions("int8", (), CalibrationOptions(method=converter.default_calib_method))
+
+
 def _lite0_prepared(quantizer, crops):
     """EfficientNet-Lite0 exported at batch 1, its symmetric zero pads folded, PT2E-prepared with `quantizer`."""
     import torch
@@ -27,12 +34,12 @@ def lite0_prepared():
     """Prepared with the LiteRT quantizer (default options) and calibrated on 16 real photo crops."""
     import torch
 
-    from edgekit.converters import ConvertOptions
     from edgekit.converters.litert_quantizer import litert_quantizer
+    from edgekit.converters.torch_tflite import TorchToTflite
     from edgekit.zoo.photos import photo_crops
 
     crops = torch.from_numpy(photo_crops(16, seed=0))
-    prepared = _lite0_prepared(litert_quantizer(ConvertOptions("int8"))[0], crops)
+    prepared = _lite0_prepared(litert_quantizer(default_options(TorchToTflite))[0], crops)
     with torch.no_grad():
         for i in range(len(crops)):
             prepared(crops[i : i + 1])
@@ -101,11 +108,11 @@ def test_executorch_xnnpack_quantizer_observes_relu6_after_the_clamp():
     pytest.importorskip("executorch")
     import torch
 
+    from edgekit.backends.executorch.convert import TorchToExecutorch
     from edgekit.backends.executorch.quantizer import xnnpack_quantizer
-    from edgekit.converters import ConvertOptions
     from edgekit.zoo.photos import photo_crops
 
-    prepared = _lite0_prepared(xnnpack_quantizer(ConvertOptions("int8"))[0], torch.from_numpy(photo_crops(1, seed=0)))
+    prepared = _lite0_prepared(xnnpack_quantizer(default_options(TorchToExecutorch))[0], torch.from_numpy(photo_crops(1, seed=0)))
     clamps = [n for n in prepared.graph.nodes if n.target == torch.ops.aten.hardtanh.default]
     assert len(clamps) == 33
     for clamp in clamps:

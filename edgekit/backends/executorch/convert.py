@@ -29,7 +29,8 @@ class TorchToExecutorch(Converter):
     target_format = "executorch"
     precisions = {"fp32": False, "int8": True}
     honours = frozenset({"calib_method", "per_tensor"})  # PT2E int8: converters.pt2e.static_config
-    calib_methods = ("minmax",)  # converters.pt2e.OBSERVERS: torchao has no entropy or percentile observer
+    calib_methods = ("minmax", "histogram")  # converters.pt2e.OBSERVERS: torchao has no entropy or percentile observer
+    default_calib_method = "histogram"  # the stock quantizer's own observer; Lite0 on LiteRT 96.00% vs 94.50% with minmax
     package = "executorch"
     import_name = "executorch"
 
