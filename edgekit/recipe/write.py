@@ -20,7 +20,7 @@ model:
 calibration:
   path: {calib}
   samples: 300
-  method: minmax            # minmax | entropy | percentile (ONNX int8; OpenVINO and TFLite use their own: set only with onnx)
+  method: auto              # auto (each backend's best) | minmax | entropy | percentile | histogram, where the backend has it
 
 # Labelled validation data (.npz with a `labels` array): accuracy and drop vs the original model.
 # Without it (delete the section) the matrix compares outputs on generated inputs and times them.
