@@ -61,7 +61,9 @@ def _logits(model, samples) -> np.ndarray:
 
 
 def _accuracy(logits: np.ndarray, labels) -> float | None:
-    return None if labels is None else round(float((logits.argmax(1) == np.asarray(labels).reshape(-1)).mean() * 100), 3)
+    from edgekit.validate.compare import accuracy_percent
+
+    return None if labels is None else round(accuracy_percent(logits, np.asarray(labels)), 3)
 
 
 def accuracy_aware(quantizer, out, validation, limit: Limit, logits=None) -> dict:
