@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 import torch
-from torch import nn
+from fashion_training import evaluate, train
 
 from edgekit.zoo.fashion_mnist import CALIB_NPZ, TEST_NPZ, WEIGHTS, read_idx, to_model_input
 from edgekit.zoo.models import FashionCNN
@@ -26,7 +26,8 @@ def main() -> None:
     test_x, test_y = read_idx("t10k")
     model = FashionCNN()
     start = time.perf_counter()
-    train(model, torch.from_numpy(to_model_input(train_x)), torch.from_numpy(train_y))
+    x, y = torch.from_numpy(to_model_input(train_x)), torch.from_numpy(train_y)
+    train(model, x, y, epochs=EPOCHS, batch=BATCH, lr=2e-3, max_lr=4e-3, weight_decay=1e-4)
     accuracy = evaluate(model, to_model_input(test_x), test_y)
     print(f"trained in {time.perf_counter() - start:.0f}s; test accuracy {accuracy:.2f}%")
     WEIGHTS.parent.mkdir(parents=True, exist_ok=True)
@@ -34,29 +35,6 @@ def main() -> None:
     np.savez_compressed(TEST_NPZ, images=test_x, labels=test_y.astype(np.uint8))
     calib = np.random.default_rng(SEED).choice(len(train_x), CALIB_COUNT, replace=False)
     np.savez_compressed(CALIB_NPZ, images=train_x[calib], labels=train_y[calib].astype(np.uint8))
-
-
-def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
-    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=1e-4)
-    steps = EPOCHS * (len(x) // BATCH)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=4e-3, total_steps=steps)
-    model.train()
-    for _ in range(EPOCHS):
-        order = torch.randperm(len(x))
-        for i in range(len(x) // BATCH):
-            idx = order[i * BATCH : (i + 1) * BATCH]
-            loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-    model.eval()
-
-
-@torch.no_grad()
-def evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray) -> float:
-    logits = torch.cat([model(torch.from_numpy(x[i : i + 1000])) for i in range(0, len(x), 1000)])
-    return float((logits.argmax(1).numpy() == y).mean() * 100)
 
 
 if __name__ == "__main__":

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import torch
-from torch import nn
+from fashion_training import evaluate, train
 
 from edgekit.zoo.fashion_mnist import GRU_WEIGHTS, read_idx, to_model_input
 from edgekit.zoo.models import FashionRowGRU
@@ -26,38 +25,16 @@ def main() -> None:
     test_x, test_y = read_idx("t10k")
     model = FashionRowGRU()
     start = time.perf_counter()
-    train(model, torch.from_numpy(to_model_input(train_x)), torch.from_numpy(train_y))
-    print(f"trained in {time.perf_counter() - start:.0f}s; test accuracy {evaluate(model, to_model_input(test_x), test_y):.2f}%")
+    x, y = torch.from_numpy(to_model_input(train_x)), torch.from_numpy(train_y)
+    train(model, x, y, epochs=EPOCHS, batch=BATCH, lr=3e-3, max_lr=5e-3, weight_decay=1e-4, forward=from_zero_state)
+    accuracy = evaluate(model, to_model_input(test_x), test_y, forward=from_zero_state)
+    print(f"trained in {time.perf_counter() - start:.0f}s; test accuracy {accuracy:.2f}%")
     torch.save(model.state_dict(), GRU_WEIGHTS)
 
 
-def zeros(model: FashionRowGRU, batch: int) -> torch.Tensor:
-    return torch.zeros(model.layers, batch, model.hidden)
-
-
-def train(model: FashionRowGRU, x: torch.Tensor, y: torch.Tensor) -> None:
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=1e-4)
-    steps = EPOCHS * (len(x) // BATCH)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=5e-3, total_steps=steps)
-    model.train()
-    for _ in range(EPOCHS):
-        order = torch.randperm(len(x))
-        for i in range(len(x) // BATCH):
-            idx = order[i * BATCH : (i + 1) * BATCH]
-            logits, _ = model(x[idx], zeros(model, len(idx)))
-            loss = nn.functional.cross_entropy(logits, y[idx])
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-    model.eval()
-
-
-@torch.no_grad()
-def evaluate(model: FashionRowGRU, x: np.ndarray, y: np.ndarray) -> float:
-    chunks = [torch.from_numpy(x[i : i + 1000]) for i in range(0, len(x), 1000)]
-    logits = torch.cat([model(c, zeros(model, len(c)))[0] for c in chunks])
-    return float((logits.argmax(1).numpy() == y).mean() * 100)
+def from_zero_state(model: FashionRowGRU, x: torch.Tensor) -> torch.Tensor:
+    """The logits of `x`, each image read from a zero state."""
+    return model(x, torch.zeros(model.layers, len(x), model.hidden))[0]
 
 
 if __name__ == "__main__":
