@@ -69,6 +69,10 @@ def test_cpu_int8_uses_the_host_class_scheme_and_records_why(fashion_onnx):
     assert prov["calibration"]["samples"] == 300 and len(prov["calibration"]["sha256"]) == 64
     activation_zps = [zp for _, zp in _quant_params(fashion_onnx["int8"]) if zp.dtype == np.dtype(host.activations)]
     assert activation_zps
+    assert quantization["method"] == "histogram" and quantization["tensors_narrowed"] > 0  # --calib-method auto on ORT
+    model = onnx.load(str(fashion_onnx["int8"]))
+    producers = {o: n.op_type for n in model.graph.node for o in n.output}
+    assert all(producers[o.name] != "DequantizeLinear" for o in model.graph.output)  # outputs not rounded to 8 bits
 
 
 def test_fp16_keeps_float32_io_and_dynamic_int8(tmp_path, fashion_onnx):

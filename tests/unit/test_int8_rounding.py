@@ -8,7 +8,7 @@ import pytest
 from edgekit.converters.int8_rounding import best_codes, output_error
 
 pytest.importorskip("onnxruntime")
-AGREEMENT, COSINE = 93.0, 0.995  # on the 120 crops below; both failed before the fitted weights (see the test)
+AGREEMENT, COSINE = 93.0, 0.997  # on the 120 crops below; both failed before the fitted weights and L2 ranges (see the test)
 
 
 def test_fitted_codes_stay_on_a_grid_neighbour_and_lower_the_output_error():
@@ -50,7 +50,8 @@ def lite0_int8(tmp_path_factory) -> dict:
 
 def test_efficientnet_lite0_all_int8_agrees_with_fp32_on_photo_crops(lite0_int8):
     """Every layer in int8 (no float layers): round-to-nearest scored 86.7% / cosine 0.985 here, and the
-    former default (sensitive layers in float) 90.8% / 0.9918."""
+    former default (sensitive layers in float) 90.8% / 0.9918; fitted weights with minmax ranges 95.83% / 0.9966,
+    with L2-optimal ranges (the default, --calib-method auto) 97.5% / 0.9977 (x86-vnni EPYC Zen 5)."""
     from edgekit.loaders import open_source
     from edgekit.targets import make_runner
     from edgekit.validate.compare import compare_output, run_batches
@@ -59,6 +60,6 @@ def test_efficientnet_lite0_all_int8_agrees_with_fp32_on_photo_crops(lite0_int8)
     outputs = {p: run_batches(make_runner(open_source(str(lite0_int8[p]))), samples, 40)[0] for p in ("fp32", "int8")}
     score = compare_output("logits", outputs["fp32"], outputs["int8"])
     quant = lite0_int8["provenance"]["quantization"]
-    assert quant["excluded"] == [] and quant["weight_rounding"]["layers"] == 50
+    assert quant["excluded"] == [] and quant["weight_rounding"]["layers"] == 50 and quant["method"] == "histogram"
     assert quant["weight_rounding"]["output_error_vs_round_to_nearest"] < 0.8
     assert score.top1_agreement >= AGREEMENT and score.cosine_mean >= COSINE
