@@ -15,8 +15,9 @@ CROPS = 600
 _PHOTO_NOTES = (
     "EfficientNet-Lite0 takes RGB in [0, 1] and normalises inside ((x*255-127)/128, as its TF weights were trained). Every "
     "int8 row is edgekit's default path (--calib-method auto: each backend's best measured range estimator). ONNX Runtime: "
-    "minmax, weight codes fitted to the calibration inputs + bias correction (converters.int8_rounding), sensitivity "
-    "outliers kept in float where that helps. OpenVINO: NNCF, histogram ranges, full bias correction. LiteRT and "
+    "L2-optimal activation ranges (converters.activation_ranges), outputs left float, weight codes fitted to the "
+    "calibration inputs + bias correction (converters.int8_rounding), sensitivity outliers kept in float where that "
+    "helps. OpenVINO: NNCF, histogram ranges, full bias correction. LiteRT and "
     "ExecuTorch: PT2E (converters.pt2e) with HistogramObserver, conv+ReLU6 observed after the clamp, int8 adds, zero pads "
     "folded, fitted weight codes, empirical bias correction through the quantized model.",
     "Targets (issue 17): agreement >= 97% on all crops, >= 99% on the confident ones, mean cosine >= 0.995; p50 ratio <= 0.6.",
