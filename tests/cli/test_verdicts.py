@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from edgekit.validate.gate import fmt_against
 from tests.conftest import run_cli
 
 
@@ -87,7 +88,8 @@ def test_gate_rechecks_a_validate_report_with_overrides(int8_report):
     assert run_cli("gate", int8_report).code == 0
     cosine = data["fidelity"][0]["cosine_mean"]
     stricter = run_cli("gate", int8_report, "--min-cosine", "0.99999999")
-    assert stricter.code == 2 and f"cosine {cosine:.4g}, at least 0.99999999 allowed" in stricter.stdout, stricter.stdout
+    shown, _ = fmt_against(cosine, 0.99999999)  # as many digits as tell the two apart
+    assert stricter.code == 2 and f"cosine {shown}, at least 0.99999999 allowed" in stricter.stdout, stricter.stdout
     drop = run_cli("gate", int8_report, "--max-drop", "-5")  # the option replaces the report's 0.5
     assert drop.code == 2 and "at most -5 pts" in drop.stdout and "at most 0.5" not in drop.stdout
 
