@@ -91,3 +91,21 @@ def test_histogram_calibration_with_an_uneven_sample_count(tmp_path, fashion_onn
     opts = ConvertOptions("int8", calibration=CalibrationOptions(str(demo_data[1]), 150, method))
     artifact = convert(open_source(str(fashion_onnx["fp32"])), "onnx", tmp_path / f"{method}.onnx", opts)
     assert artifact.meta["provenance"]["quantization"]["method"] == method
+
+
+def test_a_layer_kept_in_float_stays_float_in_the_onnx_runtime_session(tmp_path, fashion_onnx, demo_data):
+    # Fed by a DequantizeLinear, ORT's WeightBiasQuantization would give the float weights per-tensor int8 at load.
+    import onnxruntime as ort
+
+    options = ConvertOptions("int8", calibration=CalibrationOptions(str(demo_data[1]), 64), exclude=("node_Conv_55",), keep_sensitive=False)
+    artifact = convert(open_source(str(fashion_onnx["fp32"])), "onnx", tmp_path / "kept.onnx", options)
+    producers = {o: n for n in onnx.load(str(artifact.path)).graph.node for o in n.output}
+    kept = next(n for n in producers.values() if n.name == "node_Conv_55")
+    assert producers[kept.input[0]].op_type == "Clip"  # the int8 range as a clamp, without the rounding
+    session = ort.SessionOptions()
+    session.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    session.optimized_model_filepath = str(tmp_path / "as_run.onnx")
+    ort.InferenceSession(str(artifact.path), session, providers=["CPUExecutionProvider"])
+    as_run = onnx.load(str(tmp_path / "as_run.onnx"))
+    weight = next(n for n in as_run.graph.node if n.name == "node_Conv_55").input[1]
+    assert weight in {i.name for i in as_run.graph.initializer if i.data_type == onnx.TensorProto.FLOAT}
