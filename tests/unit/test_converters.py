@@ -101,7 +101,7 @@ def test_a_layer_kept_in_float_stays_float_in_the_onnx_runtime_session(tmp_path,
     artifact = convert(open_source(str(fashion_onnx["fp32"])), "onnx", tmp_path / "kept.onnx", options)
     producers = {o: n for n in onnx.load(str(artifact.path)).graph.node for o in n.output}
     kept = next(n for n in producers.values() if n.name == "node_Conv_55")
-    assert producers[kept.input[0]].op_type == "Clip"  # the int8 range as a clamp, without the rounding
+    assert producers[kept.input[0]].op_type == "Clip"  # DQ -> Clip -> Conv: the pattern ORT does not re-quantize
     session = ort.SessionOptions()
     session.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     session.optimized_model_filepath = str(tmp_path / "as_run.onnx")
