@@ -400,7 +400,13 @@ def float_output_means(model: GraphModule, batches) -> dict:
     dequantize as identity (the fp32 model, its zero pads folded; call it before fit_weight_rounding edits weights)."""
     layers = [layer.node for node in model.graph.nodes if (layer := _QuantizedLayer.of(model, node)) is not None]
     means = {}
-    _walk(model, batches[:SAMPLES_FOR_MEANS], set(layers), lambda node, outs: means.__setitem__(node, _channel_mean(outs)), quantized=False)
+    _walk(
+        model,
+        batches[:SAMPLES_FOR_MEANS],
+        set(layers),
+        lambda node, outs: means.__setitem__(node, _channel_mean(node, outs)),
+        quantized=False,
+    )
     return means
 
 
@@ -414,11 +420,12 @@ def correct_biases(model: GraphModule, batches, float_means: dict) -> dict:
         bias = node.args[2] if len(node.args) > 2 else None
         if not isinstance(bias, Node) or bias.op != "get_attr" or node not in float_means:
             return
-        shift = _channel_mean(outs) - float_means[node]
+        shift = _channel_mean(node, outs) - float_means[node]
         value = _attribute(model, bias)
         with torch.no_grad():
             value.sub_(shift.to(value.dtype))
-        view = (1, -1) + (1,) * (outs[0].dim() - 2)
+        view = [1] * outs[0].dim()
+        view[_channel_axis(node, outs[0].dim())] = -1
         outs[:] = [o - shift.reshape(view).to(o.dtype) for o in outs]  # downstream layers see the corrected output
         shifts.append(float(shift.abs().mean()))
 
@@ -434,10 +441,17 @@ def correct_biases(model: GraphModule, batches, float_means: dict) -> dict:
 SAMPLES_FOR_MEANS = 32  # calibration samples the per-channel output means are taken over
 
 
-def _channel_mean(outs: list) -> torch.Tensor:
-    """Per-channel mean over samples and positions of conv (N, C, H, W) or linear (N, C) outputs."""
+def _channel_mean(node: Node, outs: list) -> torch.Tensor:
+    """Per-channel mean over samples and positions of conv (N, C, H, W) or linear (..., C) outputs."""
     x = torch.cat(outs)
-    return x.double().mean(dim=[d for d in range(x.dim()) if d != 1])
+    axis = _channel_axis(node, x.dim())
+    return x.double().mean(dim=[d for d in range(x.dim()) if d != axis])
+
+
+def _channel_axis(node: Node, dims: int) -> int:
+    """Where a layer's output channels are: axis 1 of a convolution's output, the last axis of a linear's (a
+    transformer's linear outputs (N, tokens, C))."""
+    return 1 if node.target in CONVS else dims - 1
 
 
 def _walk(model: GraphModule, batches, layers: set, visit, quantized: bool) -> None:
