@@ -118,7 +118,11 @@ def test_empirical_bias_correction_brings_each_layer_mean_to_the_float_model(dem
     assert pt2e.correct_biases(quantized, batches, float_means)["layers"] == 5
     now = {}
     pt2e._walk(
-        quantized, batches[: pt2e.SAMPLES_FOR_MEANS], set(float_means), lambda n, outs: now.__setitem__(n, pt2e._channel_mean(outs)), True
+        quantized,
+        batches[: pt2e.SAMPLES_FOR_MEANS],
+        set(float_means),
+        lambda n, outs: now.__setitem__(n, pt2e._channel_mean(n, outs)),
+        True,
     )
     assert len(now) == 5
     for node, mean in now.items():
