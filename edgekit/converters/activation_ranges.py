@@ -81,23 +81,15 @@ def _clipping_error(values: np.ndarray, counts: np.ndarray, ends: np.ndarray, si
 def _histograms(model: Path, samples, ranges: dict, threads: int) -> dict:
     """{tensor: (lowest, highest, counts)} of the float model's tensors named in `ranges`, over their range."""
     import onnx
-    from onnx import helper
 
-    from edgekit.converters.onnx_sensitivity import ort_session
+    from edgekit.converters.onnx_sensitivity import tensor_batches
 
     proto = onnx.load(str(model))
-    outputs, inputs = {o.name for o in proto.graph.output}, {i.name for i in proto.graph.input}
-    values = {o for n in proto.graph.node for o in n.output} | inputs
+    values = {o for n in proto.graph.node for o in n.output} | {i.name for i in proto.graph.input}
     names = [n for n, (lo, hi) in ranges.items() if n in values and np.size(lo) == 1 and np.max(hi) > np.min(lo)]  # per-tensor ranges
-    for name in names:
-        if name not in outputs and name not in inputs:
-            proto.graph.output.append(helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
-    session = ort_session(proto.SerializeToString(), threads)
-    fetched = [o.name for o in session.get_outputs()]
     bounds = {n: (float(np.min(ranges[n][0])), float(np.max(ranges[n][1]))) for n in names}
     counts = {n: np.zeros(BINS, np.int64) for n in names}
-    for feeds in samples.batches(BATCH):
-        run = {**feeds, **dict(zip(fetched, session.run(None, feeds), strict=True))}  # graph inputs are calibrated too
+    for run in tensor_batches(proto, names, samples, BATCH, threads):
         for name in names:
             lo, hi = bounds[name]
             index = ((np.asarray(run[name], np.float32).ravel() - lo) * (BINS / (hi - lo))).astype(np.int64)

@@ -62,27 +62,17 @@ def input_statistics(model_path: Path, samples, count: int = SAMPLES, positions:
     """{weight name: LayerStats} of the float model, from one ONNX Runtime pass over `count` samples."""
     import onnx
     import torch
-    from onnx import helper
 
-    from edgekit.converters.onnx_sensitivity import ort_session
+    from edgekit.calibration.samples import Samples
+    from edgekit.converters.onnx_sensitivity import tensor_batches
 
     model = onnx.load(str(model_path))
     layers = _layers(model)
-    outputs = {o.name for o in model.graph.output}
-    for node in layers:
-        if node.input[0] not in outputs:
-            model.graph.output.append(helper.make_tensor_value_info(node.input[0], onnx.TensorProto.FLOAT, None))
-            outputs.add(node.input[0])
-    session = ort_session(model.SerializeToString(), threads)
-    names = [o.name for o in session.get_outputs()]
     shapes = {i.name: tuple(i.dims) for i in model.graph.initializer}
+    probe = Samples({k: v[:count] for k, v in samples.arrays.items()})
     rng = np.random.default_rng(0)
     stats: dict[str, LayerStats] = {}
-    taken = 0
-    for feeds in samples.batches(8):
-        feeds = {k: v[: count - taken] for k, v in feeds.items()}
-        taken += len(next(iter(feeds.values())))
-        values = dict(zip(names, session.run(None, feeds), strict=True))
+    for values in tensor_batches(model, [node.input[0] for node in layers], probe, 8, threads):
         for node in layers:
             x = torch.from_numpy(np.asarray(values[node.input[0]], np.float32))
             gram, mean_sum, rows = _moments(node, x, shapes[node.input[1]], positions, rng)
@@ -91,8 +81,7 @@ def input_statistics(model_path: Path, samples, count: int = SAMPLES, positions:
                 s.gram, s.mean, s.rows = s.gram + gram, s.mean + mean_sum, s.rows + rows
             else:
                 stats[node.input[1]] = LayerStats(gram, mean_sum, rows)
-        if taken >= count:
-            break
+    taken = len(probe)
     for s in stats.values():
         s.gram, s.mean = s.gram / max(s.rows, 1), s.mean / max(taken, 1)
     return stats
