@@ -12,12 +12,12 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import CACHE, ISA_CLASS, artifact, p50, photo_calibration, publish, ratio_text, spread
+from bench.common import CACHE, ISA_CLASS, artifact, code_stamp, p50, photo_calibration, publish, ratio_text, spread
 from edgekit.artifact import TensorSpec
 from edgekit.isa import CLASSES
 
 # One class per distinct ONNX Runtime scheme: its name picks the scheme through --for-target.
-SCHEMES = {"x86-vnni": "u8 x s8", "x86-avx2": "u8 x u8", "arm64": "s8 x s8"}
+SCHEMES = {"x86-vnni": "u8 x s8", "x86-avx2": "u8 x s8, pair-safe weights", "other": "u8 x u8", "arm64": "s8 x s8"}
 FASHION = 2000
 FASHION_INPUT = (TensorSpec("image", ("batch", 1, 28, 28), "float32"),)
 CROPS = 240
@@ -46,7 +46,8 @@ def run(rounds: int = 3, emulated_crops: int = 60) -> None:
             f"Speed: {rounds} interleaved rounds, a fresh process per artifact, 10 warm-up + 60 timed runs, batch 1.",
             "Emulated: qemu-x86_64 -cpu Haswell offers AVX2 without AVX-512/VNNI, so ONNX Runtime takes an AVX2 CPU's kernels; "
             "numerics only, emulated latency means nothing.",
-            f"The scheme edgekit picks on this host: {CLASSES[ISA_CLASS].activations} activations x {CLASSES[ISA_CLASS].weights} weights.",
+            f"The scheme edgekit picks on this host: {CLASSES[ISA_CLASS].activations} activations x {CLASSES[ISA_CLASS].weights} weights"
+            + (", pair-safe (converters.pair_safe)." if CLASSES[ISA_CLASS].pair_safe_weights else "."),
         ],
     )
 
@@ -71,7 +72,7 @@ def _fashion(precision: str, for_target: str | None = None) -> Path:
     from edgekit.converters.pipeline import convert
     from edgekit.demo import demo_source
 
-    out = CACHE / f"fashion.{precision}.{for_target or 'fp32'}.onnx"
+    out = CACHE / f"fashion.{precision}.{for_target or 'fp32'}.{code_stamp()}.onnx"  # the code that made it: no stale scheme
     if not out.exists():
         _, calib = _fashion_data()
         calibration = CalibrationOptions(str(calib), 300) if precision == "int8" else CalibrationOptions()
@@ -97,7 +98,7 @@ def _native_row(for_target: str, data: dict[str, Path], rounds: int) -> list:
 
 def _emulated_rows(data: dict[str, Path], crops: int) -> list[list]:
     rows = []
-    for for_target in ("x86-vnni", "x86-avx2"):
+    for for_target in ("x86-vnni", "x86-avx2", "other"):
         models = _models(for_target)
         outputs = {name: _outputs(path, data, crops) for name, path in models.items() if "fp32" in name}
         outputs["fashion int8"], outputs["effnet int8"] = _run_emulated([models["fashion int8"], models["effnet int8"]], data, crops)

@@ -3,7 +3,9 @@
 ONNX Runtime's x86 int8 kernels multiply u8 activations by s8 weights. Without VNNI they use
 VPMADDUBSW, which adds pairs of u8 x s8 products into a saturating int16: with real activations the
 sums clip and accuracy falls (FashionCNN top-1 agreement 97.4% instead of 99.9% on an AVX2 EPYC;
-EfficientNet-Lite0 65% instead of 85%). u8 x u8 goes through a widening path that cannot saturate.
+EfficientNet-Lite0 73% instead of 97%). On AVX2 edgekit keeps each adjacent pair of weight codes to
+|w| + |w'| <= 128, so the sums cannot clip (converters.pair_safe); u8 x u8 goes through a widening path
+that cannot saturate but was 3x slower than fp32 on a Zen 3 EPYC.
 VNNI (VPDPBUSD) and AMX accumulate u8 x s8 in int32 directly: no saturation, and the fast path.
 Arm's kernels (SDOT/UDOT, I8MM, or widening multiplies) accumulate in int32 as well.
 
@@ -31,6 +33,7 @@ class IsaClass:
     weights: str  # weight type
     reason: str  # why this scheme on this class, with the measurement behind it
     int8_pays: bool | None  # measured: is ONNX Runtime int8 faster than fp32 here (None: not measured on this project's machines)
+    pair_safe_weights: bool = False  # u8 x s8 weights kept within VPMADDUBSW's int16 pairs (converters.pair_safe)
 
 
 # One row per class; docs/int8-schemes.md has the measurements behind each choice.
@@ -65,9 +68,12 @@ CLASSES = {
             "x86-avx2",
             "x86 with AVX2, no AVX-512 or VNNI (Haswell to Coffee Lake, Zen 1-3)",
             "uint8",
-            "uint8",
-            "no VNNI: u8 x s8 saturates in VPMADDUBSW (FashionCNN agreement 97.4%, EfficientNet-Lite0 65% on an AVX2 EPYC); u8 x u8 does not (99.9%, 85%)",
-            False,
+            "int8",
+            "no VNNI: VPMADDUBSW adds u8 x s8 products in pairs into a saturating int16 (plain u8 x s8: EfficientNet-Lite0 73% "
+            "agreement on an AVX2 EPYC), so each adjacent weight pair is kept to |w| + |w'| <= 128 (96.7%, int8/fp32 p50 0.65); "
+            "u8 x u8 cannot saturate either but runs 3x slower than fp32 there",
+            True,
+            True,
         ),
         IsaClass(
             "x86-sse",

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit.converters import pair_safe
+
 SAMPLES = 16  # calibration samples the input statistics are measured on
 POSITIONS = 1024  # output positions (patches) sampled per sample for a convolution's G
 DAMPING = 0.01  # G + 1% of its mean diagonal: keeps the fit off directions the samples did not cover
@@ -115,9 +117,14 @@ def _pads(node) -> tuple[int, int, int, int]:
     return pads[0], pads[1], pads[2], pads[3]
 
 
-def best_codes(weights: np.ndarray, codes: np.ndarray, scale: np.ndarray, zero: np.ndarray, gram: np.ndarray, bounds) -> np.ndarray:
+def best_codes(
+    weights: np.ndarray, codes: np.ndarray, scale: np.ndarray, zero: np.ndarray, gram: np.ndarray, bounds, pairs: bool = False
+) -> np.ndarray:
     """Codes (C x K) near `codes` that lower each channel's output error d G d^T, d = (q - zero) * scale - w,
-    one code moved by one step per channel and round, while a move lowers it."""
+    one code moved by one step per channel and round, while a move lowers it. `pairs`: the codes start from,
+    and every move keeps to, the pair limit of converters.pair_safe."""
+    if pairs:
+        codes = pair_safe.project(codes)
     q = codes.astype(np.float64)
     d = (q - zero) * scale - weights
     gram = gram + DAMPING * _mean_diagonal(gram)
@@ -130,6 +137,8 @@ def best_codes(weights: np.ndarray, codes: np.ndarray, scale: np.ndarray, zero: 
         moved = step * scale[active]
         gain = 2 * moved * grad[active] + moved * moved * diag[active]
         gain[(q[active] + step < bounds[0]) | (q[active] + step > bounds[1])] = np.inf
+        if pairs:
+            gain[np.abs(q[active] + step) + pair_safe.partner_magnitude(q[active]) > pair_safe.LIMIT] = np.inf
         best = gain.argmin(1)
         picked = np.arange(len(active))
         improves = gain[picked, best] < -1e-12 * max(float(np.abs(grad).max()), 1e-30)
@@ -159,8 +168,9 @@ def output_error(weights, codes, scale, zero, gram) -> float:
 class WeightRounding:
     """The pass for one float model: statistics measured once, codes chosen once per weight and grid."""
 
-    def __init__(self, float_model: Path, samples) -> None:
+    def __init__(self, float_model: Path, samples, pair_safe: bool = False) -> None:
         self.float_model, self.samples = Path(float_model), samples
+        self.pair_safe = pair_safe  # u8 x s8 for x86 without VNNI: codes kept to converters.pair_safe's limits
         self._stats: dict | None = None
         self._codes: dict = {}
         self.errors: dict[str, tuple[float, float]] = {}  # weight -> output error (round-to-nearest, fitted)
@@ -223,7 +233,8 @@ class _LayerEdit:
         key = (float_name, scale.tobytes(), zero.tobytes())
         if key not in self.rounding._codes:
             fitted = stats.rows >= 4 * w2.shape[1]  # fewer input rows than that would fit the codes to the samples
-            best = best_codes(w2, c2, s2, z2, stats.gram, _bounds(codes.dtype)) if fitted else c2
+            pairs, bounds = self._limits(codes.dtype, weights.shape)
+            best = best_codes(w2, c2, s2, z2, stats.gram, bounds, pairs) if fitted else (pair_safe.project(c2) if pairs else c2)
             self.rounding.errors[float_name] = (output_error(w2, c2, s2, z2, stats.gram), output_error(w2, best, s2, z2, stats.gram))
             self.rounding._codes[key] = best
         best = self.rounding._codes[key]
@@ -231,6 +242,11 @@ class _LayerEdit:
         self.inits[codes_name].CopyFrom(numpy_helper.from_array(_unrows(best, codes.shape, axis).astype(codes.dtype), codes_name))
         self._correct_bias((best - z2) * s2 - w2, stats.mean, weights.shape)
         return 1
+
+    def _limits(self, dtype, weight_shape) -> tuple[bool, tuple[int, int]]:
+        """(pair limit on, code bounds) for this layer: converters.pair_safe's where the scheme asks for it."""
+        layer_kind = pair_safe.kind(self.node.op_type, weight_shape, _attribute(self.node, "group", 1)) if self.rounding.pair_safe else None
+        return layer_kind == "pairs", pair_safe.NARROW if layer_kind == "narrow" else _bounds(dtype)
 
     def _dequantize(self, index: int):
         if len(self.node.input) <= index:

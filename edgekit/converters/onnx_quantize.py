@@ -1,8 +1,9 @@
 """ONNX -> ONNX precision passes: fp16, dynamic int8, static int8 (QDQ) with calibration.
 
 The int8 scheme is chosen for the CPU class (edgekit.isa) or accelerator the model is meant for, and
-the reason is recorded: u8 x s8 where VNNI/AMX accumulate it in int32 (the fast path), u8 x u8 where
-u8 x s8 would saturate (x86 without VNNI), s8 x s8 on Arm, symmetric s8 for TensorRT.
+the reason is recorded: u8 x s8 where VNNI/AMX accumulate it in int32 (the fast path), u8 x s8 with
+pair-safe weights on AVX2 (converters.pair_safe), u8 x u8 where u8 x s8 would saturate and that is not
+measured (x86 with AVX-512BW or SSSE3 and no VNNI), s8 x s8 on Arm, symmetric s8 for TensorRT.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class Int8Scheme:
     quantize_bias: bool = True  # int32 bias DequantizeLinear (ONNX Runtime fuses it); TensorRT keeps float biases
     isa_class: str | None = None  # the CPU class the scheme was chosen for (None: not a CPU target)
     isa_from: str | None = None  # where that class came from: this host, --for-target, a device
+    pair_safe_weights: bool = False  # weight pairs kept within VPMADDUBSW's int16 (x86 without VNNI; converters.pair_safe)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -55,7 +57,15 @@ def choose_scheme(for_target: str) -> Int8Scheme:
             "int8", "int8", True, "TensorRT's explicit quantization takes symmetric int8 Q/DQ (zero-point 0) only, biases in float", False
         )
     isa, source = class_for(for_target)
-    return Int8Scheme(isa.activations, isa.weights, False, f"{isa.name}: {isa.reason}", isa_class=isa.name, isa_from=source)
+    return Int8Scheme(
+        isa.activations,
+        isa.weights,
+        False,
+        f"{isa.name}: {isa.reason}",
+        isa_class=isa.name,
+        isa_from=source,
+        pair_safe_weights=isa.pair_safe_weights and isa.weights == "int8",
+    )
 
 
 class OnnxQuantizer(Converter):
@@ -267,7 +277,7 @@ class StaticQuantizer:
         self.probe = Samples({k: v[: self.sensitivity_samples] for k, v in samples.arrays.items()})
         self._reference = None
         self.exponential = exponential_chains(pre)  # always float: no int8 scale holds exp(x) (converters.exponential_ops)
-        self.rounding = WeightRounding(pre, samples)
+        self.rounding = WeightRounding(pre, samples, scheme.pair_safe_weights)
         self.rounding_notes: dict = {}
         self.workdir = workdir
         self.ranges_notes: dict = {}
@@ -333,11 +343,14 @@ def _quantize_static(
     pre: Path, out: Path, samples, specs, options: ConvertOptions, scheme: Int8Scheme, exclude: list[str], cache: Path | None = None
 ) -> None:
     """onnxruntime.quantization.quantize_static with the scheme; `cache` keeps the calibrated ranges for the next call."""
+    import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     from edgekit.calibration.adapters import ort_reader
+    from edgekit.converters import pair_safe
 
     types = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}
+    overrides = pair_safe.overrides(onnx.load(str(pre)), options.per_tensor) if scheme.pair_safe_weights else {}
     methods = {
         "minmax": CalibrationMethod.MinMax,
         "entropy": CalibrationMethod.Entropy,
@@ -360,6 +373,7 @@ def _quantize_static(
             "WeightSymmetric": True,
             "CalibTensorRangeSymmetric": scheme.symmetric_activations,
             "QuantizeBias": scheme.quantize_bias,
+            **({"TensorQuantOverrides": overrides} if overrides else {}),
         },
     )
     _float_boundaries(out, exclude)

@@ -13,7 +13,7 @@ from pathlib import Path
 from edgekit.artifact import TensorSpec, parse_input_spec
 from edgekit.converters import SUFFIXES, CalibrationOptions, ConvertOptions
 from edgekit.errors import EdgekitError
-from edgekit.isa import class_for, host_class, speedup_note
+from edgekit.isa import host_class, speedup_note
 from edgekit.loaders import ModelSource, open_source
 from edgekit.recipe.cache import cached_build, publish
 from edgekit.recipe.schema import SOURCE_FORMATS, Recipe
@@ -316,11 +316,14 @@ def cache_key(source: ModelSource, fmt: str, options: ConvertOptions) -> str:
     return fingerprint({"source": source_fingerprint(source), "options": opts, "tools": tools})
 
 
-def _int8_for(for_target: str) -> str:
-    """What the int8 scheme depends on: TensorRT's, or the CPU class of the target."""
-    from edgekit.converters.onnx_quantize import for_tensorrt
+def _int8_for(for_target: str) -> dict:
+    """The int8 scheme of the target (TensorRT's, or its CPU class's): a cache made with another scheme for the
+    same class (an older edgekit's) is not reused."""
+    from edgekit.converters.onnx_quantize import choose_scheme
 
-    return "tensorrt" if for_tensorrt(for_target) else class_for(for_target)[0].name
+    scheme = choose_scheme(for_target).to_dict()
+    scheme.pop("isa_from")  # how the class was named (this host, --for-target) does not change the artifact
+    return scheme
 
 
 def fingerprint(data: dict) -> str:

@@ -50,22 +50,22 @@ def test_every_class_is_recorded_and_has_a_scheme():
 
 
 @pytest.mark.parametrize(
-    "isa_class, activations, weights",
+    "isa_class, activations, weights, pair_safe",
     [
-        ("x86-amx", "uint8", "int8"),  # VNNI/AMX: u8 x s8 accumulates in int32, the fast path
-        ("x86-vnni", "uint8", "int8"),
-        ("x86-avx512", "uint8", "uint8"),  # VPMADDUBSW saturates u8 x s8: u8 x u8 instead
-        ("x86-avx2", "uint8", "uint8"),
-        ("x86-sse", "uint8", "uint8"),
-        ("arm64-i8mm", "int8", "int8"),
-        ("arm64-dotprod", "int8", "int8"),
-        ("arm64", "int8", "int8"),
-        ("other", "uint8", "uint8"),
+        ("x86-amx", "uint8", "int8", False),  # VNNI/AMX: u8 x s8 accumulates in int32, the fast path
+        ("x86-vnni", "uint8", "int8", False),
+        ("x86-avx512", "uint8", "uint8", False),  # VPMADDUBSW saturates u8 x s8: u8 x u8 (not measured on such a CPU)
+        ("x86-avx2", "uint8", "int8", True),  # VPMADDUBSW: u8 x s8 with weight pairs kept within int16 (converters.pair_safe)
+        ("x86-sse", "uint8", "uint8", False),
+        ("arm64-i8mm", "int8", "int8", False),
+        ("arm64-dotprod", "int8", "int8", False),
+        ("arm64", "int8", "int8", False),
+        ("other", "uint8", "uint8", False),
     ],
 )
-def test_for_target_class_picks_the_scheme_and_records_why(isa_class, activations, weights):
+def test_for_target_class_picks_the_scheme_and_records_why(isa_class, activations, weights, pair_safe):
     scheme = choose_scheme(isa_class)
-    assert (scheme.activations, scheme.weights) == (activations, weights)
+    assert (scheme.activations, scheme.weights, scheme.pair_safe_weights) == (activations, weights, pair_safe)
     assert scheme.isa_class == isa_class and scheme.isa_from == f"--for-target {isa_class}"
     assert scheme.reason.startswith(isa_class) and not scheme.symmetric_activations
 

@@ -75,3 +75,49 @@ def _native_top1(model: Path, data: Path) -> np.ndarray:
     runner.load()
     images = np.load(data)["image"][:SAMPLES]
     return np.concatenate([runner.infer({"image": images[i : i + 250]})[0] for i in range(0, SAMPLES, 250)]).argmax(1)
+
+
+PAIRS = """
+import json, sys
+import numpy as np, onnxruntime as ort
+session = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+x = np.full((1, 8, 2, 2), 255, np.uint8)
+print(json.dumps(session.run(None, {"x": x})[0][0, :, 0, 0].tolist()))
+"""
+
+
+def test_vpmaddubsw_pairs_adjacent_input_channels_and_128_is_the_safe_pair_sum(tmp_path):
+    """What converters.pair_safe rests on, on ONNX Runtime's own AVX2 kernel: a u8 x s8 1x1 QLinearConv sums
+    a_k w_k + a_k+1 w_k+1 (k even) in int16, so a pair of codes 127 + 127 against activations of 255 clips,
+    the same codes two channels apart do not, nor a pair that keeps |w| + |w'| <= 128."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rows = {  # output channel: weight codes over the 8 input channels, exact sum of 255 x codes
+        "adjacent 127+127": [127, 127, 0, 0, 0, 0, 0, 0],
+        "127, 127 two apart": [127, 0, 127, 0, 0, 0, 0, 0],
+        "pairs of 64+64": [64, 64, 64, 64, 0, 0, 0, 0],
+        "pairs of 100+28, negative": [-100, -28, -28, -100, 0, 0, 0, 0],
+    }
+    weights = np.array(list(rows.values()), np.int8).reshape(len(rows), 8, 1, 1)
+    scalar = lambda name, value, dtype: numpy_helper.from_array(np.array(value, dtype), name)  # noqa: E731
+    graph = helper.make_graph(
+        [helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"])],
+        "pairs",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 8, 2, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, len(rows), 2, 2])],
+        [
+            scalar("xs", 1.0, np.float32), scalar("xz", 0, np.uint8), numpy_helper.from_array(weights, "w"),
+            numpy_helper.from_array(np.ones(len(rows), np.float32), "ws"), numpy_helper.from_array(np.zeros(len(rows), np.int8), "wz"),
+            scalar("ys", 1024.0, np.float32), scalar("yz", 128, np.uint8),
+        ],
+    )  # fmt: skip
+    path = tmp_path / "pairs.onnx"
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString())
+    proc = subprocess.run(
+        ["qemu-x86_64", "-cpu", "Haswell", sys.executable, "-c", PAIRS, str(path)], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = dict(zip(rows, json.loads(proc.stdout.splitlines()[-1]), strict=True))
+    exact = {name: 128 + round(255 * sum(codes) / 1024) for name, codes in rows.items()}
+    assert got["adjacent 127+127"] == 128 + round(32767 / 1024) != exact["adjacent 127+127"], got  # clipped at the int16 limit
+    assert {k: v for k, v in got.items() if k != "adjacent 127+127"} == {k: v for k, v in exact.items() if k != "adjacent 127+127"}

@@ -261,3 +261,28 @@ def test_demo_variants_write_to_their_own_folders(tmp_path, monkeypatch):
     folders = {Path(demo_recipe(None, keras=keras).report.dir) for keras in (False, True)}
     assert folders == {tmp_path / "edgekit-demo", tmp_path / "edgekit-demo-keras"}
     assert Path(demo_recipe(tmp_path / "mine", keras=True).report.dir) == tmp_path / "mine"
+
+
+def test_the_cache_key_follows_the_int8_scheme_not_how_the_class_was_named(tmp_path, monkeypatch):
+    import dataclasses
+
+    from edgekit import isa
+    from edgekit.converters import CalibrationOptions, ConvertOptions
+    from edgekit.loaders import ModelSource
+    from edgekit.recipe.run import cache_key
+
+    model, data = tmp_path / "m.onnx", tmp_path / "calib.npz"
+    model.write_bytes(b"model")
+    data.write_bytes(b"data")
+    source = ModelSource(str(model), "onnx")
+
+    def key(precision: str, for_target: str) -> str:
+        calibration = CalibrationOptions(str(data), 100) if precision == "int8" else CalibrationOptions()
+        return cache_key(source, "onnx", ConvertOptions(precision, (), calibration, for_target=for_target))
+
+    host = isa.host_class().name
+    assert key("int8", "onnxruntime:cpu") == key("int8", host)  # this host's class, named or not: one artifact
+    assert key("int8", "x86-avx2") != key("int8", "x86-vnni") and key("fp32", "x86-avx2") == key("fp32", "x86-vnni")
+    before = key("int8", "x86-avx2")
+    monkeypatch.setitem(isa.CLASSES, "x86-avx2", dataclasses.replace(isa.CLASSES["x86-avx2"], weights="uint8"))
+    assert key("int8", "x86-avx2") != before  # the same class with another scheme (an older edgekit's): rebuilt
