@@ -17,7 +17,8 @@ _PHOTO_NOTES = (
     "int8 row is edgekit's default path (--calib-method auto: each backend's best measured range estimator). ONNX Runtime: "
     "L2-optimal activation ranges (converters.activation_ranges), outputs left float, weight codes fitted to the "
     "calibration inputs + bias correction (converters.int8_rounding), sensitivity outliers kept in float where that "
-    "helps. OpenVINO: NNCF, histogram ranges, full bias correction. LiteRT and "
+    "helps; on x86-avx2 u8 x s8 with pair-safe weights (converters.pair_safe). OpenVINO: NNCF, histogram ranges, full "
+    "bias correction; on x86-avx2 ONNX Runtime's pair-safe QDQ, which OpenVINO runs as it is. LiteRT and "
     "ExecuTorch: PT2E (converters.pt2e) with HistogramObserver, conv+ReLU6 observed after the clamp, int8 adds, zero pads "
     "folded, fitted weight codes, empirical bias correction through the quantized model.",
     "Targets (issue 17): agreement >= 97% on all crops, >= 99% on the confident ones, mean cosine >= 0.995; p50 ratio <= 0.6.",

@@ -157,7 +157,8 @@ def _quant_detail(quant: dict) -> str:
         )
         return f"NNCF, {quant['model_type']} scheme, {ranges}{quant['bias_correction']} bias correction, {quant['samples']} samples"
     if "activations" in quant:
-        return f"{quant['activations']} activations x {quant['weights']} weights, {'per-channel' if quant['per_channel'] else 'per-tensor'}"
+        via = "ONNX Runtime's Q/DQ, " if quant.get("tool") == "onnxruntime" else ""  # read by another runtime (OpenVINO)
+        return f"{via}{quant['activations']} activations x {quant['weights']} weights, {'per-channel' if quant['per_channel'] else 'per-tensor'}"
     return quant.get("note", quant.get("weights", ""))
 
 
@@ -510,3 +511,5 @@ def print_debug(report: dict, rows_shown: int | None = None) -> None:
             console.print(f"not matched ({side.replace('_', ' ')}): {len(names)}: {escape(', '.join(names[:8]))}{more}")
     for skipped in unmatched["skipped"][:8]:
         console.print(f"not compared: {escape(skipped['tensor'])}: {escape(skipped['why'])}")
+    if report.get("advice"):
+        console.print(f"[yellow]advice[/]: {escape(report['advice'])}")

@@ -46,14 +46,8 @@ def convert(source: ModelSource, to: str, out: Path, options: ConvertOptions) ->
     with progress.step(f"loading {source.spec} and its data"):
         model, specs = load_for_conversion(source, list(options.inputs))
         data = ConversionData(calibration_samples(options, specs) if calibrate else None, validation_samples(options, specs))
-    notes: dict = {}
     with atomic_output(Path(out)) as final, work_folder(Path(out)) as work:
-        current = model
-        for i, (converter, precision) in enumerate(steps):
-            step_out = final if i == len(steps) - 1 else Path(work) / f"step{i}{final.suffix}"
-            with progress.step(f"{source.name}: {converter.__name__} ({precision})"), third_party_quiet():
-                notes |= converter().convert(current, specs, step_out, dataclasses.replace(options, precision=precision), data)
-            current = step_out
+        notes = run_steps(steps, model, specs, final, Path(work), options, data, source.name)
         if options.device:
             with progress.step(f"{source.name}: compiling for {options.device}"), third_party_quiet():
                 notes["npu"] = _compile_for_npu(final, options.device, Path(work))
@@ -64,6 +58,21 @@ def convert(source: ModelSource, to: str, out: Path, options: ConvertOptions) ->
         sidecar["files"] = sorted(p.name for p in final.parent.iterdir() if p.name != final.name) + [final.name + SIDECAR_SUFFIX]
         final.with_name(final.name + SIDECAR_SUFFIX).write_text(json.dumps(sidecar, indent=2, default=str) + "\n")
     return describe(Path(out), to, options.precision, sidecar)
+
+
+def run_steps(steps, model, specs, final: Path, work: Path, options: ConvertOptions, data: ConversionData, name: str) -> dict:
+    """Each step's converter on what the step before wrote (the first on the loaded `model`), the last one writing
+    `final`, the others files in `work`; their notes merged."""
+    from edgekit.converters import SUFFIXES
+
+    notes: dict = {}
+    current = model
+    for i, (converter, precision) in enumerate(steps):
+        step_out = final if i == len(steps) - 1 else work / f"step{i}{SUFFIXES[converter.target_format]}"
+        with progress.step(f"{name}: {converter.__name__} ({precision})"), third_party_quiet():
+            notes |= converter().convert(current, specs, step_out, dataclasses.replace(options, precision=precision), data)
+        current = step_out
+    return notes
 
 
 def verify_written(path: Path, specs: list[TensorSpec]) -> str:

@@ -67,8 +67,28 @@ def debug(request: DebugRequest) -> dict:
         worst=worst(rows),
         matched=len(rows),
         unmatched=unmatched,
+        advice=_naming_advice(request, len(rows), unmatched),
     )
     return report
+
+
+def _naming_advice(request: DebugRequest, matched: int, unmatched: dict) -> str | None:
+    """What to compare an OpenVINO int8 IR made through ONNX (x86-avx2's pair-safe route) with, when it shares few
+    tensor names with an IR made straight from PyTorch."""
+    from edgekit.converters.pipeline import read_provenance
+
+    if {request.artifact.format, request.reference.format} != {"openvino"} or matched >= len(unmatched["reference_only"]):
+        return None
+    provenance = read_provenance(request.artifact.path) or {}
+    if (provenance.get("quantization") or {}).get("tool") != "onnxruntime":
+        return None
+    origin = provenance.get("source") or {}
+    source = origin.get("zoo") or origin.get("spec", "MODEL")
+    return (
+        "this IR was quantized through ONNX (ONNX Runtime's pair-safe Q/DQ, x86 without VNNI), so its tensors carry the ONNX "
+        f"export's names: compare it with the fp32 ONNX (edgekit convert {source} --to onnx -o fp32.onnx; "
+        f"edgekit debug {request.artifact.spec} -r fp32.onnx)"
+    )
 
 
 def capture(source: ModelSource, partner=None):

@@ -81,7 +81,9 @@ def ir(tmp_path_factory, fashion_source, demo_data, fashion_onnx):
     out = tmp_path_factory.mktemp("ir")
     calib = CalibrationOptions(str(demo_data[1]), 300)
     paths = {
-        p: convert(fashion_source, "openvino", out / f"f.{p}.xml", ConvertOptions(p, INPUTS, _calib(p, calib))).path
+        p: convert(
+            fashion_source, "openvino", out / f"f.{p}.xml", ConvertOptions(p, INPUTS, _calib(p, calib), for_target="x86-avx512")
+        ).path
         for p in ("fp32", "int8")
     }
     paths["from_onnx"] = convert(open_source(str(fashion_onnx["fp32"])), "openvino", out / "o.xml", ConvertOptions("fp32")).path

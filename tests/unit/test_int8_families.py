@@ -50,12 +50,35 @@ def test_openvino_sees_the_attention_of_the_vit_from_pytorch_and_from_onnx(vit_o
     assert detect_model_type(_to_openvino(cnn, cnn_specs)) is None
 
 
+def test_without_vnni_openvino_int8_of_a_cnn_goes_through_onnx_runtime_and_a_transformer_stays_with_nncf(vit_onnx):
+    import dataclasses
+
+    import openvino as ov
+
+    from edgekit.converters import ConversionData, ConvertOptions
+    from edgekit.converters.any_openvino import _pair_safe_route, _to_openvino
+    from edgekit.converters.pipeline import load_for_conversion
+
+    cnn = _to_openvino(*load_for_conversion(open_source("zoo:fashion-cnn"), []))
+    vit, avx2, none = ov.convert_model(str(vit_onnx)), ConvertOptions("int8", for_target="x86-avx2"), ConversionData()
+    assert _pair_safe_route(cnn, avx2, none) and not _pair_safe_route(vit, avx2, none)
+    assert _pair_safe_route(vit, dataclasses.replace(avx2, model_type="cnn"), none)  # --model-type cnn is obeyed
+    assert not _pair_safe_route(cnn, ConvertOptions("int8", for_target="x86-vnni"), none)  # VNNI: NNCF's scheme
+    assert not _pair_safe_route(cnn, avx2, ConversionData(validation=Samples({"image": np.zeros((2, 1, 28, 28), np.float32)})))
+    assert not _pair_safe_route(cnn, dataclasses.replace(avx2, exclude=("node",)), none)  # --exclude names NNCF's layers
+
+
 def test_openvino_int8_of_the_vit_takes_the_transformer_scheme_and_stays_closer_than_the_cnn_scheme(tmp_path):
     reference = _outputs("zoo:fashion-vit")
     fidelity = {}
     for scheme in ("auto", "cnn"):
         converted = edgekit.convert(
-            "zoo:fashion-vit", "openvino", tmp_path / f"{scheme}.xml", precision="int8", model_type=None if scheme == "auto" else scheme
+            "zoo:fashion-vit",
+            "openvino",
+            tmp_path / f"{scheme}.xml",
+            precision="int8",
+            model_type=None if scheme == "auto" else scheme,
+            for_target="x86-avx512",  # NNCF, 7-bit weights: no host's kernel saturates them (x86-avx2 CNNs go through ONNX Runtime)
         )
         assert converted.provenance["quantization"]["model_type"] == ("transformer" if scheme == "auto" else "cnn")
         fidelity[scheme] = compare_output("logits", reference, _outputs(str(converted.path)))

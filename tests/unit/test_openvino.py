@@ -22,7 +22,11 @@ def ir(tmp_path_factory, fashion_source, demo_data):
     calib = CalibrationOptions(str(demo_data[1]), 300)
     return {
         p: convert(
-            fashion_source, "openvino", out / f"f.{p}.xml", ConvertOptions(p, INPUTS, calib if p == "int8" else CalibrationOptions())
+            fashion_source,
+            "openvino",
+            out / f"f.{p}.xml",
+            # NNCF with 7-bit weights, which no host's kernel saturates (x86-avx2 goes through ONNX Runtime: tested below)
+            ConvertOptions(p, INPUTS, calib if p == "int8" else CalibrationOptions(), for_target="x86-avx512"),
         )
         for p in ("fp32", "fp16", "int8")
     }
@@ -133,6 +137,51 @@ def _weight_scales(path) -> list[int]:
     return counts
 
 
+def _weight_codes(path) -> list[np.ndarray]:
+    """The int8 weight codes of each Convolution and MatMul of an IR, as (output channels, inputs)."""
+    import openvino as ov
+
+    codes = []
+    for op in ov.Core().read_model(str(path)).get_ordered_ops():
+        if op.get_type_name() not in ("Convolution", "MatMul"):
+            continue
+        node = op.input(1).get_source_output().get_node()
+        while node.get_type_name() != "Constant":  # Multiply(scale) <- Convert <- the int8 Constant
+            node = node.input(0).get_source_output().get_node()
+        data = node.get_data()
+        if op.get_type_name() == "MatMul" and not op.get_attributes()["transpose_b"]:
+            data = data.T
+        codes.append(data.reshape(len(data), -1))
+    return codes
+
+
+def test_without_vnni_int8_is_onnx_runtimes_pair_safe_qdq_run_by_openvino_as_it_is(
+    tmp_path, fashion_source, demo_data, test2k, ir, fashion_onnx, small_test_npz
+):
+    from edgekit.converters import pair_safe
+    from edgekit.converters.any_openvino import PAIR_SAFE_ROUTE
+
+    calib = CalibrationOptions(str(demo_data[1]), 300)
+    int8 = convert(fashion_source, "openvino", tmp_path / "avx2.xml", ConvertOptions("int8", INPUTS, calib, for_target="x86-avx2"))
+    notes = int8.meta["provenance"]
+    assert (notes["quantization"]["tool"], notes["quantization"]["pair_safe_weights"]) == ("onnxruntime", True)
+    assert notes["openvino"]["int8"] == PAIR_SAFE_ROUTE and sorted(notes["files"]) == ["avx2.bin", "avx2.xml.edgekit.json"]
+    codes = _weight_codes(int8.path)  # 3 convolutions (3x3: 7-bit codes) and 2 MatMuls (adjacent inputs pair up)
+    assert len(codes) == 5 and all(c.dtype == np.int8 for c in codes)
+    assert max(pair_safe.worst_pair(c) for c in codes) <= pair_safe.LIMIT  # VPMADDUBSW's int16 sums cannot clip
+    assert all(np.abs(c).max() <= 64 for c in codes[:3]) and all(np.abs(c).max() > 64 for c in codes[3:])  # finer than 7 bits
+    reference = accuracy_percent(run_batches(make_runner(fashion_source, inputs=list(INPUTS)), test2k, 250)[0], test2k.labels)
+    assert reference - _accuracy(int8.path, test2k) <= 0.5
+    from edgekit.debug import DebugRequest, debug
+
+    def compared_with(reference):
+        return debug(DebugRequest(open_source(str(int8.path)), open_source(str(reference)), str(small_test_npz), 4))
+
+    with_ir, with_onnx = compared_with(ir["fp32"].path), compared_with(fashion_onnx["fp32"])  # its names are the ONNX export's
+    assert with_ir["matched"] < 3 and "--to onnx -o fp32.onnx" in with_ir["advice"]
+    assert with_onnx["matched"] >= 9 and with_onnx["advice"] is None and with_onnx["rows"][-1]["cosine"] > 0.999
+
+
 def _activation_highs(path) -> list[float]:
     """The upper range limit of each activation FakeQuantize of an IR, in graph order."""
     import openvino as ov
@@ -144,7 +193,9 @@ def _activation_highs(path) -> list[float]:
 def test_per_tensor_and_calib_method_change_what_nncf_writes(tmp_path, fashion_source, demo_data, ir):
     def int8(name, **options):
         calib = CalibrationOptions(str(demo_data[1]), 300, options.pop("method"))
-        return convert(fashion_source, "openvino", tmp_path / name, ConvertOptions("int8", INPUTS, calib, **options))
+        return convert(
+            fashion_source, "openvino", tmp_path / name, ConvertOptions("int8", INPUTS, calib, for_target="x86-avx512", **options)
+        )
 
     minmax, percentile = int8("mm.xml", method="minmax"), int8("pc.xml", method="percentile")
     per_tensor = int8("pt.xml", method="minmax", per_tensor=True)
