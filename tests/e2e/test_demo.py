@@ -1,6 +1,7 @@
 """The README's demo, end to end, on the real trained models and all 10,000 Fashion-MNIST test images."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -31,8 +32,15 @@ def _check(rows, reference_floor):
         assert row["drop_points"] <= limit, (fmt, precision, row["drop_points"])
         assert row["p50_ms"] > 0 and row["threads"] >= 1
     for fmt in ("onnx", "openvino", "tflite"):
-        assert rows[(fmt, "int8")]["size_bytes"] < rows[(fmt, "fp32")]["size_bytes"] / 3
+        assert _weight_bytes(rows[(fmt, "int8")]) < _weight_bytes(rows[(fmt, "fp32")]) / 3
         assert rows[(fmt, "int8")]["top1_agreement"] >= 99.0
+
+
+def _weight_bytes(row) -> int:
+    """The bytes that hold the weights: the file, or an IR's .bin (its .xml is the graph as text: 35 KB for NNCF's int8
+    FashionCNN, 51 KB for the one read from ONNX Runtime's Q/DQ on x86-avx2, whose Q/DQ pairs make more nodes)."""
+    path = Path(row["artifact"])
+    return (path.with_suffix(".bin") if path.suffix == ".xml" else path).stat().st_size
 
 
 def test_pytorch_demo_keeps_accuracy_everywhere(tmp_path):
