@@ -93,6 +93,11 @@ class Converter:
     default_calib_method: ClassVar[str] = "minmax"  # what --calib-method auto (the default) means on it
 
     @classmethod
+    def calib_methods_for(cls, options: ConvertOptions) -> tuple[str, ...]:
+        """The --calib-method values this step has under `options` (ToOpenVino may quantize through ONNX Runtime)."""
+        return cls.calib_methods
+
+    @classmethod
     def require(cls) -> None:
         """Fail clearly when the backend is not installed; `pipeline.convert` calls it for every step before any work."""
         if importlib.util.find_spec(cls.import_name) is None:

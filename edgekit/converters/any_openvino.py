@@ -30,6 +30,16 @@ class ToOpenVino(Converter):
     accuracy_control = True
     agreement_control = True
 
+    @classmethod
+    def calib_methods_for(cls, options: ConvertOptions) -> tuple[str, ...]:
+        """NNCF's, and ONNX Runtime's too where a CNN may go through it (the pair-safe route; a transformer that keeps
+        NNCF is refused entropy when convert() finds it one)."""
+        if not _route_allowed(options):
+            return cls.calib_methods
+        from edgekit.converters.onnx_quantize import OnnxQuantizer
+
+        return tuple(dict.fromkeys(cls.calib_methods + OnnxQuantizer.calib_methods))
+
     def convert(self, model, specs, out: Path, options: ConvertOptions, data: ConversionData) -> dict:
         import openvino as ov
 
@@ -65,11 +75,25 @@ PAIR_SAFE_ROUTE = "ONNX Runtime's static int8 QDQ with pair-safe weights (x86 wi
 
 def _pair_safe_route(ov_model, options: ConvertOptions, data: ConversionData) -> bool:
     """Quantize through ONNX Runtime's pair-safe scheme rather than NNCF (see PAIR_SAFE_ROUTE)."""
+    if data.validation is not None or not _route_allowed(options):
+        return False
+    if (options.model_type or detect_model_type(ov_model)) != "transformer":
+        return True
+    if options.calibration.method not in ToOpenVino.calib_methods:
+        raise EdgekitError(
+            f"--calib-method {options.calibration.method} is not available for a transformer: OpenVINO quantizes it with "
+            "NNCF, which has no entropy (KL) calibration",
+            hint=f"use {' or '.join(ToOpenVino.calib_methods)}, or quantize through ONNX (--to onnx)",
+        )
+    return False
+
+
+def _route_allowed(options: ConvertOptions) -> bool:
+    """The options leave the pair-safe route open: the target's ISA class needs pair-safe weights, and neither
+    accuracy control (--val) nor --exclude (OpenVINO's layer names) asks for NNCF."""
     from edgekit.isa import class_for
 
-    if data.validation is not None or options.exclude or not class_for(options.for_target)[0].pair_safe_weights:
-        return False
-    return (options.model_type or detect_model_type(ov_model)) != "transformer"
+    return options.validation_data is None and not options.exclude and class_for(options.for_target)[0].pair_safe_weights
 
 
 def _through_onnx_runtime(model, specs, out: Path, options: ConvertOptions, data: ConversionData) -> dict:

@@ -179,10 +179,11 @@ def _check_honoured(steps, options: ConvertOptions) -> None:
                 f"{flag} is not applied by {converter.target_format}'s {precision} ({converter.__name__}): it uses its own scheme",
                 hint=f"drop {flag}, or quantize through ONNX (--to onnx) where it applies",
             )
-        if name == "calib_method" and options.calibration.method not in converter.calib_methods:
+        methods = converter.calib_methods_for(options)
+        if name == "calib_method" and options.calibration.method not in methods:
             raise EdgekitError(
                 f"--calib-method {options.calibration.method} is not available in {converter.target_format}'s {precision} ({converter.__name__})",
-                hint=f"use {' or '.join(converter.calib_methods)}, or quantize through ONNX (--to onnx) where it applies",
+                hint=f"use {' or '.join(methods)}, or quantize through ONNX (--to onnx) where it applies",
             )
 
 

@@ -217,6 +217,21 @@ def test_entropy_calibration_is_refused_in_one_line(tmp_path):
     from tests.conftest import assert_clean_error, run_cli
 
     out = tmp_path / "m.xml"
-    args = ("--calib", "zoo:fashion-mnist-calib", "--calib-method", "entropy", "-o", out)
+    args = ("--calib", "zoo:fashion-mnist-calib", "--calib-method", "entropy", "--for-target", "x86-vnni", "-o", out)  # NNCF
     assert_clean_error(run_cli("convert", "zoo:fashion-cnn", "--to", "openvino", "-p", "int8", *args), "entropy", "percentile", "--to onnx")
     assert not out.exists()
+
+
+def test_without_vnni_entropy_calibration_goes_where_the_quantizer_has_it(tmp_path, fashion_source, demo_data):
+    """x86-avx2: a CNN's int8 goes through ONNX Runtime, which has entropy (KL) calibration; a transformer keeps NNCF,
+    which has none, and is refused before anything is written."""
+    calib = CalibrationOptions(str(demo_data[1]), 100, "entropy")
+    int8 = convert(fashion_source, "openvino", tmp_path / "kl.xml", ConvertOptions("int8", INPUTS, calib, for_target="x86-avx2"))
+    quantization = int8.meta["provenance"]["quantization"]
+    assert (quantization["tool"], quantization["method"]) == ("onnxruntime", "entropy")
+    assert _weight_codes(int8.path)  # int8 constants in the IR
+    transformer = ConvertOptions("int8", INPUTS, calib, for_target="x86-avx2", model_type="transformer")
+    with pytest.raises(EdgekitError, match="--calib-method entropy is not available for a transformer") as info:
+        convert(fashion_source, "openvino", tmp_path / "t.xml", transformer)
+    assert "histogram" in info.value.hint
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kl.bin", "kl.xml", "kl.xml.edgekit.json"]
