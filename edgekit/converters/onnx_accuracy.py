@@ -87,10 +87,7 @@ def accuracy_aware(quantizer, out, validation, limit: Limit, logits=None) -> dic
             {"kept_in_float": layer.name, "op": layer.op, "sensitivity": float(f"{layer.loss:.3g}"), **score, **_gain(previous, score)}
         )
     if not limit.holds(score):
-        raise EdgekitError(
-            f"int8 misses the limit ({limit.text()}) with {len(kept)} layers in float: {score}",
-            hint="raise the limit, calibrate on more or more representative data, or keep fp16/fp32",
-        )
+        raise _missed(limit, steps, len(validation))
     final = validator.score(out)  # the written artifact, validated again
     return {
         "max_drop_points": limit.max_drop,
@@ -101,6 +98,30 @@ def accuracy_aware(quantizer, out, validation, limit: Limit, logits=None) -> dic
         "steps": steps,
         "final": final,
     }
+
+
+def _missed(limit: Limit, steps: list[dict], samples: int) -> EdgekitError:
+    """The limit no step met: where int8 stood, the best step, and every step (the cause lines)."""
+    best = max(range(len(steps)), key=lambda i: (steps[i]["agreement"], -(steps[i]["drop_points"] or 0)))
+    lines = [f"{_step_text(step)}: {_score_text(step)}" for step in steps]
+    return EdgekitError(
+        f"int8 misses the limit ({limit.text()}) on {samples} validation samples: {_score_text(steps[-1])} with "
+        f"{len(steps) - 1} layers in float (all int8: {_score_text(steps[0])}; best: {_score_text(steps[best])} with {best})",
+        hint="a layer returned to float keeps its int8 input, so a loss that stays is in the activations, not the weights: "
+        "lower the limit, calibrate on data like the validation data (--calib-method), or keep fp16/fp32",
+        cause="\n".join(lines),
+    )
+
+
+def _step_text(step: dict) -> str:
+    if step["kept_in_float"] is None:
+        return "all int8"
+    return f"+ {step['kept_in_float']} in float ({step['op']}, weight-only loss {step['sensitivity']})"
+
+
+def _score_text(score: dict) -> str:
+    drop = f", top-1 drop {score['drop_points']:.2f} pts" if score["drop_points"] is not None else ""
+    return f"agreement {score['agreement']:.2f}%{drop}"
 
 
 def _gain(previous: dict, score: dict) -> dict:

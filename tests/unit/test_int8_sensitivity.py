@@ -78,10 +78,14 @@ def test_min_agreement_without_labels_and_its_limits(tmp_path, fashion_onnx, dem
     options = ConvertOptions("int8", (), calib, validation_data=str(unlabelled), min_agreement=98.0)
     control = convert(source, "onnx", tmp_path / "a.onnx", options).meta["provenance"]["quantization"]["accuracy_control"]
     assert control["final"]["agreement"] >= 98.0 and control["final"]["accuracy"] is None
-    with pytest.raises(EdgekitError, match="misses the limit"):
+    with pytest.raises(EdgekitError, match="misses the limit") as missed:
         convert(
             source, "onnx", tmp_path / "b.onnx", ConvertOptions("int8", (), calib, validation_data=str(unlabelled), min_agreement=100.1)
         )
+    assert "on 300 validation samples: agreement" in missed.value.message and "best: agreement" in missed.value.message
+    steps = missed.value.cause.splitlines()  # what each layer returned to float bought
+    assert steps[0].startswith("all int8: agreement") and len(steps) > 1 and all(" in float (" in line for line in steps[1:])
+    assert "in the activations" in missed.value.hint
     with pytest.raises(EdgekitError, match="one limit"):
         both = ConvertOptions(
             "int8", (), calib, validation_data=str(demo_data[0]), validation_samples=100, min_agreement=98.0, max_drop=1.0
