@@ -6,7 +6,20 @@ import importlib
 import logging
 import sys
 
-ALL = ("speedup", "runtimes", "accuracy", "isa", "trust", "overhead", "scaling", "gate", "gpu", "deep_compression", "families")
+ALL = (
+    "speedup",
+    "runtimes",
+    "accuracy",
+    "activations",
+    "isa",
+    "trust",
+    "overhead",
+    "scaling",
+    "gate",
+    "gpu",
+    "deep_compression",
+    "families",
+)
 
 
 def main(names: list[str]) -> None:
