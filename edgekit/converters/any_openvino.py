@@ -79,7 +79,7 @@ def _pair_safe_route(ov_model, options: ConvertOptions, data: ConversionData) ->
         return False
     if (options.model_type or detect_model_type(ov_model)) != "transformer":
         return True
-    if options.calibration.method not in ToOpenVino.calib_methods:
+    if options.calibration.method in set(ToOpenVino.calib_methods_for(options)) - set(ToOpenVino.calib_methods):
         raise EdgekitError(
             f"--calib-method {options.calibration.method} is not available for a transformer: OpenVINO quantizes it with "
             "NNCF, which has no entropy (KL) calibration",
