@@ -101,10 +101,7 @@ def print_how_made(prov: dict) -> None:
             console.print(f"  kept in float (int8 sensitivity outliers: {quant['sensitivity']['rule']}): {escape(layers)}")
         control = quant.get("accuracy_control")
         if control:
-            reverted = control["reverted_to_float"]
-            console.print(
-                f"  accuracy control (max drop {control['max_drop_points']} pts): {len(reverted)} layer(s) kept in float: {', '.join(reverted) or '-'}"
-            )
+            console.print(f"  {escape(_control_text(control))}")
         if quant.get("reason"):
             console.print(f"  why: {quant['reason']}")
     if "tensorrt_checks" in prov:
@@ -148,6 +145,15 @@ def print_tensorrt_findings(findings: list[dict], indent: str = "") -> None:
         console.print(f"{indent}  [{colour}]{f['level']}[/] {f['check']}: {escape(f['message'])}")
     if len(findings) > 12:
         console.print(f"{indent}  ... {len(findings) - 12} more (--json lists all)")
+
+
+def _control_text(control: dict) -> str:
+    """The limit accuracy control met and what it returned to float: layers, and (ONNX Runtime) activations."""
+    drop, agreement = control.get("max_drop_points"), control.get("min_agreement")
+    limits = [f"top-1 drop <= {drop} pts" if drop is not None else "", f"agreement >= {agreement}%" if agreement is not None else ""]
+    reverted, activations = control.get("reverted_to_float") or [], control.get("activations_in_float") or []
+    unrounded = f"; {len(activations)} activation(s) in float: {', '.join(activations)}" if activations else ""
+    return f"accuracy control ({' and '.join(filter(None, limits))}): {len(reverted)} layer(s) kept in float: {', '.join(reverted) or '-'}{unrounded}"
 
 
 def _quant_detail(quant: dict) -> str:

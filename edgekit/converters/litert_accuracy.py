@@ -26,12 +26,17 @@ class LiteRTQuantization:
         self.data = data
         self.build = build
 
-    def ranked(self):
+    def ranked(self, int8: Path | None = None):
+        """The layers by weight-only loss, round-to-nearest on the PyTorch module (`int8` is not read)."""
         from edgekit.converters.sensitivity import torch_sensitivity
 
         return torch_sensitivity(self.pre, self.data.calibration, self.specs)
 
-    def quantize(self, keep_float: list[str], out: Path) -> None:
+    def activations(self, out: Path) -> list:
+        """None: PT2E quantizes an activation with the ops around it, so only layers return to float here."""
+        return []
+
+    def quantize(self, keep_float: list[str], out: Path, float_activations: list[str] = ()) -> None:
         from edgekit.converters.torch_tflite import export
 
         export(self.build(tuple(keep_float)), out)

@@ -1,9 +1,13 @@
-"""Accuracy-aware static int8 on ONNX Runtime (and, through the same loop, LiteRT: converters.litert_accuracy): return the most sensitive layers to float until the limit holds.
+"""Accuracy-aware static int8 on ONNX Runtime (and, through the same loop, LiteRT: converters.litert_accuracy): return the most sensitive layers and activations to float until the limit holds.
 
-The layers are ranked once (converters.sensitivity, weight-only, on calibration samples); the model is
-calibrated once (ONNX Runtime's calibration cache) and re-quantized with one more layer in float per
-step, each step validated on the labelled data on ONNX Runtime, the target the model is made for.
-The final artifact is validated again, and every step is recorded with what it changed.
+The candidates are ranked once on calibration samples by one measure (converters.sensitivity): 1 - the mean
+cosine of the outputs vs fp32 with only that one thing in int8: a layer's weights (on ONNX Runtime the fitted codes
+and corrected bias the all-int8 model holds), or (ONNX Runtime) an activation rounded to its int8 grid
+(converters.float_activations). The model is calibrated once (ONNX Runtime's
+calibration cache) and, per step, one more candidate goes to float: a layer is re-quantized without it, an
+activation's Q/DQ pair becomes a Clip to the same range. Each step is validated on the labelled data on the
+target's runtime and kept only if it brings the outputs closer to fp32 (mean cosine: top-1 moves in whole
+samples); the final artifact is validated again, and every step is recorded with what it changed.
 """
 
 from __future__ import annotations
@@ -12,9 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edgekit.converters.float_activations import ACTIVATION
 from edgekit.errors import EdgekitError
 
-MAX_STEPS = 12  # layers returned to float before giving up: beyond that int8 is no longer the model's precision
+MIN_COSINE_GAIN = 1e-5  # a step that brings the mean cosine with fp32 no closer than this is put back: float for nothing
+MAX_STEPS = 12  # layers and activations returned to float before giving up: beyond that int8 is no longer the model's precision
 
 
 @dataclass(frozen=True)
@@ -50,7 +56,7 @@ class Validator:
         accuracy = _accuracy(logits, self.samples.labels)
         agreement = float((logits.argmax(1) == self.reference.argmax(1)).mean() * 100)
         drop = None if accuracy is None else round(self.reference_accuracy - accuracy, 3)
-        return {"accuracy": accuracy, "drop_points": drop, "agreement": round(agreement, 3)}
+        return {"accuracy": accuracy, "drop_points": drop, "agreement": round(agreement, 3), "cosine": _cosine(self.reference, logits)}
 
 
 def _logits(model, samples) -> np.ndarray:
@@ -60,6 +66,12 @@ def _logits(model, samples) -> np.ndarray:
     return np.concatenate([session.run(None, feeds)[0] for feeds in samples.batches(BATCH)]).reshape(len(samples), -1)
 
 
+def _cosine(reference: np.ndarray, logits: np.ndarray) -> float:
+    from edgekit.validate.compare import compare_output
+
+    return round(compare_output("logits", reference, logits).cosine_mean, 6)
+
+
 def _accuracy(logits: np.ndarray, labels) -> float | None:
     from edgekit.validate.compare import accuracy_percent
 
@@ -67,34 +79,53 @@ def _accuracy(logits: np.ndarray, labels) -> float | None:
 
 
 def accuracy_aware(quantizer, out, validation, limit: Limit, logits=None) -> dict:
-    """Quantize into `out`, returning ranked layers to float one at a time until `limit` holds on `validation`.
+    """Quantize into `out`, returning ranked layers and activations to float one at a time until `limit` holds on
+    `validation`.
 
-    `quantizer`: `pre` (the fp32 reference), `ranked()` and `quantize(keep_float, out)`; `logits`: how to run
-    the reference and the artifact (ONNX Runtime when None)."""
+    `quantizer`: `pre` (the fp32 reference), `ranked(out)` (the weight layers of the int8 model `out`, ranked),
+    `activations(out)` (its activations, ranked) and `quantize(float_layers, out, float_activations)`; `logits`: how to run the
+    reference and the artifact (ONNX Runtime when None)."""
     validator = Validator(quantizer.pre, validation, logits)
-    ranked, _ = quantizer.ranked()
-    kept: list[str] = []
-    quantizer.quantize(kept, out)
+    kept: dict[bool, list[str]] = {False: [], True: []}  # is an activation -> names in float
+    quantizer.quantize([], out, [])
+    ranked = sorted([*quantizer.ranked(out)[0], *quantizer.activations(out)], key=lambda s: s.loss, reverse=True)
     score = validator.score(out)
     steps = [{"kept_in_float": None, **score}]
-    for layer in ranked[:MAX_STEPS]:
+    for candidate in ranked[:MAX_STEPS]:
         if limit.holds(score):
             break
-        kept.append(layer.name)
-        quantizer.quantize(kept, out)
-        previous, score = score, validator.score(out)
+        group = kept[candidate.op == ACTIVATION]
+        group.append(candidate.name)
+        quantizer.quantize(kept[False], out, kept[True])
+        trial = validator.score(out)
+        gain = _gain(score, trial)
+        better = gain["cosine_gain"] > MIN_COSINE_GAIN  # the finer measure decides: top-1 moves in whole samples
         steps.append(
-            {"kept_in_float": layer.name, "op": layer.op, "sensitivity": float(f"{layer.loss:.3g}"), **score, **_gain(previous, score)}
+            {
+                "kept_in_float": candidate.name,
+                "op": candidate.op,
+                "sensitivity": float(f"{candidate.loss:.3g}"),
+                **trial,
+                **gain,
+                "kept": better,
+            }
         )
+        if better:
+            score = trial
+        else:
+            group.pop()
     if not limit.holds(score):
         raise _missed(limit, steps, len(validation))
+    quantizer.quantize(kept[False], out, kept[True])  # the last step kept (a step put back left its trial in `out`)
     final = validator.score(out)  # the written artifact, validated again
     return {
         "max_drop_points": limit.max_drop,
         "min_agreement": limit.min_agreement,
         "validation_samples": len(validation),
         "reference_accuracy": validator.reference_accuracy,
-        "reverted_to_float": kept,
+        "ranking": "1 - mean cosine vs fp32 with only that layer's weights, or that activation, as int8 holds them (calibration samples)",
+        "reverted_to_float": kept[False],
+        "activations_in_float": kept[True],
         "steps": steps,
         "final": final,
     }
@@ -102,13 +133,14 @@ def accuracy_aware(quantizer, out, validation, limit: Limit, logits=None) -> dic
 
 def _missed(limit: Limit, steps: list[dict], samples: int) -> EdgekitError:
     """The limit no step met: where int8 stood, the best step, and every step (the cause lines)."""
-    best = max(range(len(steps)), key=lambda i: (steps[i]["agreement"], -(steps[i]["drop_points"] or 0)))
+    kept = [step for step in steps if step.get("kept", True)]
     lines = [f"{_step_text(step)}: {_score_text(step)}" for step in steps]
     return EdgekitError(
-        f"int8 misses the limit ({limit.text()}) on {samples} validation samples: {_score_text(steps[-1])} with "
-        f"{len(steps) - 1} layers in float (all int8: {_score_text(steps[0])}; best: {_score_text(steps[best])} with {best})",
-        hint="a layer returned to float keeps its int8 input, so a loss that stays is in the activations, not the weights: "
-        "lower the limit, calibrate on data like the validation data (--calib-method), or keep fp16/fp32",
+        f"int8 misses the limit ({limit.text()}) on {samples} validation samples: {_score_text(kept[-1])} with "
+        f"{len(kept) - 1} layers or activations in float (all int8: {_score_text(steps[0])})",
+        hint=f"the {len(steps) - 1} most sensitive layers and activations went back to float one at a time, each kept where it "
+        "brought the outputs closer to fp32 (below): lower the limit, calibrate on data like the validation data "
+        "(--calib-method), or keep fp16/fp32",
         cause="\n".join(lines),
     )
 
@@ -116,17 +148,23 @@ def _missed(limit: Limit, steps: list[dict], samples: int) -> EdgekitError:
 def _step_text(step: dict) -> str:
     if step["kept_in_float"] is None:
         return "all int8"
-    return f"+ {step['kept_in_float']} in float ({step['op']}, weight-only loss {step['sensitivity']})"
+    if step["op"] == ACTIVATION:
+        return f"+ activation {step['kept_in_float']} in float (unrounded, rounding loss alone {step['sensitivity']})"
+    return f"+ {step['kept_in_float']} in float ({step['op']}, its int8 weights alone: loss {step['sensitivity']})"
 
 
 def _score_text(score: dict) -> str:
     drop = f", top-1 drop {score['drop_points']:.2f} pts" if score["drop_points"] is not None else ""
-    return f"agreement {score['agreement']:.2f}%{drop}"
+    back = "" if score.get("kept", True) else " (no closer to fp32: put back)"
+    return f"agreement {score['agreement']:.2f}%{drop}, cosine {score['cosine']:.5f}{back}"
 
 
 def _gain(previous: dict, score: dict) -> dict:
     """What returning the layer to float bought: points of agreement (and of accuracy, with labels)."""
-    gain = {"agreement_gain": round(score["agreement"] - previous["agreement"], 3)}
+    gain = {
+        "agreement_gain": round(score["agreement"] - previous["agreement"], 3),
+        "cosine_gain": round(score["cosine"] - previous["cosine"], 6),
+    }
     if score["accuracy"] is not None and previous["accuracy"] is not None:
         gain["accuracy_gain"] = round(score["accuracy"] - previous["accuracy"], 3)
     return gain

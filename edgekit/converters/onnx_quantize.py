@@ -281,6 +281,7 @@ class StaticQuantizer:
         self.rounding_notes: dict = {}
         self.workdir = workdir
         self.ranges_notes: dict = {}
+        self._quantized: dict = {}  # float layers -> (the model quantize wrote for them, its rounding notes)
 
     def _calibrate(self) -> None:
         """Fill the calibration cache once; for `histogram`, ONNX Runtime's minmax ranges then made L2-optimal."""
@@ -295,9 +296,24 @@ class StaticQuantizer:
             "tensors_narrowed": changed,
         }
 
-    def quantize(self, keep_float: list[str], out: Path) -> None:
+    def quantize(self, keep_float: list[str], out: Path, float_activations: list[str] = ()) -> None:
         """`out`: every supported layer in int8 but `keep_float` and the user's --exclude, its weight codes and
-        biases then fitted to the calibration data (converters.int8_rounding)."""
+        biases then fitted to the calibration data (converters.int8_rounding), and the activations
+        `float_activations` unrounded (converters.float_activations). The quantized model is kept in the work
+        folder for a later call with the same float layers, which then only changes activations."""
+        import onnx
+
+        from edgekit.converters.float_activations import unrounded
+
+        key = tuple(keep_float)
+        if key not in self._quantized:
+            self._quantize(keep_float, out)
+            self._quantized[key] = (self.workdir / f"float-layers-{len(self._quantized)}.onnx", self.rounding_notes)
+            shutil.copyfile(out, self._quantized[key][0])
+        path, self.rounding_notes = self._quantized[key]
+        onnx.save(unrounded(onnx.load(str(path)), list(float_activations)), str(out))
+
+    def _quantize(self, keep_float: list[str], out: Path) -> None:
         self._calibrate()
         _quantize_static(
             self.pre,
@@ -315,10 +331,23 @@ class StaticQuantizer:
             log.warning("int8 weight fitting skipped: %s", str(exc).splitlines()[0][:200])
             self.rounding_notes = {"skipped": str(exc).splitlines()[0][:200]}
 
-    def ranked(self):
-        from edgekit.converters.onnx_sensitivity import onnx_sensitivity
+    def activations(self, int8: Path):
+        """The activations of the QDQ model `int8`, ranked by what rounding each alone costs (float_activations)."""
+        import onnx
 
-        return onnx_sensitivity(self.pre, self.probe)
+        from edgekit.converters.float_activations import activation_sensitivity
+
+        return activation_sensitivity(onnx.load(str(self.pre)), onnx.load(str(int8)), self.probe)
+
+    def ranked(self, int8: Path | None = None):
+        """The weight layers by sensitivity: with round-to-nearest int8 weights, or with those the QDQ model `int8`
+        holds (fitted codes, corrected biases; only its int8 layers)."""
+        import onnx
+
+        from edgekit.converters.onnx_sensitivity import dequantized_layers, onnx_sensitivity
+
+        quantized = None if int8 is None else dequantized_layers(onnx.load(str(int8)), onnx.load(str(self.pre)))
+        return onnx_sensitivity(self.pre, self.probe, quantized=quantized)
 
     def loss(self, model: Path) -> float:
         """1 - mean cosine of `model`'s outputs vs the fp32 model's on the sensitivity samples."""

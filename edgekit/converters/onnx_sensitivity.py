@@ -41,24 +41,75 @@ def _weight_of(node, inits) -> tuple[str | None, int]:
     return None, 0
 
 
-def onnx_sensitivity(model_path: Path, samples: Samples, count: int = SAMPLES, threads: int = 2) -> tuple[list[LayerSensitivity], int]:
-    """(layers ranked by loss, total weight parameters) on the first `count` samples."""
+def onnx_sensitivity(
+    model_path: Path, samples: Samples, count: int = SAMPLES, threads: int = 2, quantized: dict | None = None
+) -> tuple[list[LayerSensitivity], int]:
+    """(layers ranked by loss, total weight parameters) on the first `count` samples.
+
+    `quantized` ({layer name: {initializer: value}}, from `dequantized_layers`): each of those layers measured with
+    the weights and bias a quantized model really holds, instead of round-to-nearest (sensitivity.fake_quantize)."""
     import onnx
     from onnx import numpy_helper
 
     model = onnx.load(str(model_path))
-    layers = weight_layers(model)
-    weights = {layer.weight: numpy_helper.to_array(i) for layer in layers for i in model.graph.initializer if i.name == layer.weight}
-    session = ort_session(_weights_as_inputs(model, weights), threads)
+    layers = [layer for layer in weight_layers(model) if quantized is None or layer.name in quantized]
+    overridden = (
+        {name for layer in layers for name in quantized[layer.name]} if quantized is not None else {layer.weight for layer in layers}
+    )
+    values = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer if i.name in overridden}
+    session = ort_session(_weights_as_inputs(model, values), threads)
     feeds = list(Samples({k: v[:count] for k, v in samples.arrays.items()}).batches(BATCH))
 
     def evaluate(layer: WeightLayer | None) -> list[np.ndarray]:
-        extra = {} if layer is None else {layer.weight: fake_quantize(weights[layer.weight], layer.axis)}
+        if layer is None:
+            extra = {}
+        elif quantized is not None:
+            extra = quantized[layer.name]
+        else:
+            extra = {layer.weight: fake_quantize(values[layer.weight], layer.axis)}
         runs = [session.run(None, {**batch, **extra}) for batch in feeds]
         return [np.concatenate(chunks) for chunks in zip(*runs, strict=True)]
 
     total = sum(int(np.prod(i.dims)) for i in model.graph.initializer)
     return rank(layers, evaluate), total
+
+
+def dequantized_layers(int8, pre) -> dict[str, dict[str, np.ndarray]]:
+    """{layer name: {the float model's weight (and bias) initializer: the value the QDQ model `int8` gives it}} for
+    each weight layer of `pre` (ModelProto) that `int8` (ModelProto) reads through constant DequantizeLinears."""
+    from onnx import numpy_helper
+
+    inits = {i.name: i for i in int8.graph.initializer}
+    producers = {o: n for n in int8.graph.node for o in n.output}
+    floats = {i.name: i for i in pre.graph.initializer}
+    nodes = {n.name or n.output[0]: n for n in int8.graph.node}
+    layers = {}
+    for layer in weight_layers(pre):
+        node, float_node = nodes.get(layer.name), next(n for n in pre.graph.node if (n.name or n.output[0]) == layer.name)
+        values = {}
+        for index in (1, 2):
+            dq = producers.get(node.input[index]) if node is not None and len(node.input) > index else None
+            if dq is None or dq.op_type != "DequantizeLinear" or dq.input[0] not in inits or len(float_node.input) <= index:
+                continue
+            arrays = [numpy_helper.to_array(inits[name]) for name in dq.input[1:3] if name in inits]
+            axis = next((a.i for a in dq.attribute if a.name == "axis"), 1)
+            values[float_node.input[index]] = _dequantize(numpy_helper.to_array(inits[dq.input[0]]), *arrays, axis=axis)
+        if layer.weight in values and all(name in floats for name in values):
+            layers[layer.name] = {name: value.astype(numpy_helper.to_array(floats[name]).dtype) for name, value in values.items()}
+    return layers
+
+
+def _dequantize(codes: np.ndarray, scale: np.ndarray, zero: np.ndarray | None = None, axis: int = 1) -> np.ndarray:
+    """ONNX DequantizeLinear of a constant: per tensor, or per channel along `axis`."""
+    shape = [1] * codes.ndim
+    if scale.size > 1:
+        shape[axis % codes.ndim] = -1
+
+    def along(array: np.ndarray) -> np.ndarray:
+        return array.astype(np.float64).reshape(shape if array.size > 1 else ())
+
+    offset = 0.0 if zero is None else along(zero)
+    return ((codes.astype(np.float64) - offset) * along(scale)).astype(np.float32)
 
 
 def _weights_as_inputs(model, weights: dict[str, np.ndarray]) -> bytes:
