@@ -116,8 +116,7 @@ def accuracy_aware(quantizer, out, validation, limit: Limit, logits=None) -> dic
             group.pop()
     if not limit.holds(score):
         raise _missed(limit, steps, len(validation))
-    quantizer.quantize(kept[False], out, kept[True])  # the last step kept (a step put back left its trial in `out`)
-    final = validator.score(out)  # the written artifact, validated again
+    final = validator.score(out)  # the written artifact, validated again: the limit holds only after a step kept, so `out` is it
     return {
         "max_drop_points": limit.max_drop,
         "min_agreement": limit.min_agreement,
@@ -132,7 +131,7 @@ def accuracy_aware(quantizer, out, validation, limit: Limit, logits=None) -> dic
 
 
 def _missed(limit: Limit, steps: list[dict], samples: int) -> EdgekitError:
-    """The limit no step met: where int8 stood, the best step, and every step (the cause lines)."""
+    """The limit no step met: where int8 stood, where the kept steps got it, and every step (the cause lines)."""
     kept = [step for step in steps if step.get("kept", True)]
     lines = [f"{_step_text(step)}: {_score_text(step)}" for step in steps]
     return EdgekitError(

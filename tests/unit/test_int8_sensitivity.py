@@ -106,6 +106,7 @@ def test_accuracy_aware_int8_returns_layers_to_float_until_the_drop_fits(tmp_pat
     assert control["reverted_to_float"] and control["final"]["drop_points"] <= 1.0
     first, *tried = control["steps"]  # each step is kept only where it brought the outputs closer to fp32
     assert first["kept_in_float"] is None and all((step["cosine_gain"] > 1e-5) == step["kept"] for step in tried)
+    assert tried[-1]["kept"] and control["final"]["cosine"] == tried[-1]["cosine"]  # the artifact is the last step kept
     kept = sorted(step["kept_in_float"] for step in tried if step["kept"])
     assert kept == sorted([*control["reverted_to_float"], *control["activations_in_float"]])
     assert reference - _accuracy(controlled.path, test2k) <= 1.5  # held on data it was not validated on (2k vs 500)
