@@ -1,4 +1,5 @@
-"""Data-aware int8 weight rounding + bias correction (converters.int8_rounding) on real models and photos."""
+"""Data-aware int8 weight rounding + bias correction (converters.int8_rounding) on real models and photos, and accuracy
+control on top of them (converters.onnx_accuracy)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from edgekit.converters.int8_rounding import best_codes, output_error
 
 pytest.importorskip("onnxruntime")
 AGREEMENT, COSINE = 93.0, 0.997  # on the 120 crops below; both failed before the fitted weights and L2 ranges (see the test)
+LITE0_LIMIT = 97.0  # top-1 agreement asked of EfficientNet-Lite0's int8 on 100 validation crops
 
 
 def test_fitted_codes_stay_on_a_grid_neighbour_and_lower_the_output_error():
@@ -45,7 +47,7 @@ def lite0_int8(tmp_path_factory) -> dict:
     )
     options = ConvertOptions("int8", (), CalibrationOptions(str(calib), 64), keep_sensitive=False)
     int8 = convert(open_source(str(fp32.path)), "onnx", folder / "int8.onnx", options)
-    return {"fp32": fp32.path, "int8": int8.path, "provenance": int8.meta["provenance"], "test": load_samples(str(test))}
+    return {"fp32": fp32.path, "int8": int8.path, "provenance": int8.meta["provenance"], "test": load_samples(str(test)), "calib": calib}
 
 
 def test_efficientnet_lite0_all_int8_agrees_with_fp32_on_photo_crops(lite0_int8):
@@ -63,3 +65,36 @@ def test_efficientnet_lite0_all_int8_agrees_with_fp32_on_photo_crops(lite0_int8)
     assert quant["excluded"] == [] and quant["weight_rounding"]["layers"] == 50 and quant["method"] == "histogram"
     assert quant["weight_rounding"]["output_error_vs_round_to_nearest"] < 0.8
     assert score.top1_agreement >= AGREEMENT and score.cosine_mean >= COSINE
+
+
+@pytest.mark.e2e
+def test_efficientnet_lite0_accuracy_control_returns_activations_to_float(lite0_int8, tmp_path):
+    """Accuracy control asked for more agreement than int8 gives on other crops. The loss of Lite0's int8 is largely
+    activation rounding, so the steps kept include activations (unrounded: a Clip to their range); the written
+    artifact holds the limit on the validation crops and comes closer to fp32 than all-int8 on crops neither saw."""
+    from edgekit.cli.render import _control_text
+    from edgekit.converters import CalibrationOptions, ConvertOptions
+    from edgekit.converters.pipeline import convert
+    from edgekit.loaders import open_source
+    from edgekit.targets import make_runner
+    from edgekit.validate.compare import compare_output, run_batches
+    from edgekit.zoo.photos import photo_crops
+
+    val = tmp_path / "val.npz"
+    np.savez(val, image=photo_crops(100, seed=4))  # neither the calibration's crops nor the test's
+    options = ConvertOptions(
+        "int8", (), CalibrationOptions(str(lite0_int8["calib"]), 64), validation_data=str(val), min_agreement=LITE0_LIMIT
+    )
+    controlled = convert(open_source(str(lite0_int8["fp32"])), "onnx", tmp_path / "ac.onnx", options)
+    control = controlled.meta["provenance"]["quantization"]["accuracy_control"]
+    first, *tried = control["steps"]
+    assert first["agreement"] < LITE0_LIMIT <= control["final"]["agreement"]
+    assert control["activations_in_float"] and all(step["kept"] == (step["cosine_gain"] > 1e-5) for step in tried)
+    assert tried[-1]["kept"] and control["final"]["cosine"] == tried[-1]["cosine"]  # the artifact is the last step kept
+    assert f"activation(s) in float: {', '.join(control['activations_in_float'])}" in _control_text(control)  # edgekit info's line
+    samples = lite0_int8["test"]
+    fp32, int8, ac = (
+        run_batches(make_runner(open_source(str(p))), samples, 40)[0] for p in (lite0_int8["fp32"], lite0_int8["int8"], controlled.path)
+    )
+    score = compare_output("logits", fp32, ac)
+    assert score.top1_agreement >= 95.0 and score.cosine_mean > compare_output("logits", fp32, int8).cosine_mean
