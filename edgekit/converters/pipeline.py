@@ -214,6 +214,15 @@ def _check_accuracy_control(steps, options: ConvertOptions) -> None:
             "accuracy control needs both --val DATA (with labels) and --max-drop POINTS or --min-agreement PERCENT",
             hint="pass both, or neither",
         )
+    if options.min_agreement is not None and not 0 < options.min_agreement <= 100:
+        raise EdgekitError(
+            f"--min-agreement {options.min_agreement:g} is not a percentage: top-1 agreement with the fp32 model lies in (0, 100]",
+            hint="e.g. --min-agreement 99",
+        )
+    if options.max_drop is not None and options.max_drop < 0:
+        raise EdgekitError(
+            f"--max-drop {options.max_drop:g} is negative: it is the top-1 accuracy (points) int8 may lose", hint="e.g. --max-drop 1"
+        )
 
 
 def validation_samples(options: ConvertOptions, specs: list[TensorSpec]) -> Samples | None:

@@ -118,9 +118,21 @@ def test_min_agreement_without_labels_and_its_limits(tmp_path, fashion_onnx, dem
     options = ConvertOptions("int8", (), calib, validation_data=str(unlabelled), min_agreement=98.0)
     control = convert(source, "onnx", tmp_path / "a.onnx", options).meta["provenance"]["quantization"]["accuracy_control"]
     assert control["final"]["agreement"] >= 98.0 and control["final"]["accuracy"] is None
+    for wrong, message in (({"min_agreement": 100.1}, "is not a percentage"), ({"min_agreement": 0.0}, "is not a percentage")):
+        with pytest.raises(EdgekitError, match=message):  # refused before any work
+            convert(source, "onnx", tmp_path / "b.onnx", ConvertOptions("int8", (), calib, validation_data=str(unlabelled), **wrong))
+    with pytest.raises(EdgekitError, match="is negative"):
+        convert(source, "onnx", tmp_path / "b.onnx", ConvertOptions("int8", (), calib, validation_data=str(demo_data[0]), max_drop=-1.0))
+    garbage = tmp_path / "garbage.npz"  # ranges 100x too small: no 12 steps bring int8 to full agreement
+    with np.load(demo_data[1]) as npz:
+        np.savez(garbage, image=npz["image"][:100] * 0.01)
+    wrong_ranges = CalibrationOptions(str(garbage), 100)
     with pytest.raises(EdgekitError, match="misses the limit") as missed:
         convert(
-            source, "onnx", tmp_path / "b.onnx", ConvertOptions("int8", (), calib, validation_data=str(unlabelled), min_agreement=100.1)
+            source,
+            "onnx",
+            tmp_path / "b.onnx",
+            ConvertOptions("int8", (), wrong_ranges, validation_data=str(unlabelled), min_agreement=100.0),
         )
     assert "on 300 validation samples: agreement" in missed.value.message and "(all int8: agreement" in missed.value.message
     steps = missed.value.cause.splitlines()  # what each layer returned to float bought
