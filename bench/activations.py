@@ -17,6 +17,7 @@ from bench.common import CACHE, ISA_CLASS, artifact, code_stamp, photo_calibrati
 from edgekit.calibration import load_samples
 from edgekit.converters.float_activations import activation_pairs, unrounded
 from edgekit.converters.pipeline import read_provenance
+from edgekit.validate.compare import compare_output
 
 MODEL = "efficientnet_lite0"
 RANK_CROPS = 100  # seed 4: other crops than the calibration (seed 0) and the test sets (seeds 1-3)
@@ -68,7 +69,7 @@ def _ranked(model, pairs: list[tuple], fp32: Path) -> list[tuple]:
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
-    return float(((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).mean())
+    return compare_output("logits", a, b).cosine_mean
 
 
 def _row(model, pairs: list[tuple], fp32: Path, rounds: int) -> list:

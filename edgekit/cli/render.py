@@ -149,11 +149,12 @@ def print_tensorrt_findings(findings: list[dict], indent: str = "") -> None:
 
 def _control_text(control: dict) -> str:
     """The limit accuracy control met and what it returned to float: layers, and (ONNX Runtime) activations."""
-    drop, agreement = control.get("max_drop_points"), control.get("min_agreement")
-    limits = [f"top-1 drop <= {drop} pts" if drop is not None else "", f"agreement >= {agreement}%" if agreement is not None else ""]
+    from edgekit.converters.onnx_accuracy import Limit
+
+    limit = Limit(control.get("max_drop_points"), control.get("min_agreement")).text()
     reverted, activations = control.get("reverted_to_float") or [], control.get("activations_in_float") or []
     unrounded = f"; {len(activations)} activation(s) in float: {', '.join(activations)}" if activations else ""
-    return f"accuracy control ({' and '.join(filter(None, limits))}): {len(reverted)} layer(s) kept in float: {', '.join(reverted) or '-'}{unrounded}"
+    return f"accuracy control ({limit}): {len(reverted)} layer(s) kept in float: {', '.join(reverted) or '-'}{unrounded}"
 
 
 def _quant_detail(quant: dict) -> str:

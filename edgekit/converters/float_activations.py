@@ -29,14 +29,14 @@ def activation_pairs(model) -> list[tuple]:
     return pairs
 
 
-def quantized_range(model, quantize) -> tuple[float, float]:
-    """The float interval a QuantizeLinear's scale and zero-point can represent."""
+def quantized_range(graph, quantize) -> tuple[float, float]:
+    """The float interval a QuantizeLinear's scale and zero-point (initializers of `graph`) can represent."""
     from onnx import numpy_helper
 
-    inits = {i.name: i for i in model.graph.initializer}
+    inits = {i.name: i for i in graph.initializer}
     scale, zero = (numpy_helper.to_array(inits[name]) for name in quantize.input[1:3])
     bounds = np.iinfo(zero.dtype)
-    return float((int(bounds.min) - int(zero)) * scale), float((int(bounds.max) - int(zero)) * scale)
+    return tuple(float(np.float32((float(code) - float(zero)) * float(scale))) for code in (bounds.min, bounds.max))  # as stored
 
 
 def unrounded(model, tensors: list[str]):
@@ -52,7 +52,9 @@ def unrounded(model, tensors: list[str]):
     for quantize, dequantize in activation_pairs(model):
         if quantize.input[0] not in wanted:
             continue
-        clip, bounds = _clip(quantize.input[0], quantized_range(model, quantize), dequantize.output[0], f"{dequantize.output[0]}_unrounded")
+        clip, bounds = clip_node(
+            quantize.input[0], quantized_range(model.graph, quantize), dequantize.output[0], f"{dequantize.output[0]}_unrounded"
+        )
         copy.graph.initializer.extend(bounds)
         index = next(i for i, n in enumerate(nodes) if n.output[0] == dequantize.output[0])
         nodes[index] = clip
@@ -64,16 +66,10 @@ def unrounded(model, tensors: list[str]):
 
 def activation_sensitivity(pre, int8, probe, threads: int = 2) -> list[LayerSensitivity]:
     """Each activation of the QDQ model `int8` (ModelProto) that the float model `pre` (ModelProto) also computes or
-    takes as input,
-    with what its rounding alone costs, most sensitive first: 1 - the mean cosine, on the `probe` samples, of `pre`
+    takes as input, with what its rounding alone costs, most sensitive first: 1 - the mean cosine, on the `probe` samples, of `pre`
     with only that tensor rounded to its int8 grid against `pre` with it clamped to the same range. The clamp stays
     when the activation returns to float (`unrounded`), so the ranking leaves it out."""
-    from edgekit.converters.onnx_sensitivity import BATCH, ort_session
-
-    def outputs(proto) -> list[np.ndarray]:
-        session = ort_session(proto.SerializeToString(), threads)
-        runs = [session.run(None, feeds) for feeds in probe.batches(BATCH)]
-        return [np.concatenate(chunks) for chunks in zip(*runs, strict=True)]
+    from edgekit.converters.onnx_sensitivity import outputs
 
     inputs = {i.name for i in pre.graph.input} - {i.name for i in pre.graph.initializer}
     computed = ({output for node in pre.graph.node for output in node.output} | inputs) - {o.name for o in pre.graph.output}
@@ -81,15 +77,16 @@ def activation_sensitivity(pre, int8, probe, threads: int = 2) -> list[LayerSens
     for quantize, _ in activation_pairs(int8):
         tensor = quantize.input[0]
         if tensor in computed and tensor not in measured:
-            clamped, rounded = (outputs(_through(pre, int8, quantize, rounding)) for rounding in (False, True))
+            clamped, rounded = (
+                outputs(_through(pre, int8, quantize, rounding).SerializeToString(), probe, threads) for rounding in (False, True)
+            )
             measured[tensor] = LayerSensitivity(tensor, ACTIVATION, 0, output_loss(clamped, rounded))
     return sorted(measured.values(), key=lambda s: s.loss, reverse=True)
 
 
 def _through(pre, int8, quantize, rounding: bool):
     """A copy of the float `pre` in which the tensor `quantize` reads (a graph input or a computed tensor, not a
-    graph output) goes, before its
-    consumers, through that Q and a DequantizeLinear (`rounding`) or a Clip to the same range."""
+    graph output) goes, before its consumers, through that Q and a DequantizeLinear (`rounding`) or a Clip to the same range."""
     import onnx
     from onnx import helper
 
@@ -107,7 +104,7 @@ def _through(pre, int8, quantize, rounding: bool):
             helper.make_node("DequantizeLinear", [f"{tensor}_q", scale, zero], [through], name=f"{tensor}_dq"),
         ]
     else:
-        clip, bounds = _clip(tensor, quantized_range(int8, quantize), through, through)
+        clip, bounds = clip_node(tensor, quantized_range(int8.graph, quantize), through, through)
         copy.graph.initializer.extend(bounds)
         added = [clip]
     producer = next((i for i, node in enumerate(copy.graph.node) if tensor in node.output), -1)  # -1: a graph input
@@ -116,7 +113,7 @@ def _through(pre, int8, quantize, rounding: bool):
     return copy
 
 
-def _clip(tensor: str, bounds: tuple[float, float], output: str, name: str) -> tuple:
+def clip_node(tensor: str, bounds: tuple[float, float], output: str, name: str) -> tuple:
     """(a Clip node `name` of `tensor` to `bounds` writing `output`, the two scalar initializers it reads)."""
     from onnx import helper, numpy_helper
 

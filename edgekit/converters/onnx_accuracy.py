@@ -60,10 +60,9 @@ class Validator:
 
 
 def _logits(model, samples) -> np.ndarray:
-    from edgekit.converters.onnx_sensitivity import BATCH, ort_session
+    from edgekit.converters.onnx_sensitivity import outputs
 
-    session = ort_session(str(model), 2)
-    return np.concatenate([session.run(None, feeds)[0] for feeds in samples.batches(BATCH)]).reshape(len(samples), -1)
+    return outputs(model, samples)[0].reshape(len(samples), -1)
 
 
 def _cosine(reference: np.ndarray, logits: np.ndarray) -> float:

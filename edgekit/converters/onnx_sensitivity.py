@@ -83,9 +83,10 @@ def dequantized_layers(int8, pre) -> dict[str, dict[str, np.ndarray]]:
     producers = {o: n for n in int8.graph.node for o in n.output}
     floats = {i.name: i for i in pre.graph.initializer}
     nodes = {n.name or n.output[0]: n for n in int8.graph.node}
+    float_nodes = {n.name or n.output[0]: n for n in pre.graph.node}
     layers = {}
     for layer in weight_layers(pre):
-        node, float_node = nodes.get(layer.name), next(n for n in pre.graph.node if (n.name or n.output[0]) == layer.name)
+        node, float_node = nodes.get(layer.name), float_nodes[layer.name]
         values = {}
         for index in (1, 2):
             dq = producers.get(node.input[index]) if node is not None and len(node.input) > index else None
@@ -138,6 +139,13 @@ def tensor_batches(model, names, samples: Samples, batch: int = BATCH, threads: 
     fetched = [o.name for o in session.get_outputs()]
     for feeds in samples.batches(batch):
         yield {**feeds, **dict(zip(fetched, session.run(None, feeds), strict=True))}
+
+
+def outputs(model, samples: Samples, threads: int = 2) -> list[np.ndarray]:
+    """Every output of the ONNX `model` (a path or serialized bytes) over `samples`, run on ONNX Runtime in batches."""
+    session = ort_session(model if isinstance(model, bytes) else str(model), threads)
+    runs = [session.run(None, feeds) for feeds in samples.batches(BATCH)]
+    return [np.concatenate(chunks) for chunks in zip(*runs, strict=True)]
 
 
 def ort_session(model_bytes: bytes, threads: int):

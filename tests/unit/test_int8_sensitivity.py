@@ -77,7 +77,7 @@ def test_an_activation_returned_to_float_keeps_its_clamp_and_loses_only_its_roun
     clips = {n.input[0]: n for n in float_all.graph.node if n.op_type == "Clip" and n.name.endswith("_unrounded")}
     inits = {i.name: float(onnx.numpy_helper.to_array(i)) for i in float_all.graph.initializer if not i.dims}
     for quantize, _ in pairs:
-        low, high = quantized_range(int8, quantize)
+        low, high = quantized_range(int8.graph, quantize)
         assert (inits[clips[quantize.input[0]].input[1]], inits[clips[quantize.input[0]].input[2]]) == (low, high)
     reference = _outputs(fashion_onnx["fp32"], test2k)
     cosines = {}
