@@ -152,6 +152,7 @@ def _control_text(control: dict) -> str:
     from edgekit.converters.onnx_accuracy import Limit
 
     limit = Limit(control.get("max_drop_points"), control.get("min_agreement")).text()
+    limit += f", scored on {control['validated_on']}" if "validated_on" in control else ""
     reverted, activations = control.get("reverted_to_float") or [], control.get("activations_in_float") or []
     unrounded = f"; {len(activations)} activation(s) in float: {', '.join(activations)}" if activations else ""
     return f"accuracy control ({limit}): {len(reverted)} layer(s) kept in float: {', '.join(reverted) or '-'}{unrounded}"

@@ -57,6 +57,7 @@ class ConvertOptions:
     validation_samples: int = 1000
     max_drop: float | None = None  # accuracy points; with validation_data turns on accuracy control
     min_agreement: float | None = None  # top-1 agreement with fp32 (%); with validation_data, accuracy control too
+    validate_on: str | None = None  # the target accuracy control scores its steps on (None: the written format's runtime)
     io_dtype: str = "float32"  # TFLite full int8: float32, int8 or uint8 model inputs/outputs
     layout: str = "nchw"  # PyTorch -> TFLite: nhwc makes the model take channels-last inputs
     device: str | None = None  # an NPU to compile for after conversion, e.g. ethos-u55-128

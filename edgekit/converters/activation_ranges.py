@@ -27,7 +27,7 @@ CANDIDATES = 128  # range ends tried on each side, from the minmax end in to 20%
 BATCH = 8
 
 
-def refine_cache(cache: Path, model: Path, samples, symmetric: bool = False, threads: int = 2) -> int:
+def refine_cache(cache: Path, model: Path, samples, symmetric: bool = False, threads: int | None = None) -> int:
     """Rewrite the minmax ranges of ONNX Runtime's calibration cache `cache` with L2-optimal ones measured
     on `samples` through the float `model`; returns how many tensors changed."""
     from onnxruntime.quantization.calibrate import TensorData, load_tensors_data, save_tensors_data
@@ -78,7 +78,7 @@ def _clipping_error(values: np.ndarray, counts: np.ndarray, ends: np.ndarray, si
     return ((values[None, :] - ends[:, None]) ** 2 * counts[None, :] * beyond).sum(1)
 
 
-def _histograms(model: Path, samples, ranges: dict, threads: int) -> dict:
+def _histograms(model: Path, samples, ranges: dict, threads: int | None) -> dict:
     """{tensor: (lowest, highest, counts)} of the float model's tensors named in `ranges`, over their range."""
     import onnx
 

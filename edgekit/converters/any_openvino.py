@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import tempfile
 from collections import Counter
@@ -52,7 +53,7 @@ class ToOpenVino(Converter):
         notes: dict = {"openvino": {"compress_to_fp16": options.precision == "fp16", **folded}}
         if options.precision == "int8" and _quantized_onnx(model):
             notes["openvino"]["int8"] = "the ONNX's Q/DQ scales and weight codes as they are (no NNCF)"
-        elif options.precision == "int8" and _pair_safe_route(ov_model, options, data):
+        elif options.precision == "int8" and _pair_safe_route(ov_model, options):
             notes["openvino"]["int8"] = PAIR_SAFE_ROUTE
             return notes | _through_onnx_runtime(model, specs, out, options, data)
         elif options.precision == "int8":
@@ -68,14 +69,16 @@ class ToOpenVino(Converter):
 # every layer (OverflowFix.ENABLE). EfficientNet-Lite0 on an AVX2 EPYC (Zen 3) agreed with fp32 on 90.2% / 88.2% /
 # 91.0% of three sets of 600 photo crops that way; ONNX Runtime's pair-safe QDQ (converters.pair_safe), which
 # OpenVINO reads and runs in int8 as it is, on 97.5% / 93.5% / 95.3% (cosine 0.9986 vs 0.994), as fast
-# (docs/int8-schemes.md). Transformers keep NNCF's transformer scheme; accuracy control (--val) and --exclude (which
-# names OpenVINO's layers) keep NNCF too.
+# (docs/int8-schemes.md). Accuracy control (--val) goes the same way: ONNX Runtime's loop (converters.onnx_accuracy)
+# with every step scored on OpenVINO, and the IR validated again. Transformers keep NNCF's transformer scheme;
+# --exclude (which names OpenVINO's layers) keeps NNCF too.
 PAIR_SAFE_ROUTE = "ONNX Runtime's static int8 QDQ with pair-safe weights (x86 without VNNI), read by OpenVINO as it is (no NNCF)"
+VALIDATED_ON = "openvino:cpu"  # where the pair-safe route's accuracy control scores its steps and the IR
 
 
-def _pair_safe_route(ov_model, options: ConvertOptions, data: ConversionData) -> bool:
+def _pair_safe_route(ov_model, options: ConvertOptions) -> bool:
     """Quantize through ONNX Runtime's pair-safe scheme rather than NNCF (see PAIR_SAFE_ROUTE)."""
-    if data.validation is not None or not _route_allowed(options):
+    if not _route_allowed(options):
         return False
     if (options.model_type or detect_model_type(ov_model)) != "transformer":
         return True
@@ -89,24 +92,46 @@ def _pair_safe_route(ov_model, options: ConvertOptions, data: ConversionData) ->
 
 
 def _route_allowed(options: ConvertOptions) -> bool:
-    """The options leave the pair-safe route open: the target's ISA class needs pair-safe weights, and neither
-    accuracy control (--val) nor --exclude (OpenVINO's layer names) asks for NNCF."""
+    """The options leave the pair-safe route open: the target's ISA class needs pair-safe weights, and --exclude
+    (OpenVINO's layer names) does not ask for NNCF."""
     from edgekit.isa import class_for
 
-    return options.validation_data is None and not options.exclude and class_for(options.for_target)[0].pair_safe_weights
+    return not options.exclude and class_for(options.for_target)[0].pair_safe_weights
 
 
 def _through_onnx_runtime(model, specs, out: Path, options: ConvertOptions, data: ConversionData) -> dict:
-    """`model` quantized by edgekit's ONNX steps (export, ONNX Runtime static int8 QDQ), saved as OpenVINO IR at `out`."""
+    """`model` quantized by edgekit's ONNX steps (export, ONNX Runtime static int8 QDQ, accuracy control scored on
+    OpenVINO), saved as OpenVINO IR at `out`; under accuracy control the IR itself is validated again."""
     import openvino as ov
 
     from edgekit.converters.pipeline import run_steps
 
+    options = dataclasses.replace(options, validate_on=VALIDATED_ON)
+    steps = plan(_family(model), "onnx", "int8")
     with work_folder(out) as work:
-        notes = run_steps(plan(_family(model), "onnx", "int8"), model, specs, work / "int8.onnx", work, options, data, "int8")
+        fp32 = Path(model) if len(steps) == 1 else work / "fp32.onnx"
+        notes = run_steps(steps[:-1], model, specs, fp32, work, options, data, "fp32") if len(steps) > 1 else {}
+        notes |= run_steps(steps[-1:], fp32, specs, work / "int8.onnx", work, options, data, "int8")
         ov.save_model(_name_tensors(_to_openvino(work / "int8.onnx", specs), specs), str(out), compress_to_fp16=False)
+        control = notes["quantization"].get("accuracy_control")
+        if control:
+            control["final"] = _validated_ir(fp32, out, data, options)
     notes["quantization"]["tool"] = "onnxruntime"
     return notes
+
+
+def _validated_ir(fp32: Path, ir: Path, data: ConversionData, options: ConvertOptions) -> dict:
+    """The written IR scored against the fp32 ONNX on OpenVINO: the limit its ONNX met must hold on it too."""
+    from edgekit.converters.onnx_accuracy import Limit, Validator, on_target
+
+    score = Validator(fp32, data.validation, on_target(VALIDATED_ON)).score(ir)
+    limit = Limit(options.max_drop, options.min_agreement)
+    if not limit.holds(score):
+        raise ConversionError(
+            f"the OpenVINO IR misses the limit ({limit.text()}) that its int8 ONNX met on OpenVINO: agreement {score['agreement']:.2f}%",
+            hint="report this with the model; meanwhile convert with --to onnx and run the ONNX on openvino:cpu",
+        )
+    return score
 
 
 def _family(model) -> str:

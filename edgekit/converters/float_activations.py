@@ -64,7 +64,7 @@ def unrounded(model, tensors: list[str]):
     return copy
 
 
-def activation_sensitivity(pre, int8, probe, threads: int = 2) -> list[LayerSensitivity]:
+def activation_sensitivity(pre, int8, probe, threads: int | None = None) -> list[LayerSensitivity]:
     """Each activation of the QDQ model `int8` (ModelProto) that the float model `pre` (ModelProto) also computes or
     takes as input, with what its rounding alone costs, most sensitive first: 1 - the mean cosine, on the `probe` samples, of `pre`
     with only that tensor rounded to its int8 grid against `pre` with it clamped to the same range. The clamp stays

@@ -60,7 +60,7 @@ def _layers(model) -> list:
     return layers
 
 
-def input_statistics(model_path: Path, samples, count: int = SAMPLES, positions: int = POSITIONS, threads: int = 2) -> dict:
+def input_statistics(model_path: Path, samples, count: int = SAMPLES, positions: int = POSITIONS, threads: int | None = None) -> dict:
     """{weight name: LayerStats} of the float model, from one ONNX Runtime pass over `count` samples."""
     import onnx
     import torch

@@ -44,13 +44,9 @@ class LiteRTQuantization:
     def logits(self, model, samples) -> np.ndarray:
         """The first output over `samples`: of the PyTorch reference, or of a .tflite on LiteRT."""
         if isinstance(model, (str, Path)):
-            from edgekit.loaders import open_source
-            from edgekit.targets import make_runner
-            from edgekit.validate.compare import run_batches
+            from edgekit.converters.onnx_accuracy import on_target
 
-            runner = make_runner(open_source(str(model)))
-            runner.load()
-            return run_batches(runner, samples.bind(runner.inputs), 1)[0].reshape(len(samples), -1)
+            return on_target(None)(model, samples)
         import torch
 
         with torch.no_grad():

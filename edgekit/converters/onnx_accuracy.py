@@ -65,6 +65,21 @@ def _logits(model, samples) -> np.ndarray:
     return outputs(model, samples)[0].reshape(len(samples), -1)
 
 
+def on_target(target: str | None):
+    """Validator's `logits`: a model file run on `target` (None: its format's own runtime), one sample at a time."""
+
+    def logits(model, samples) -> np.ndarray:
+        from edgekit.loaders import open_source
+        from edgekit.targets import make_runner
+        from edgekit.validate.compare import run_batches
+
+        runner = make_runner(open_source(str(model)), target)
+        runner.load()
+        return run_batches(runner, samples.bind(runner.inputs), 1)[0].reshape(len(samples), -1)
+
+    return logits
+
+
 def _cosine(reference: np.ndarray, logits: np.ndarray) -> float:
     from edgekit.validate.compare import compare_output
 

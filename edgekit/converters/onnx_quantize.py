@@ -191,7 +191,7 @@ def _int8_dynamic(model: Path, out: Path, options: ConvertOptions, samples, spec
 
 
 def _int8_static(model: Path, out: Path, options: ConvertOptions, data: ConversionData, specs) -> dict:
-    from edgekit.converters.onnx_accuracy import Limit, accuracy_aware
+    from edgekit.converters.onnx_accuracy import Limit, accuracy_aware, on_target
 
     scheme = choose_scheme(options.for_target)
     control = None
@@ -199,7 +199,9 @@ def _int8_static(model: Path, out: Path, options: ConvertOptions, data: Conversi
         pre, opset = _preprocessed(model, Path(tmp))
         quantizer = StaticQuantizer(pre, data.calibration, specs, options, scheme, Path(tmp))
         if data.validation is not None:
-            control = accuracy_aware(quantizer, out, data.validation, Limit(options.max_drop, options.min_agreement))
+            logits = on_target(options.validate_on) if options.validate_on else None  # None: ONNX Runtime, in process
+            control = accuracy_aware(quantizer, out, data.validation, Limit(options.max_drop, options.min_agreement), logits)
+            control["validated_on"] = options.validate_on or "onnxruntime:cpu"
             sensitivity = {"kept_in_float": [], "note": "accuracy control chose the float layers (accuracy_control)"}
         elif options.keep_sensitive:
             sensitivity = _keep_sensitive(quantizer, out)

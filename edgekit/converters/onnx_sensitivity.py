@@ -42,7 +42,7 @@ def _weight_of(node, inits) -> tuple[str | None, int]:
 
 
 def onnx_sensitivity(
-    model_path: Path, samples: Samples, count: int = SAMPLES, threads: int = 2, quantized: dict | None = None
+    model_path: Path, samples: Samples, count: int = SAMPLES, threads: int | None = None, quantized: dict | None = None
 ) -> tuple[list[LayerSensitivity], int]:
     """(layers ranked by loss, total weight parameters) on the first `count` samples.
 
@@ -123,7 +123,7 @@ def _weights_as_inputs(model, weights: dict[str, np.ndarray]) -> bytes:
     return model.SerializeToString()
 
 
-def tensor_batches(model, names, samples: Samples, batch: int = BATCH, threads: int = 2):
+def tensor_batches(model, names, samples: Samples, batch: int = BATCH, threads: int | None = None):
     """Yield, for each batch of `samples`, {name: value} of the tensors `names` of the ONNX `model` (a ModelProto,
     left as it is): a copy of it with each made a graph output, run once; graph inputs come from the feeds."""
     import onnx
@@ -141,18 +141,21 @@ def tensor_batches(model, names, samples: Samples, batch: int = BATCH, threads: 
         yield {**feeds, **dict(zip(fetched, session.run(None, feeds), strict=True))}
 
 
-def outputs(model, samples: Samples, threads: int = 2) -> list[np.ndarray]:
+def outputs(model, samples: Samples, threads: int | None = None) -> list[np.ndarray]:
     """Every output of the ONNX `model` (a path or serialized bytes) over `samples`, run on ONNX Runtime in batches."""
     session = ort_session(model if isinstance(model, bytes) else str(model), threads)
     runs = [session.run(None, feeds) for feeds in samples.batches(BATCH)]
     return [np.concatenate(chunks) for chunks in zip(*runs, strict=True)]
 
 
-def ort_session(model_bytes: bytes, threads: int):
+def ort_session(model_bytes: bytes, threads: int | None):
+    """A CPU session over `threads` threads (None: the cores this process may use)."""
     import onnxruntime as ort
 
+    from edgekit.targets.base import default_threads
+
     options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
+    options.intra_op_num_threads = threads or default_threads()
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
     return ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])

@@ -55,17 +55,17 @@ def test_without_vnni_openvino_int8_of_a_cnn_goes_through_onnx_runtime_and_a_tra
 
     import openvino as ov
 
-    from edgekit.converters import ConversionData, ConvertOptions
+    from edgekit.converters import ConvertOptions
     from edgekit.converters.any_openvino import _pair_safe_route, _to_openvino
     from edgekit.converters.pipeline import load_for_conversion
 
     cnn = _to_openvino(*load_for_conversion(open_source("zoo:fashion-cnn"), []))
-    vit, avx2, none = ov.convert_model(str(vit_onnx)), ConvertOptions("int8", for_target="x86-avx2"), ConversionData()
-    assert _pair_safe_route(cnn, avx2, none) and not _pair_safe_route(vit, avx2, none)
-    assert _pair_safe_route(vit, dataclasses.replace(avx2, model_type="cnn"), none)  # --model-type cnn is obeyed
-    assert not _pair_safe_route(cnn, ConvertOptions("int8", for_target="x86-vnni"), none)  # VNNI: NNCF's scheme
-    assert not _pair_safe_route(cnn, avx2, ConversionData(validation=Samples({"image": np.zeros((2, 1, 28, 28), np.float32)})))
-    assert not _pair_safe_route(cnn, dataclasses.replace(avx2, exclude=("node",)), none)  # --exclude names NNCF's layers
+    vit, avx2 = ov.convert_model(str(vit_onnx)), ConvertOptions("int8", for_target="x86-avx2")
+    assert _pair_safe_route(cnn, avx2) and not _pair_safe_route(vit, avx2)
+    assert _pair_safe_route(vit, dataclasses.replace(avx2, model_type="cnn"))  # --model-type cnn is obeyed
+    assert not _pair_safe_route(cnn, ConvertOptions("int8", for_target="x86-vnni"))  # VNNI: NNCF's scheme
+    assert _pair_safe_route(cnn, dataclasses.replace(avx2, validation_data="val.npz"))  # accuracy control: ONNX Runtime's loop
+    assert not _pair_safe_route(cnn, dataclasses.replace(avx2, exclude=("node",)))  # --exclude names NNCF's layers
 
 
 def test_openvino_int8_of_the_vit_takes_the_transformer_scheme_and_stays_closer_than_the_cnn_scheme(tmp_path):

@@ -68,21 +68,30 @@ def test_onnx_to_ir_and_onnx_on_openvino(tmp_path, fashion_onnx, test2k):
     assert abs(onnx_on_ov - _accuracy(fashion_onnx["fp32"], test2k)) < 0.1
 
 
-def test_accuracy_control_reverts_layers_until_the_drop_fits(tmp_path, fashion_source, demo_data, small_test_npz, test2k):
+@pytest.mark.parametrize("isa", ["x86-vnni", "x86-avx2"])
+def test_accuracy_control_reverts_layers_until_the_drop_fits(tmp_path, fashion_source, demo_data, small_test_npz, test2k, isa):
+    """NNCF's accuracy control where int8 has VNNI; without it (pair-safe weights) ONNX Runtime's loop, each step and
+    the IR itself scored on OpenVINO."""
+    from edgekit.converters.any_openvino import PAIR_SAFE_ROUTE
+
     garbage = tmp_path / "garbage.npz"  # ranges 100x too small: plain int8 loses several points
     with np.load(demo_data[1]) as npz:
         np.savez(garbage, image=npz["image"][:200] * 0.01)
     calib = CalibrationOptions(str(garbage), 200)
-    plain = convert(fashion_source, "openvino", tmp_path / "plain.xml", ConvertOptions("int8", INPUTS, calib))
+    plain = convert(fashion_source, "openvino", tmp_path / "plain.xml", ConvertOptions("int8", INPUTS, calib, for_target=isa))
     controlled = convert(
         fashion_source,
         "openvino",
         tmp_path / "ac.xml",
-        ConvertOptions("int8", INPUTS, calib, validation_data=str(small_test_npz), validation_samples=500, max_drop=0.5),
+        ConvertOptions("int8", INPUTS, calib, for_target=isa, validation_data=str(small_test_npz), validation_samples=500, max_drop=0.5),
     )
-    control = controlled.meta["provenance"]["quantization"]["accuracy_control"]
+    notes = controlled.meta["provenance"]
+    control = notes["quantization"]["accuracy_control"]
     assert control["reverted_to_float"] and control["max_drop_points"] == 0.5
     assert _accuracy(controlled.path, test2k) - _accuracy(plain.path, test2k) > 2.0
+    if isa == "x86-avx2":
+        assert notes["openvino"]["int8"] == PAIR_SAFE_ROUTE and control["validated_on"] == "openvino:cpu"
+        assert control["final"]["drop_points"] <= 0.5 and control["final"]["drop_points"] < control["steps"][0]["drop_points"]
 
 
 def test_accuracy_control_needs_labels_both_flags_and_openvino(tmp_path, fashion_source, demo_data, fashion_onnx):
