@@ -367,7 +367,7 @@ def _accuracy_controlled(ov_model, data: ConversionData, options: ConvertOptions
         )
     if options.min_agreement is not None:
         validation = nncf.Dataset(list(data.validation.batches(1)))
-        validation_fn, max_drop = _agreement_validation(ov_model, data.validation), (100.0 - options.min_agreement) / 100.0
+        validation_fn, max_drop = _agreement_validation(ov_model), (100.0 - options.min_agreement) / 100.0
     else:
         validation, validation_fn, max_drop = nncf_validation(data.validation), _top1_validation, options.max_drop / 100.0
     return nncf.quantize_with_accuracy_control(
@@ -382,18 +382,41 @@ def _accuracy_controlled(ov_model, data: ConversionData, options: ConvertOptions
     )
 
 
-def _agreement_validation(ov_model, samples):
-    """NNCF's validation_fn for --min-agreement: (top-1 agreement with the fp32 model as a fraction, per item)."""
+def _agreement_validation(ov_model):
+    """NNCF's validation_fn for --min-agreement: (top-1 agreement with the fp32 model as a fraction, per item).
+
+    NNCF calls it on the whole set, on subsets and on single items, so each item's fp32 class is looked up by its
+    content (computed once), never by its position."""
     import openvino as ov
 
     # f32 as NNCF compiles the models it validates: on AVX512-BF16/AMX CPUs OpenVINO would otherwise run bf16
-    reference = _top1_classes(ov.Core().compile_model(ov_model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"}), samples.batches(1))
+    reference = ov.Core().compile_model(ov_model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    classes: dict[bytes, int] = {}
+
+    def fp32_class(feeds) -> int:
+        key = _content_key(feeds)
+        if key not in classes:
+            classes[key] = _top1_classes(reference, [feeds])[0]
+        return classes[key]
 
     def validate(compiled_model, items) -> tuple[float, list[float]]:
-        agreed = [float(a == b) for a, b in zip(_top1_classes(compiled_model, items), reference, strict=True)]
+        items = list(items)
+        agreed = [float(a == fp32_class(feeds)) for a, feeds in zip(_top1_classes(compiled_model, items), items, strict=True)]
         return (sum(agreed) / len(agreed) if agreed else 0.0), agreed
 
     return validate
+
+
+def _content_key(feeds) -> bytes:
+    """A digest of a sample's input arrays."""
+    import hashlib
+
+    import numpy as np
+
+    digest = hashlib.blake2b(digest_size=16)
+    for value in feeds.values() if isinstance(feeds, dict) else [feeds]:
+        digest.update(np.ascontiguousarray(value).tobytes())
+    return digest.digest()
 
 
 def _top1_classes(compiled_model, items) -> list[int]:

@@ -68,10 +68,12 @@ def test_onnx_to_ir_and_onnx_on_openvino(tmp_path, fashion_onnx, test2k):
     assert abs(onnx_on_ov - _accuracy(fashion_onnx["fp32"], test2k)) < 0.1
 
 
-@pytest.mark.parametrize("isa", ["x86-vnni", "x86-avx2"])
-def test_accuracy_control_reverts_layers_until_the_drop_fits(tmp_path, fashion_source, demo_data, small_test_npz, test2k, isa):
-    """NNCF's accuracy control where int8 has VNNI; without it (pair-safe weights) ONNX Runtime's loop, each step and
-    the IR itself scored on OpenVINO."""
+@pytest.mark.parametrize(
+    ("isa", "limit"), [("x86-vnni", {"max_drop": 0.5}), ("x86-vnni", {"min_agreement": 99.0}), ("x86-avx2", {"max_drop": 0.5})]
+)
+def test_accuracy_control_reverts_layers_until_the_limit_holds(tmp_path, fashion_source, demo_data, small_test_npz, test2k, isa, limit):
+    """NNCF's accuracy control where int8 has VNNI, on top-1 accuracy or on agreement with fp32 (NNCF validates single
+    items too); without VNNI (pair-safe weights) ONNX Runtime's loop, each step and the IR itself scored on OpenVINO."""
     from edgekit.converters.any_openvino import PAIR_SAFE_ROUTE
 
     garbage = tmp_path / "garbage.npz"  # ranges 100x too small: plain int8 loses several points
@@ -83,15 +85,24 @@ def test_accuracy_control_reverts_layers_until_the_drop_fits(tmp_path, fashion_s
         fashion_source,
         "openvino",
         tmp_path / "ac.xml",
-        ConvertOptions("int8", INPUTS, calib, for_target=isa, validation_data=str(small_test_npz), validation_samples=500, max_drop=0.5),
+        ConvertOptions("int8", INPUTS, calib, for_target=isa, validation_data=str(small_test_npz), validation_samples=500, **limit),
     )
     notes = controlled.meta["provenance"]
     control = notes["quantization"]["accuracy_control"]
-    assert control["reverted_to_float"] and control["max_drop_points"] == 0.5
+    assert control["reverted_to_float"] and control["max_drop_points"] == limit.get("max_drop")
+    assert control["min_agreement"] == limit.get("min_agreement")
     assert _accuracy(controlled.path, test2k) - _accuracy(plain.path, test2k) > 2.0
+    if "min_agreement" in limit:
+        fp32 = convert(fashion_source, "openvino", tmp_path / "fp32.xml", ConvertOptions("fp32", INPUTS))
+        assert _agreement(controlled.path, fp32.path, test2k) > _agreement(plain.path, fp32.path, test2k) + 2.0
     if isa == "x86-avx2":
         assert notes["openvino"]["int8"] == PAIR_SAFE_ROUTE and control["validated_on"] == "openvino:cpu"
         assert control["final"]["drop_points"] <= 0.5 and control["final"]["drop_points"] < control["steps"][0]["drop_points"]
+
+
+def _agreement(path, reference, samples) -> float:
+    classes = [run_batches(make_runner(open_source(str(p))), samples, 250)[0].argmax(1) for p in (path, reference)]
+    return float((classes[0] == classes[1]).mean() * 100)
 
 
 def test_accuracy_control_needs_labels_both_flags_and_openvino(tmp_path, fashion_source, demo_data, fashion_onnx):
