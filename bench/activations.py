@@ -13,7 +13,17 @@ from pathlib import Path
 import numpy as np
 
 from bench.accuracy import _logits, _p50_ratios
-from bench.common import CACHE, ISA_CLASS, artifact, code_stamp, photo_calibration, publish, ratio_text
+from bench.common import (
+    CACHE,
+    CONTROL_LIMIT,
+    CONTROL_VALIDATION,
+    ISA_CLASS,
+    artifact,
+    code_stamp,
+    photo_calibration,
+    publish,
+    ratio_text,
+)
 from edgekit.calibration import load_samples
 from edgekit.converters.float_activations import activation_pairs, unrounded
 from edgekit.converters.pipeline import read_provenance
@@ -23,7 +33,6 @@ MODEL = "efficientnet_lite0"
 RANK_CROPS = 100  # seed 4: other crops than the calibration (seed 0) and the test sets (seeds 1-3)
 TEST_SEEDS = (1, 2, 3)
 COUNTS = (0, 3, 6, 10)
-CONTROL_LIMIT = 97.5  # --min-agreement of the accuracy-control row, on 300 crops of seed 4
 
 
 def run(rounds: int = 3) -> None:
@@ -45,7 +54,7 @@ def run(rounds: int = 3) -> None:
             f"cosine with fp32 on {RANK_CROPS} crops of seed 4; the test sets are 600 crops each, seeds {TEST_SEEDS}.",
             "The weights stay int8 as the default writes them. An unrounded tensor makes the convolutions either side of it "
             f"run in float. p50 ratio: median over {rounds} interleaved rounds, each artifact in a fresh process.",
-            f"Last row: what `--val` ({3 * RANK_CROPS} crops of seed 4) with `--min-agreement {CONTROL_LIMIT}` writes: accuracy "
+            f"Last row: what `--val` ({CONTROL_VALIDATION[0]} crops of seed {CONTROL_VALIDATION[1]}) with `--min-agreement {CONTROL_LIMIT}` writes: accuracy "
             "control returns the most sensitive layers and activations to float one at a time, keeping a step only where it "
             "brings the outputs closer to fp32 (edgekit.converters.onnx_accuracy).",
         ],
@@ -79,19 +88,8 @@ def _row(model, pairs: list[tuple], fp32: Path, rounds: int) -> list:
 
 
 def _controlled_row(fp32: Path, rounds: int) -> list:
-    """The int8 that accuracy control writes with --val on RANK_CROPS * 3 seed-4 crops and --min-agreement CONTROL_LIMIT."""
-    from edgekit.converters import CalibrationOptions, ConvertOptions
-    from edgekit.converters.pipeline import convert
-    from edgekit.loaders import open_source
-
-    path = CACHE / f"{MODEL}.int8.{ISA_CLASS}.controlled{CONTROL_LIMIT}.{code_stamp()}.onnx"
-    if not path.exists():
-        calibration = CalibrationOptions(str(photo_calibration(300, model=MODEL)), 300)
-        validation = str(photo_calibration(3 * RANK_CROPS, seed=4, model=MODEL))
-        options = ConvertOptions(
-            "int8", (), calibration, for_target="onnxruntime:cpu", validation_data=validation, min_agreement=CONTROL_LIMIT
-        )
-        convert(open_source(str(fp32)), "onnx", path, options)
+    """The int8 that accuracy control writes with --val on CONTROL_VALIDATION's crops and --min-agreement CONTROL_LIMIT."""
+    path = artifact(MODEL, "int8", min_agreement=CONTROL_LIMIT)
     control = read_provenance(path)["quantization"]["accuracy_control"]
     label = f"accuracy control, --min-agreement {CONTROL_LIMIT}: {len(control['activations_in_float'])}"
     which = f"{', '.join(control['activations_in_float'])} (and layers {', '.join(control['reverted_to_float']) or 'none'} in float)"

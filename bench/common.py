@@ -76,12 +76,25 @@ def code_stamp() -> str:
     return digest.hexdigest()[:10]
 
 
-def artifact(model: str, precision: str, fmt: str = "onnx", calib_samples: int = 300, for_target: str | None = None) -> Path:
+CONTROL_VALIDATION = (300, 4)  # accuracy control's --val: crops and seed (neither calibration, seed 0, nor a test set)
+CONTROL_LIMIT = 97.5  # the --min-agreement of the benches' accuracy-control rows
+
+
+def artifact(
+    model: str,
+    precision: str,
+    fmt: str = "onnx",
+    calib_samples: int = 300,
+    for_target: str | None = None,
+    min_agreement: float | None = None,
+) -> Path:
     """The model converted to `fmt` at `precision` (int8 calibrated on real photos, with the scheme of
-    `for_target`'s ISA class: this host's by default), cached by name and by the code that made it."""
+    `for_target`'s ISA class: this host's by default; with `min_agreement`, accuracy control on CONTROL_VALIDATION's
+    crops), cached by name and by the code that made it."""
     scheme = f".{for_target or ISA_CLASS}" if precision == "int8" else ""
     inputs = ".raw" if model in RAW_INPUT else ""  # the model's input range is part of its identity
-    out = CACHE / f"{model}{inputs}.{precision}{scheme}.{calib_samples}.{code_stamp()}{SUFFIXES[fmt]}"
+    control = f".control{min_agreement}" if min_agreement else ""
+    out = CACHE / f"{model}{inputs}.{precision}{scheme}.{calib_samples}{control}.{code_stamp()}{SUFFIXES[fmt]}"
     if not out.exists():
         if model == PRUNED:
             source, inputs = open_source(str(pruned_resnet())), ()
@@ -90,7 +103,16 @@ def artifact(model: str, precision: str, fmt: str = "onnx", calib_samples: int =
         int8 = precision == "int8"
         data = photo_calibration(calib_samples, model=model)
         calibration = CalibrationOptions(str(data), calib_samples) if int8 else CalibrationOptions()
-        convert(source, fmt, out, ConvertOptions(precision, inputs, calibration, for_target=for_target or "onnxruntime:cpu"))
+        validation = str(photo_calibration(*CONTROL_VALIDATION, model=model)) if min_agreement else None
+        options = ConvertOptions(
+            precision,
+            inputs,
+            calibration,
+            for_target=for_target or "onnxruntime:cpu",
+            validation_data=validation,
+            min_agreement=min_agreement,
+        )
+        convert(source, fmt, out, options)
     return out
 
 

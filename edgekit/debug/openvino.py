@@ -24,10 +24,10 @@ class OpenVinoCapture:
     def __init__(self, path: Path) -> None:
         import openvino as ov
 
-        from edgekit.loaders.openvino import port_specs, read_ir
+        from edgekit.loaders.openvino import port_specs, read_model
 
         core = ov.Core()
-        model = read_ir(path) if Path(path).suffix == ".xml" else core.read_model(str(path))
+        model = read_model(path)
         self.inputs = port_specs(model.inputs)
         self.tensors, ports = _op_outputs(model)
         if any(p.get_partial_shape().is_dynamic for p in model.inputs):  # one sample at a time (other dynamic dims stay so: a page's H, W)

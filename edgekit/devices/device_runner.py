@@ -390,8 +390,9 @@ class OpenVinoModel(Model):
             found = ", ".join(self.core.available_devices)
             raise DeviceError("missing", f"OpenVINO finds no {self.device.upper()} here (found: {found})", module="openvino")
         try:
-            self.model = self.core.read_model(self.path)
-        except RuntimeError as exc:
+            # an ONNX as `edgekit convert --to openvino` converts it (edgekit.loaders.openvino.read_model)
+            self.model = self.core.read_model(self.path) if self.path.endswith(".xml") else self.ov.convert_model(self.path)
+        except Exception as exc:
             raise DeviceError("load", f"OpenVINO cannot read it: {first_line(exc)}") from None
         self.inputs = [
             {

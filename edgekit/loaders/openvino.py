@@ -29,6 +29,24 @@ def read_ir(path: Path):
         ) from None
 
 
+def read_model(path: Path):
+    """An IR, or another file OpenVINO reads (ONNX, TFLite), as `edgekit convert --to openvino` converts it:
+    ov.convert_model, not Core.read_model, whose graph of the same QDQ ONNX runs different int8 kernels (outputs
+    0.27 apart on EfficientNet-Lite0, 8 of 300 top-1 answers flipped), so running a file here predicts the IR."""
+    import openvino as ov
+
+    if Path(path).suffix == ".xml":
+        return read_ir(path)
+    try:
+        return ov.convert_model(str(path))
+    except Exception as exc:  # the frontends raise OpConversionFailure, GeneralFailure and RuntimeError
+        raise ModelLoadError(
+            f"OpenVINO cannot read {Path(path).name}: {str(exc).strip().splitlines()[0][:200]}",
+            hint="check it with `edgekit info`",
+            cause=str(exc),
+        ) from None
+
+
 def _check_ir_header(path: Path) -> None:
     """An IR .xml is XML whose root is <net ... version=...>: say so before OpenVINO gives a vaguer message."""
     import xml.etree.ElementTree as ET

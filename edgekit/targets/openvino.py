@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.errors import ModelLoadError
 from edgekit.targets.base import DeviceInfo, Runner
 
 KNOWN_DEVICES = ("CPU", "GPU", "NPU", "AUTO")
@@ -69,21 +68,13 @@ class OpenVinoRunner(Runner):
     def _load_impl(self) -> None:
         import openvino as ov
 
-        from edgekit.loaders.openvino import port_specs, read_ir
+        from edgekit.loaders.openvino import port_specs, read_model
 
         self.core = ov.Core()  # the device was checked by Runner.load (_check_device)
-        self.model = read_ir(self.source.path) if self.source.format == "openvino" else self._read_other()
+        self.model = read_model(self.source.path)
         self.inputs = port_specs(self.model.inputs)
         self.output_names = [s.name for s in port_specs(self.model.outputs)]
         self._compiled: dict[tuple, object] = {}
-
-    def _read_other(self):
-        try:
-            return self.core.read_model(str(self.source.path))
-        except RuntimeError as exc:
-            raise ModelLoadError(
-                f"OpenVINO cannot read {self.source.spec}: {str(exc).splitlines()[0][:200]}", hint="check it with `edgekit info`"
-            ) from None
 
     def _request(self, feeds: dict[str, np.ndarray]):
         key = tuple((name, tuple(feeds[name].shape)) for name in sorted(feeds))
