@@ -147,10 +147,10 @@ def accuracy_aware(quantizer, out, validation, limit: Limit, logits=None) -> dic
 def _missed(limit: Limit, steps: list[dict], samples: int) -> EdgekitError:
     """The limit no step met: where int8 stood, where the kept steps got it, and every step (the cause lines)."""
     kept = [step for step in steps if step.get("kept", True)]
-    lines = [f"{_step_text(step)}: {_score_text(step)}" for step in steps]
+    lines = [f"{_step_text(step)}: {score_text(step)}" for step in steps]
     return EdgekitError(
-        f"int8 misses the limit ({limit.text()}) on {samples} validation samples: {_score_text(kept[-1])} with "
-        f"{len(kept) - 1} layers or activations in float (all int8: {_score_text(steps[0])})",
+        f"int8 misses the limit ({limit.text()}) on {samples} validation samples: {score_text(kept[-1])} with "
+        f"{len(kept) - 1} layers or activations in float (all int8: {score_text(steps[0])})",
         hint=f"the {len(steps) - 1} most sensitive layers and activations went back to float one at a time, each kept where it "
         "brought the outputs closer to fp32 (below): lower the limit, calibrate on data like the validation data "
         "(--calib-method), or keep fp16/fp32",
@@ -166,7 +166,8 @@ def _step_text(step: dict) -> str:
     return f"+ {step['kept_in_float']} in float ({step['op']}, its int8 weights alone: loss {step['sensitivity']})"
 
 
-def _score_text(score: dict) -> str:
+def score_text(score: dict) -> str:
+    """A score in one line: agreement, top-1 drop where labelled, cosine."""
     drop = f", top-1 drop {score['drop_points']:.2f} pts" if score["drop_points"] is not None else ""
     back = "" if score.get("kept", True) else " (no closer to fp32: put back)"
     return f"agreement {score['agreement']:.2f}%{drop}, cosine {score['cosine']:.5f}{back}"

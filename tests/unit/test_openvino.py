@@ -100,13 +100,15 @@ def test_accuracy_control_reverts_layers_until_the_limit_holds(tmp_path, fashion
     control = notes["quantization"]["accuracy_control"]
     assert control["reverted_to_float"] and control["max_drop_points"] == limit.get("max_drop")
     assert control["min_agreement"] == limit.get("min_agreement")
+    final = control["final"]  # the written IR, scored again on OpenVINO on either route
+    assert final["drop_points"] <= limit.get("max_drop", 100) and final["agreement"] >= limit.get("min_agreement", 0)
     assert _accuracy(controlled.path, test2k) - _accuracy(plain.path, test2k) > 2.0
     if "min_agreement" in limit:
         fp32 = convert(fashion_source, "openvino", tmp_path / "fp32.xml", ConvertOptions("fp32", INPUTS))
         assert _agreement(controlled.path, fp32.path, test2k) > _agreement(plain.path, fp32.path, test2k) + 2.0
     if isa == "x86-avx2":
         assert notes["openvino"]["int8"] == PAIR_SAFE_ROUTE and control["validated_on"] == "openvino:cpu"
-        assert control["final"]["drop_points"] <= 0.5 and control["final"]["drop_points"] < control["steps"][0]["drop_points"]
+        assert final["drop_points"] < control["steps"][0]["drop_points"]
 
 
 def _agreement(path, reference, samples) -> float:
