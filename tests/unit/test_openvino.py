@@ -111,6 +111,25 @@ def test_accuracy_control_reverts_layers_until_the_limit_holds(tmp_path, fashion
         assert final["drop_points"] < control["steps"][0]["drop_points"]
 
 
+def test_an_ir_that_misses_the_limit_is_refused(tmp_path, fashion_source, demo_data, small_test_npz):
+    """The written IR is scored again on OpenVINO (NNCF hands back its best model whether or not the limit holds)."""
+    from edgekit.converters import ConversionData
+    from edgekit.converters.any_openvino import NNCF_MISSED, _validated_ir
+    from edgekit.errors import ConversionError
+
+    garbage = tmp_path / "garbage.npz"  # ranges 100x too small: int8 agrees with fp32 on far fewer than 100%
+    with np.load(demo_data[1]) as npz:
+        np.savez(garbage, image=npz["image"][:200] * 0.01)
+    calib = CalibrationOptions(str(garbage), 200)
+    ir = convert(fashion_source, "openvino", tmp_path / "int8.xml", ConvertOptions("int8", INPUTS, calib, for_target="x86-vnni"))
+    fp32 = convert(fashion_source, "openvino", tmp_path / "fp32.xml", ConvertOptions("fp32", INPUTS)).path
+    data = ConversionData(None, load_samples(str(small_test_npz), specs=list(INPUTS), limit=300))
+    options = ConvertOptions("int8", INPUTS, calib, min_agreement=100.0)
+    with pytest.raises(ConversionError, match=r"misses the limit \(agreement >= 100.0%\) after NNCF's accuracy control: agreement"):
+        _validated_ir(fp32, ir.path, data, options, NNCF_MISSED)
+    assert _validated_ir(fp32, fp32, data, options, NNCF_MISSED)["agreement"] == 100.0
+
+
 def _agreement(path, reference, samples) -> float:
     classes = [run_batches(make_runner(open_source(str(p))), samples, 250)[0].argmax(1) for p in (path, reference)]
     return float((classes[0] == classes[1]).mean() * 100)
