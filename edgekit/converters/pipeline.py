@@ -33,7 +33,7 @@ def convert(source: ModelSource, to: str, out: Path, options: ConvertOptions) ->
         steps, options = _tensorrt_steps(source, steps, options)
     for converter, _ in steps:
         converter.require()  # a missing backend is reported before any work
-    calibrate = needs_calibration(steps)
+    calibrate = needs_calibration(steps) and not _quantized_source(source, to, options.precision)
     if calibrate and not options.calibration.data and not options.calibration.allow_random:
         raise EdgekitError(
             f"--precision {options.precision} needs calibration data",
@@ -126,12 +126,19 @@ def file_for_conversion(source: ModelSource, given: list[TensorSpec]):
 def _tensorrt_steps(source: ModelSource, steps, options: ConvertOptions):
     """TensorRT int8 takes symmetric s8 Q/DQ; an ONNX that already has Q/DQ nodes is built as it is."""
     options = dataclasses.replace(options, for_target="tensorrt:cuda")
-    if source.family == "onnx" and options.precision == "int8":
-        from edgekit.loaders.onnx import has_qdq
-
-        if has_qdq(source.path):
-            steps = steps[-1:]
+    if _quantized_source(source, "tensorrt", options.precision):
+        steps = steps[-1:]
     return steps, options
+
+
+def _quantized_source(source: ModelSource, to: str, precision: str) -> bool:
+    """An ONNX that already holds Q/DQ, converted to int8 where its Q/DQ are taken as they are (OpenVINO, TensorRT):
+    nothing is calibrated."""
+    if source.family != "onnx" or precision != "int8" or to not in ("openvino", "tensorrt"):
+        return False
+    from edgekit.loaders.onnx import has_qdq
+
+    return has_qdq(source.path)
 
 
 def _check_device(to: str, options: ConvertOptions) -> None:

@@ -68,11 +68,11 @@ def test_onnx_to_ir_and_onnx_on_openvino(tmp_path, fashion_onnx, test2k):
     assert abs(onnx_on_ov - _accuracy(fashion_onnx["fp32"], test2k)) < 0.1
 
 
-def test_an_int8_onnx_on_openvino_runs_as_the_ir_it_converts_to(tmp_path, fashion_onnx, test2k, demo_data):
+def test_an_int8_onnx_on_openvino_runs_as_the_ir_it_converts_to(tmp_path, fashion_onnx, test2k):
     """OpenVINO reads an .onnx as `--to openvino` converts it (ov.convert_model; Core.read_model builds another int8
-    graph), so accuracy control's steps, scored as ONNX on OpenVINO, predict the IR it writes."""
-    options = ConvertOptions("int8", (), CalibrationOptions(str(demo_data[1]), 100))  # the Q/DQ are kept as they are
-    ir = convert(open_source(str(fashion_onnx["int8"])), "openvino", tmp_path / "int8.xml", options).path
+    graph), so accuracy control's steps, scored as ONNX on OpenVINO, predict the IR it writes. The ONNX's Q/DQ are
+    kept as they are: no calibration data is asked for."""
+    ir = convert(open_source(str(fashion_onnx["int8"])), "openvino", tmp_path / "int8.xml", ConvertOptions("int8")).path
     outputs = [run_batches(make_runner(open_source(str(p)), "openvino:cpu"), test2k, 250)[0] for p in (fashion_onnx["int8"], ir)]
     np.testing.assert_array_equal(*outputs)
 
