@@ -113,11 +113,11 @@ def _through_onnx_runtime(model, specs, out: Path, options: ConvertOptions, data
     from edgekit.converters.pipeline import run_steps
 
     options = dataclasses.replace(options, validate_on=VALIDATED_ON)
-    steps = plan(_family(model), "onnx", "int8")
+    *export, quantize = plan(_family(model), "onnx", "int8")
     with work_folder(out) as work:
-        fp32 = Path(model) if len(steps) == 1 else work / "fp32.onnx"
-        notes = run_steps(steps[:-1], model, specs, fp32, work, options, data, "fp32") if len(steps) > 1 else {}
-        notes |= run_steps(steps[-1:], fp32, specs, work / "int8.onnx", work, options, data, "int8")
+        fp32 = work / "fp32.onnx" if export else Path(model)  # the reference accuracy control scores against
+        notes = run_steps(export, model, specs, fp32, work, options, data, "fp32")
+        notes |= run_steps([quantize], fp32, specs, work / "int8.onnx", work, options, data, "int8")
         ov.save_model(_name_tensors(_to_openvino(work / "int8.onnx", specs), specs), str(out), compress_to_fp16=False)
         control = notes["quantization"].get("accuracy_control")
         if control:
@@ -159,8 +159,8 @@ def _family(model) -> str:
 
 
 def _quantized_onnx(model) -> bool:
-    """An .onnx that already holds Q/DQ (pipeline._openvino_steps made it with ONNX Runtime's scheme): OpenVINO runs
-    its quantized layers in int8 as they are."""
+    """An .onnx that already holds Q/DQ: OpenVINO runs its quantized layers in int8 as they are (the pipeline asks no
+    calibration data for it: pipeline._quantized_source)."""
     if not isinstance(model, (str, Path)) or Path(model).suffix != ".onnx":
         return False
     from edgekit.loaders.onnx import has_qdq
@@ -429,14 +429,14 @@ def _agreement_validation(ov_model):
     return validate
 
 
-def _content_key(feeds) -> bytes:
+def _content_key(feeds: dict) -> bytes:
     """A digest of a sample's input arrays."""
     import hashlib
 
     import numpy as np
 
     digest = hashlib.blake2b(digest_size=16)
-    for value in feeds.values() if isinstance(feeds, dict) else [feeds]:
+    for value in feeds.values():
         digest.update(np.ascontiguousarray(value).tobytes())
     return digest.digest()
 

@@ -37,6 +37,15 @@ def test2k(small_test_npz):
     return load_samples(str(small_test_npz), specs=list(INPUTS))
 
 
+@pytest.fixture(scope="module")
+def garbage_calib(tmp_path_factory, demo_data) -> CalibrationOptions:
+    """Calibration on images scaled by 0.01: ranges 100x too small, so plain int8 loses several points."""
+    garbage = tmp_path_factory.mktemp("garbage") / "garbage.npz"
+    with np.load(demo_data[1]) as npz:
+        np.savez(garbage, image=npz["image"][:200] * 0.01)
+    return CalibrationOptions(str(garbage), 200)
+
+
 def _accuracy(path, samples, target=None):
     return accuracy_percent(run_batches(make_runner(open_source(str(path)), target), samples, 250)[0], samples.labels)
 
@@ -80,21 +89,17 @@ def test_an_int8_onnx_on_openvino_runs_as_the_ir_it_converts_to(tmp_path, fashio
 @pytest.mark.parametrize(
     ("isa", "limit"), [("x86-vnni", {"max_drop": 0.5}), ("x86-vnni", {"min_agreement": 99.0}), ("x86-avx2", {"max_drop": 0.5})]
 )
-def test_accuracy_control_reverts_layers_until_the_limit_holds(tmp_path, fashion_source, demo_data, small_test_npz, test2k, isa, limit):
+def test_accuracy_control_reverts_layers_until_the_limit_holds(tmp_path, fashion_source, garbage_calib, small_test_npz, test2k, isa, limit):
     """NNCF's accuracy control where int8 has VNNI, on top-1 accuracy or on agreement with fp32 (NNCF validates single
     items too); without VNNI (pair-safe weights) ONNX Runtime's loop, each step and the IR itself scored on OpenVINO."""
     from edgekit.converters.any_openvino import PAIR_SAFE_ROUTE
 
-    garbage = tmp_path / "garbage.npz"  # ranges 100x too small: plain int8 loses several points
-    with np.load(demo_data[1]) as npz:
-        np.savez(garbage, image=npz["image"][:200] * 0.01)
-    calib = CalibrationOptions(str(garbage), 200)
-    plain = convert(fashion_source, "openvino", tmp_path / "plain.xml", ConvertOptions("int8", INPUTS, calib, for_target=isa))
+    plain = convert(fashion_source, "openvino", tmp_path / "plain.xml", ConvertOptions("int8", INPUTS, garbage_calib, for_target=isa))
     controlled = convert(
         fashion_source,
         "openvino",
         tmp_path / "ac.xml",
-        ConvertOptions("int8", INPUTS, calib, for_target=isa, validation_data=str(small_test_npz), validation_samples=500, **limit),
+        ConvertOptions("int8", INPUTS, garbage_calib, for_target=isa, validation_data=str(small_test_npz), validation_samples=500, **limit),
     )
     notes = controlled.meta["provenance"]
     control = notes["quantization"]["accuracy_control"]
@@ -111,20 +116,16 @@ def test_accuracy_control_reverts_layers_until_the_limit_holds(tmp_path, fashion
         assert final["drop_points"] < control["steps"][0]["drop_points"]
 
 
-def test_an_ir_that_misses_the_limit_is_refused(tmp_path, fashion_source, demo_data, small_test_npz):
+def test_an_ir_that_misses_the_limit_is_refused(tmp_path, fashion_source, garbage_calib, small_test_npz):
     """The written IR is scored again on OpenVINO (NNCF hands back its best model whether or not the limit holds)."""
     from edgekit.converters import ConversionData
     from edgekit.converters.any_openvino import NNCF_MISSED, _validated_ir
     from edgekit.errors import ConversionError
 
-    garbage = tmp_path / "garbage.npz"  # ranges 100x too small: int8 agrees with fp32 on far fewer than 100%
-    with np.load(demo_data[1]) as npz:
-        np.savez(garbage, image=npz["image"][:200] * 0.01)
-    calib = CalibrationOptions(str(garbage), 200)
-    ir = convert(fashion_source, "openvino", tmp_path / "int8.xml", ConvertOptions("int8", INPUTS, calib, for_target="x86-vnni"))
+    ir = convert(fashion_source, "openvino", tmp_path / "int8.xml", ConvertOptions("int8", INPUTS, garbage_calib, for_target="x86-vnni"))
     fp32 = convert(fashion_source, "openvino", tmp_path / "fp32.xml", ConvertOptions("fp32", INPUTS)).path
     data = ConversionData(None, load_samples(str(small_test_npz), specs=list(INPUTS), limit=300))
-    options = ConvertOptions("int8", INPUTS, calib, min_agreement=100.0)
+    options = ConvertOptions("int8", INPUTS, garbage_calib, min_agreement=100.0)
     with pytest.raises(ConversionError, match=r"misses the limit \(agreement >= 100.0%\) after NNCF's accuracy control: agreement"):
         _validated_ir(fp32, ir.path, data, options, NNCF_MISSED)
     assert _validated_ir(fp32, fp32, data, options, NNCF_MISSED)["agreement"] == 100.0
