@@ -13,7 +13,7 @@ else
 STAMP := $(VENV)/.installed
 endif
 
-.PHONY: setup demo test test-fast fuzz bench lint clean emulate-avx2
+.PHONY: setup demo test test-fast fuzz bench lint clean emulate-avx2 arm64-sysroot
 
 setup: $(STAMP)
 
@@ -46,8 +46,14 @@ bench: setup
 emulate-avx2: setup
 	dir=$$(mktemp -d) && cp examples/ci-gate.yaml $$dir/ && qemu-x86_64 -cpu Haswell $(BIN)/python -m edgekit run $$dir/ci-gate.yaml --no-cache
 
+# An Arm64 Python with this venv's numpy and ONNX Runtime (and ai-edge-litert 1.4.0) in .arm64, run under qemu-aarch64
+# (apt-get install qemu-user): int8 numerics of their Arm kernels (Raspberry Pi 4 / 5, Graviton 3) from an x86-64
+# Debian host (edgekit.emulation); .arm64/bin/python-<class> is a board's --python.
+arm64-sysroot: setup
+	scripts/arm64_sysroot.sh .arm64
+
 lint: setup
 	$(BIN)/ruff check edgekit tests bench scripts && $(BIN)/ruff format --check edgekit tests bench scripts
 
 clean:
-	rm -rf $(VENV) edgekit-demo edgekit-demo-keras .pytest_cache
+	rm -rf $(VENV) edgekit-demo edgekit-demo-keras .pytest_cache .arm64

@@ -1,5 +1,6 @@
 """3. int8 scheme per ISA class: agreement with fp32 and speed-up of each ONNX Runtime scheme on this host,
-and the int8 numerics of an AVX2-only CPU under `qemu-x86_64 -cpu Haswell` where qemu-user is installed."""
+the int8 numerics of an AVX2-only CPU under `qemu-x86_64 -cpu Haswell` where qemu-user is installed, and of
+Arm64 CPUs under qemu-aarch64 where the sysroot of `make arm64-sysroot` is (edgekit.emulation)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ import platform
 import shutil
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
 
 from bench.common import CACHE, ISA_CLASS, artifact, code_stamp, p50, photo_calibration, publish, ratio_text, spread
 from edgekit.artifact import TensorSpec
+from edgekit.emulation import ARM_CPUS, arm_python
 from edgekit.isa import CLASSES
 
 # One class per distinct ONNX Runtime scheme: its name picks the scheme through --for-target.
@@ -21,6 +24,7 @@ SCHEMES = {"x86-vnni": "u8 x s8", "x86-avx2": "u8 x s8, pair-safe weights", "oth
 FASHION = 2000
 FASHION_INPUT = (TensorSpec("image", ("batch", 1, 28, 28), "float32"),)
 CROPS = 240
+ARM_SYSROOT = Path(__file__).resolve().parents[1] / ".arm64"
 
 
 def run(rounds: int = 3, emulated_crops: int = 60) -> None:
@@ -28,9 +32,11 @@ def run(rounds: int = 3, emulated_crops: int = 60) -> None:
     rows = [_native_row(for_target, data, rounds) for for_target in SCHEMES]
     if platform.machine() == "x86_64" and shutil.which("qemu-x86_64"):
         rows += _emulated_rows(data, emulated_crops)
+    if (ARM_SYSROOT / "site").is_dir() and shutil.which("qemu-aarch64"):
+        rows += _arm_rows(data, emulated_crops)
     publish(
         "isa",
-        f"int8 schemes on this host (ISA class {ISA_CLASS}), and on an emulated AVX2 CPU",
+        f"int8 schemes on this host (ISA class {ISA_CLASS}), and on emulated AVX2 and Arm64 CPUs",
         [
             "measured on",
             "scheme (for class)",
@@ -46,10 +52,74 @@ def run(rounds: int = 3, emulated_crops: int = 60) -> None:
             f"Speed: {rounds} interleaved rounds, a fresh process per artifact, 10 warm-up + 60 timed runs, batch 1.",
             "Emulated: qemu-x86_64 -cpu Haswell offers AVX2 without AVX-512/VNNI, so ONNX Runtime takes an AVX2 CPU's kernels; "
             "numerics only, emulated latency means nothing.",
+            "Emulated Arm64: ONNX Runtime's aarch64 wheel under qemu-aarch64, each CPU's /proc/cpuinfo served so that ONNX Runtime "
+            "takes its kernels (edgekit.emulation): " + ", ".join(f"{c.isa_class} = -cpu {c.qemu_cpu}" for c in ARM_CPUS.values()) + ".",
             f"The scheme edgekit picks on this host: {CLASSES[ISA_CLASS].activations} activations x {CLASSES[ISA_CLASS].weights} weights"
             + (", pair-safe (converters.pair_safe)." if CLASSES[ISA_CLASS].pair_safe_weights else "."),
         ],
     )
+
+
+def run_arm_lite0(crops: int = 600, seeds: tuple[int, ...] = (1, 2, 3)) -> None:
+    """EfficientNet-Lite0 in the Arm scheme over whole crop sets on the emulated Arm64 CPUs: ONNX Runtime on all three
+    on the first seed, then on the Raspberry Pi 5's (arm64-dotprod) on the others; LiteRT's int8 TFLite on the Pi 5 on
+    the first seed; the same files run on this host beside them.
+    `python -c "from bench.isa import run_arm_lite0; run_arm_lite0()"`: about 7 minutes per emulated run of 600
+    crops, two at a time, on a 2-core EPYC; not part of `make bench`."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    onnx = {p: artifact("efficientnet_lite0", p, for_target="arm64" if p == "int8" else None) for p in ("fp32", "int8")}
+    tflite = {p: artifact("efficientnet_lite0", p, "tflite") for p in ("fp32", "int8")}
+    data = {seed: {"photos": photo_calibration(crops, seed=seed, model="efficientnet_lite0")} for seed in seeds}
+    jobs = [(seeds[0], "onnx", c) for c in ARM_CPUS] + [(seed, "onnx", "arm64-dotprod") for seed in seeds[1:]]
+    jobs.append((seeds[0], "tflite", "arm64-dotprod"))
+
+    def emulated(job: tuple[int, str, str]) -> np.ndarray:
+        seed, fmt, isa_class = job
+        script, model = (EMULATED, onnx["int8"]) if fmt == "onnx" else (EMULATED_LITERT, tflite["int8"])
+        return _run_emulated([str(arm_python(ARM_SYSROOT, isa_class))], [(model, data[seed]["photos"], crops)], script)[0]
+
+    with ThreadPoolExecutor(2) as pool:
+        outputs = dict(zip(jobs, pool.map(emulated, jobs), strict=True))
+    rows = []
+    for seed, fmt in dict.fromkeys((seed, fmt) for seed, fmt, _ in jobs):
+        models, batch = (onnx, 50) if fmt == "onnx" else (tflite, 1)
+        reference = _outputs(models["fp32"], data[seed], crops, batch)
+        a76 = outputs[(seed, fmt, "arm64-dotprod")]
+        for (s, f, isa_class), out in outputs.items():
+            if (s, f) == (seed, fmt):
+                same = "yes" if np.array_equal(out, a76) else "no"
+                where = f"qemu-aarch64 {ARM_CPUS[isa_class].qemu_cpu} ({isa_class})"
+                rows.append([seed, RUNTIME[fmt], where, *_lite0_scores(reference, out), same])
+        native = _outputs(models["int8"], data[seed], crops, batch)
+        same = "yes" if np.array_equal(native, a76) else f"no: up to {np.abs(native - a76).max():.2f} apart"
+        rows.append([seed, RUNTIME[fmt], f"this host ({ISA_CLASS})", *_lite0_scores(reference, native), same])
+    publish(
+        "isa-arm-lite0",
+        "EfficientNet-Lite0 int8 on ONNX Runtime's and LiteRT's Arm kernels, emulated",
+        ["crops (seed)", "runtime", "run on", "agreement", "confident crops", "mean cosine", "logits = the A76's"],
+        rows,
+        [
+            f"{crops} crops of real photos per seed, against the same runtime's fp32 run on this host (arm64 fp32 matches it to 1e-5); "
+            "calibration on 300 others (seed 0). ONNX Runtime: the Arm scheme (s8 x s8 QDQ); LiteRT: PT2E int8 TFLite, batch 1.",
+            "Emulated: the aarch64 wheels (onnxruntime, ai-edge-litert 1.4.0: 2.x has no aarch64 Linux wheel) under qemu-aarch64, "
+            "each CPU's /proc/cpuinfo served (edgekit.emulation); numerics only. One thread.",
+        ],
+    )
+
+
+RUNTIME = {"onnx": f"ONNX Runtime {version('onnxruntime')}", "tflite": f"LiteRT ({version('ai-edge-litert')} here, 1.4.0 emulated)"}
+
+
+def _lite0_scores(reference: np.ndarray, out: np.ndarray) -> list[str]:
+    """Top-1 agreement on all crops, on those fp32 gives >= 0.5 probability, and the mean cosine of the logits."""
+    from edgekit.validate.compare import compare_output
+
+    fidelity = compare_output("logits", reference, out)
+    e = np.exp(reference - reference.max(1, keepdims=True))
+    confident = (e / e.sum(1, keepdims=True)).max(1) >= 0.5
+    sure = float((reference.argmax(1) == out.argmax(1))[confident].mean() * 100)
+    return [f"{fidelity.top1_agreement:.2f}%", f"{sure:.2f}% (of {int(confident.sum())})", f"{fidelity.cosine_mean:.4f}"]
 
 
 def _fashion_data() -> tuple[Path, Path]:
@@ -101,12 +171,29 @@ def _emulated_rows(data: dict[str, Path], crops: int) -> list[list]:
     for for_target in ("x86-vnni", "x86-avx2", "other"):
         models = _models(for_target)
         outputs = {name: _outputs(path, data, crops) for name, path in models.items() if "fp32" in name}
-        outputs["fashion int8"], outputs["effnet int8"] = _run_emulated([models["fashion int8"], models["effnet int8"]], data, crops)
+        python = ["qemu-x86_64", "-cpu", "Haswell", sys.executable]
+        outputs["fashion int8"], outputs["effnet int8"] = _run_emulated(python, _int8_runs(models, data, crops))
         rows.append(["qemu Haswell (x86-avx2)", f"{SCHEMES[for_target]} ({for_target})", *_fidelity(outputs), "-", "-"])
     return rows
 
 
-def _outputs(path: Path, data: dict[str, Path], crops: int) -> np.ndarray:
+def _arm_rows(data: dict[str, Path], crops: int) -> list[list]:
+    """The Arm scheme on each emulated Arm64 CPU, against fp32 run natively."""
+    models = _models("arm64")
+    reference = {name: _outputs(path, data, crops) for name, path in models.items() if "fp32" in name}
+    rows = []
+    for isa_class, cpu in ARM_CPUS.items():
+        int8 = _run_emulated([str(arm_python(ARM_SYSROOT, isa_class))], _int8_runs(models, data, crops))
+        outputs = {**reference, "fashion int8": int8[0], "effnet int8": int8[1]}
+        rows.append([f"qemu-aarch64 {cpu.qemu_cpu} ({isa_class})", f"{SCHEMES['arm64']} (arm64)", *_fidelity(outputs), "-", "-"])
+    return rows
+
+
+def _int8_runs(models: dict[str, Path], data: dict[str, Path], crops: int) -> list[tuple[Path, Path, int]]:
+    return [(models["fashion int8"], data["fashion"], FASHION), (models["effnet int8"], data["photos"], crops)]
+
+
+def _outputs(path: Path, data: dict[str, Path], crops: int, batch: int = 50) -> np.ndarray:
     """The first FASHION test images or the first `crops` photo crops through the model, natively."""
     from edgekit.loaders import open_source
     from edgekit.targets import make_runner
@@ -115,7 +202,8 @@ def _outputs(path: Path, data: dict[str, Path], crops: int) -> np.ndarray:
     images = np.load(data["fashion" if fashion else "photos"])["image"][: FASHION if fashion else crops]
     runner = make_runner(open_source(str(path)), threads=2)
     runner.load()
-    return np.concatenate([runner.infer({"image": images[i : i + 50]})[0] for i in range(0, len(images), 50)])
+    name = runner.inputs[0].name  # litert-torch names the input args_0
+    return np.concatenate([runner.infer({name: images[i : i + batch]})[0] for i in range(0, len(images), batch)])
 
 
 def _fidelity(outputs: dict[str, np.ndarray]) -> list[str]:
@@ -141,17 +229,41 @@ EMULATED = """
 import json, sys
 import numpy as np, onnxruntime as ort
 options = ort.SessionOptions(); options.intra_op_num_threads = 1
-def run(model, data, key, n):
+def run(model, data, n):
     session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-    x = np.load(data)[key][:n]
+    x = np.load(data)["image"][:n]
     return np.concatenate([session.run(None, {"image": x[i:i + 50]})[0] for i in range(0, len(x), 50)]).tolist()
-print(json.dumps([run(sys.argv[1], sys.argv[3], "image", int(sys.argv[5])), run(sys.argv[2], sys.argv[4], "image", int(sys.argv[6]))]))
+args = sys.argv[1:]
+print(json.dumps([run(args[i], args[i + 1], int(args[i + 2])) for i in range(0, len(args), 3)]))
 """
 
 
-def _run_emulated(models: list[Path], data: dict[str, Path], crops: int) -> list[np.ndarray]:
-    args = [*map(str, models), str(data["fashion"]), str(data["photos"]), str(FASHION), str(crops)]
-    proc = subprocess.run(
-        ["qemu-x86_64", "-cpu", "Haswell", sys.executable, "-c", EMULATED, *args], capture_output=True, text=True, check=True
-    )
+EMULATED_LITERT = """
+import json, sys
+import numpy as np
+from ai_edge_litert.interpreter import Interpreter
+def run(model, data, n):
+    interpreter = Interpreter(model, num_threads=1)
+    interpreter.allocate_tensors()
+    (inp,), (out,) = interpreter.get_input_details(), interpreter.get_output_details()
+    def quantized(d): return np.dtype(d["dtype"]).kind in "iu" and d["quantization"][0] != 0
+    rows = []
+    for x in np.load(data)["image"][:n]:
+        if quantized(inp):  # as the device runner quantizes (edgekit.devices.device_runner.quantize)
+            s, z = inp["quantization"]; i = np.iinfo(inp["dtype"])
+            x = np.clip(np.round(x / s + z), i.min, i.max).astype(inp["dtype"])
+        interpreter.set_tensor(inp["index"], x[None]); interpreter.invoke()
+        y = interpreter.get_tensor(out["index"])[0]
+        rows.append(((y.astype(np.float32) - out["quantization"][1]) * out["quantization"][0] if quantized(out) else y).tolist())
+    return rows
+args = sys.argv[1:]
+print(json.dumps([run(args[i], args[i + 1], int(args[i + 2])) for i in range(0, len(args), 3)]))
+"""
+
+
+def _run_emulated(python: list[str], runs: list[tuple[Path, Path, int]], script: str = EMULATED) -> list[np.ndarray]:
+    """Each (model, data, first n samples) through an emulated CPU's Python (`python`: its argv), one thread, by
+    `script` (EMULATED: ONNX Runtime; EMULATED_LITERT: LiteRT's interpreter)."""
+    args = [str(item) for run in runs for item in run]
+    proc = subprocess.run([*python, "-c", script, *args], capture_output=True, text=True, check=True)
     return [np.asarray(o, dtype=np.float32) for o in json.loads(proc.stdout.splitlines()[-1])]

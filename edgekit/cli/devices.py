@@ -116,6 +116,8 @@ def _print_facts(name: str, facts: dict) -> None:
     typer.echo(
         f"  cpu: {facts['cpu']}, {facts['usable_cores']}/{facts['cores']} cores usable, ISA: {', '.join(facts['isa']) or 'none read'}"
     )
+    if facts.get("emulated"):
+        typer.echo(f"  emulated: {facts['emulated']} (int8 numerics are that CPU's; latency measured here means nothing)")
     typer.echo(f"  memory: {facts['memory_mb']} MB, governor: {facts['governor'] or 'unknown'}")
     typer.echo(f"  python {facts['python']} ({facts['python_path']}), numpy {facts['numpy']}")
     for runtime, version in facts["runtimes"].items():

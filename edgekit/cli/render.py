@@ -323,6 +323,8 @@ def device_line(device: dict, threads: int | None = None) -> str:
         f"{f.get('usable_cores')} usable cores, {threads} thread(s); {', '.join(f.get('isa') or []) or 'no SIMD flags read'}; "
         f"{f.get('os')}; Python {f.get('python')}, numpy {f.get('numpy')}; {runtimes}; governor {f.get('governor') or 'unknown'}"
     )
+    if f.get("emulated"):
+        line += f"; EMULATED ({escape(f['emulated'])}): its numerics are that CPU's, its latency is not"
     thermal = device.get("thermal") or {}
     for when in ("before", "after"):
         state = thermal.get(when) or {}

@@ -233,6 +233,7 @@ def probe(full: bool = False) -> dict:
         "numpy": numpy_version,
         "runtimes": runtime_versions(),
         "accelerators": accelerators(full),
+        "emulated": os.environ.get("EDGEKIT_EMULATED"),  # set by edgekit.emulation's Pythons: numerics real, latency not
     }
 
 

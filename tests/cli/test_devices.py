@@ -122,6 +122,7 @@ def test_check_probes_and_records_the_device(loop, device_python):
     assert facts["python_path"] == str(device_python)
     assert facts["runtimes"]["onnxruntime"] == "1.32.0" and facts["runtimes"]["litert"] == "2.3.0"
     assert facts["runtimes"]["openvino"] is None  # the device has only what it was given
+    assert facts["emulated"] is None  # a real CPU (the emulated Pi 5 below says it is one)
     assert "CPUExecutionProvider" in facts["accelerators"]["onnxruntime_providers"]
     assert get_device(loop).checked
     assert "onnxruntime: 1.32.0" in result.stdout
@@ -306,31 +307,94 @@ def test_a_full_disk_on_the_device(sshd, device_python, inventory, fashion_onnx,
         subprocess.run(["umount", str(tiny)], check=True)
 
 
-def test_litert_int8_on_the_device_equals_a_local_run(loop, demo_data, small_test_npz, tmp_path):
-    """The device runner's own LiteRT code (int8 I/O quantized there) against edgekit's local runner."""
+@pytest.fixture(scope="module")
+def keras_int8_tflite(demo_data, tmp_path_factory) -> Path:
+    """The Keras FashionCNN as int8 TFLite with int8 I/O (quantized on the device by its runner)."""
     pytest.importorskip("tensorflow")
     from edgekit.converters import CalibrationOptions, ConvertOptions
     from edgekit.converters.pipeline import convert
-    from edgekit.loaders import ModelSource, open_source
-    from edgekit.targets import make_runner
+    from edgekit.loaders import open_source
     from edgekit.zoo.fashion_mnist import KERAS_MODEL
 
+    out = tmp_path_factory.mktemp("keras-tflite")
     with np.load(demo_data[1]) as npz:  # the Keras model takes NHWC
-        np.savez(tmp_path / "calib.npz", image=npz["image"][:100].transpose(0, 2, 3, 1))
-    options = ConvertOptions("int8", (), CalibrationOptions(str(tmp_path / "calib.npz"), 100), io_dtype="int8")
-    artifact = convert(open_source(str(KERAS_MODEL)), "tflite", tmp_path / "k.int8.tflite", options)
-    source = ModelSource(str(artifact.path), "tflite")
-    remote, local = make_runner(source, f"litert:cpu@{loop}", 2), make_runner(source, "litert:cpu", 2)
+        np.savez(out / "calib.npz", image=npz["image"][:100].transpose(0, 2, 3, 1))
+    options = ConvertOptions("int8", (), CalibrationOptions(str(out / "calib.npz"), 100), io_dtype="int8")
+    return convert(open_source(str(KERAS_MODEL)), "tflite", out / "k.int8.tflite", options).path
+
+
+def _assert_litert_equals_local(device: str, model: Path, data: Path, count: int) -> None:
+    """The first `count` images (NHWC) through LiteRT on the device and through edgekit's local runner: equal to the bit,
+    batch by batch, and the device ran ai_edge_litert."""
+    from edgekit.loaders import ModelSource
+    from edgekit.targets import make_runner
+
+    with np.load(data) as npz:
+        images = np.ascontiguousarray(npz["image"][:count].transpose(0, 2, 3, 1))
+    source = ModelSource(str(model), "tflite")
+    remote, local = make_runner(source, f"litert:cpu@{device}", 2), make_runner(source, "litert:cpu", 2)
     remote.load()
     local.load()
     assert remote.inputs == local.inputs and remote.output_names == local.output_names
-    with np.load(small_test_npz) as npz:
-        images = np.ascontiguousarray(npz["image"][:128].transpose(0, 2, 3, 1))
+    name = local.inputs[0].name
     try:
-        for start in range(0, 128, 32):
-            feeds = {local.inputs[0].name: images[start : start + 32]}
-            (on_device,), (here,) = remote.infer(feeds), local.infer(feeds)
+        for start in range(0, count, 32):
+            (on_device,), (here,) = remote.infer({name: images[start : start + 32]}), local.infer({name: images[start : start + 32]})
             assert on_device.dtype == here.dtype and np.array_equal(on_device, here)
     finally:
         remote.close()
     assert remote.config()["interpreter"] == "ai_edge_litert"
+
+
+def test_litert_int8_on_the_device_equals_a_local_run(loop, keras_int8_tflite, small_test_npz):
+    """The device runner's own LiteRT code (int8 I/O quantized there) against edgekit's local runner."""
+    _assert_litert_equals_local(loop, keras_int8_tflite, small_test_npz, 128)
+
+
+# ---------------------------------------------------------------- an emulated Raspberry Pi 5 over the real sshd
+
+ARM_SYSROOT = Path(__file__).resolve().parents[2] / ".arm64"
+
+
+@pytest.fixture(scope="module")
+def pi5(sshd, inventory, tmp_path_factory) -> str:
+    """A board whose Python is Debian's arm64 Python on a qemu Cortex-A76 (edgekit.emulation): the SSH path to
+    an Arm64 CPU end to end, without an Arm board."""
+    from edgekit.emulation import arm_python
+
+    python = arm_python(ARM_SYSROOT, "arm64-dotprod")
+    if not python.exists():
+        pytest.skip("needs the arm64 sysroot (make arm64-sysroot; .ci/run builds it)")
+    add_device("pi5", sshd, python, tmp_path_factory.mktemp("pi5-cache"), None, "--preset", "raspberry-pi-5")
+    return "pi5"
+
+
+def test_an_emulated_pi5_gets_the_arm_scheme_and_keeps_its_accuracy(pi5, fashion_onnx, demo_data, small_test_npz, tmp_path):
+    """check probes an Arm64 CPU with SDOT; a build --for-target the device takes its class's s8 x s8 scheme; that
+    int8 model, run by ONNX Runtime's Arm kernels on the device, keeps FashionCNN's accuracy."""
+    from edgekit.converters.onnx_quantize import choose_scheme
+
+    check = run_cli("devices", "check", pi5)
+    assert check.code == 0 and "emulated: qemu-aarch64 -cpu cortex-a76" in check.stdout, check.stdout + check.stderr
+    facts = device_facts(pi5)
+    assert facts["arch"] == "aarch64" and "asimddp" in facts["isa"] and facts["runtimes"]["onnxruntime"] == "1.32.0"
+    assert facts["emulated"] == "qemu-aarch64 -cpu cortex-a76"
+    assert choose_scheme(pi5).isa_class == "arm64-dotprod"
+    out = tmp_path / "pi5.int8.onnx"
+    built = run_cli("convert", fashion_onnx["fp32"], "--to", "onnx", "-p", "int8", "--calib", demo_data[1], "--for-target", pi5, "-o", out)
+    assert built.code == 0, built.stderr
+    quantization = json.loads(Path(f"{out}.edgekit.json").read_text())["quantization"]
+    assert (quantization["isa_class"], quantization["activations"], quantization["weights"]) == ("arm64-dotprod", "int8", "int8")
+    report = tmp_path / "r.json"
+    args = ("-d", small_test_npz, "--limit", "500", "-t", f"onnxruntime:cpu@{pi5}", "--runs", "3", "--report", report)
+    result = run_cli("validate", out, *REFERENCE, *args, "--max-drop", "0.5")
+    assert result.code == 0, result.stdout + result.stderr
+    assert "EMULATED (qemu-aarch64 -cpu cortex-a76)" in " ".join(result.stdout.split())  # the latency is not a Pi's
+    data = json.loads(report.read_text())
+    assert data["device"]["facts"]["arch"] == "aarch64" and data["gate"]["passed"] and data["accuracy"]["samples"] == 500
+
+
+def test_litert_int8_on_an_emulated_pi5_equals_x86(pi5, keras_int8_tflite, small_test_npz):
+    """ai-edge-litert 1.4.0 (the newest with an aarch64 wheel) on the A76 runs XNNPACK's Arm int8 kernels, which
+    give x86's answers to the bit (EfficientNet-Lite0 too: docs/int8-schemes.md)."""
+    _assert_litert_equals_local(pi5, keras_int8_tflite, small_test_npz, 256)

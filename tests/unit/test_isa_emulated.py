@@ -1,6 +1,7 @@
-"""int8 numerics of an AVX2-only CPU, checked on any x86 host: the int8 models run in ONNX Runtime
+"""int8 numerics of other CPUs, checked on any x86 host. An AVX2-only CPU: the int8 models run in ONNX Runtime
 under `qemu-x86_64 -cpu Haswell`, whose CPUID offers AVX2 and no AVX-512/VNNI, so ONNX Runtime takes
-the same VPMADDUBSW kernels as on an AVX2 EPYC. Latency under emulation means nothing; numerics do."""
+the same VPMADDUBSW kernels as on an AVX2 EPYC. Arm64 CPUs: ONNX Runtime's aarch64 wheel under qemu-aarch64
+(edgekit.emulation, the sysroot of `make arm64-sysroot`). Latency under emulation means nothing; numerics do."""
 
 import json
 import platform
@@ -20,6 +21,7 @@ pytestmark = pytest.mark.skipif(
     platform.machine() != "x86_64" or shutil.which("qemu-x86_64") is None,
     reason="needs an x86-64 host with qemu-user (apt-get install qemu-user; .ci/run installs it)",
 )
+ARM_SYSROOT = Path(__file__).resolve().parents[2] / ".arm64"
 SAMPLES = 1000
 EMULATED = """
 import json, sys
@@ -35,9 +37,14 @@ print(json.dumps({{"class": host_class().name, "top1": {{p: run(p) for p in sys.
 
 
 def _emulated(cpu: str, data: Path, *models: Path) -> dict:
+    return _run(["qemu-x86_64", "-cpu", cpu, sys.executable], data, *models)
+
+
+def _run(python: list, data: Path, *models: Path) -> dict:
+    """EMULATED's answer from `python` (an emulated interpreter's argv), run in the repo so that it imports edgekit."""
     code = EMULATED.format(n=SAMPLES)
     proc = subprocess.run(
-        ["qemu-x86_64", "-cpu", cpu, sys.executable, "-c", code, str(data), *map(str, models)],
+        [*python, "-c", code, str(data), *map(str, models)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -66,6 +73,23 @@ def test_the_avx2_scheme_keeps_accuracy_where_the_vnni_scheme_saturates(int8_for
     agree = {p: 100 * float(np.mean(np.array(result["top1"][str(p)]) == reference)) for p in (avx2, vnni)}
     assert agree[avx2] >= 99.5, agree  # u8 x u8: no saturation (99.85% on 2,000 images)
     assert agree[vnni] <= agree[avx2] - 1.0, agree  # u8 x s8 saturates without VNNI (97.55%): the emulation is real
+
+
+@pytest.mark.skipif(not (ARM_SYSROOT / "site").is_dir(), reason="needs the arm64 sysroot (make arm64-sysroot; .ci/run builds it)")
+def test_the_arm_scheme_keeps_accuracy_on_onnx_runtimes_arm_kernels(int8_for, fashion_onnx, small_test_npz):
+    """s8 x s8 on a Cortex-A72 (widening multiplies), an A76 (SDOT) and an I8MM core (SMMLA): each accumulates in
+    int32, so the three agree with each other exactly, and with fp32 as on an x86 host with VNNI."""
+    from edgekit.emulation import ARM_CPUS, arm_python
+
+    model = int8_for("arm64-dotprod")  # one scheme for the three classes (edgekit.isa)
+    results = {}
+    for isa_class in ARM_CPUS:
+        results[isa_class] = _run([arm_python(ARM_SYSROOT, isa_class)], small_test_npz, model)
+    assert {name: r["class"] for name, r in results.items()} == {name: name for name in ARM_CPUS}  # from /proc/cpuinfo
+    top1 = {name: np.array(r["top1"][str(model)]) for name, r in results.items()}
+    assert all(np.array_equal(top1["arm64"], other) for other in top1.values())
+    reference = _native_top1(fashion_onnx["fp32"], small_test_npz)
+    assert 100 * float(np.mean(top1["arm64"] == reference)) >= 99.5
 
 
 def _native_top1(model: Path, data: Path) -> np.ndarray:
