@@ -438,9 +438,9 @@ def print_run(result: dict, written) -> None:
         style = "" if row.get("passed") else "red"
         table.add_row(*map(escape, cells(row)), style=style)
     console.print(table)
-    from edgekit.recipe.reports import speedup_notes
+    from edgekit.recipe.reports import row_notes
 
-    for note in speedup_notes(result):
+    for note in row_notes(result):
         console.print(f"[yellow]{escape(note)}[/]")
     if result["rows"]:
         from edgekit.recipe.reports import machine_text

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.errors import EdgekitError
-from edgekit.recipe.reports import COLUMNS, cells, machine_text, speedup_notes
+from edgekit.recipe.reports import COLUMNS, cells, machine_text, row_notes
 from edgekit.validate.report import fmt_size
 
 LOG_SPREAD = 5.0  # largest / smallest plotted latency above which an axis is logarithmic
@@ -56,7 +56,7 @@ def to_html(report: dict) -> str:
     charts = "".join(_section(i, *figure) for i, figure in enumerate(figures(report)))
     verdict = "passed" if report["passed"] else "FAILED"
     thresholds = ", ".join(f"{k}={v}" for k, v in report["thresholds"].items()) or "none"
-    notes = "".join(f"<p class='note'>{html.escape(n)}</p>" for n in speedup_notes(report))
+    notes = "".join(f"<p class='note'>{html.escape(n)}</p>" for n in row_notes(report))
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>edgekit: {html.escape(str(report["model"]))}</title>
 <style>{STYLE}</style><script>{plotly.offline.get_plotlyjs()}</script></head><body>
 <h2>edgekit: {html.escape(str(report["model"]))} &mdash; gates <span class="{verdict}">{verdict}</span></h2>

@@ -49,9 +49,15 @@ def cells(row: dict) -> list[str]:
     ]
 
 
-def speedup_notes(report: dict) -> list[str]:
-    """One line per row whose int8 is not faster than fp32 where it was timed."""
-    return [f"{r['format']} {r['precision']} on {r['target']}: {r['speedup_note']}" for r in report["rows"] if r.get("speedup_note")]
+def row_notes(report: dict) -> list[str]:
+    """One line per row whose int8 is not faster than fp32 where it was timed, and per row timed on an emulated board."""
+    notes = [f"{r['format']} {r['precision']} on {r['target']}: {r['speedup_note']}" for r in report["rows"] if r.get("speedup_note")]
+    return notes + [
+        f"{r['format']} {r['precision']} on {r['target']}: timed on an EMULATED CPU ({r['emulated']}): its accuracy is that CPU's, "
+        "its latency is not"
+        for r in report["rows"]
+        if r.get("emulated")
+    ]
 
 
 def machine_text(report: dict) -> str:
@@ -66,7 +72,7 @@ def to_markdown(report: dict) -> str:
     verdict = "passed" if report["passed"] else "FAILED"
     lines = [f"### edgekit: {report['model']} - gates {verdict}", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(c.replace("|", "/") for c in cells(r)) + " |" for r in report["rows"]]
-    lines += [f"\n{note}" for note in speedup_notes(report)]
+    lines += [f"\n{note}" for note in row_notes(report)]
     lines += [
         "",
         f"Thresholds: {', '.join(f'{k}={v}' for k, v in report['thresholds'].items()) or 'none'}. Measured on {machine_text(report)}.",

@@ -209,6 +209,7 @@ def summary_row(result: dict) -> dict:
         "times_ms": result["latency"]["times_ms"] if result.get("latency") else [],
         "random_data": bool((result.get("data") or {}).get("random")),
         "task": (result.get("task") or {}).get("name"),
+        "emulated": ((result.get("device") or {}).get("facts") or {}).get("emulated"),  # timed on an emulated board
     }
 
 

@@ -186,19 +186,26 @@ def test_taskset_pins_the_timed_runs(sshd, device_python, inventory, fashion_onn
     assert row["device"]["taskset"] == "0" and row["device"]["facts"]["usable_cores"] == 1 and row["threads"] == 1
 
 
-def test_a_recipe_runs_its_cells_on_the_device(loop, small_test_npz, tmp_path):
+@pytest.mark.parametrize("fixture", ["loop", "pi5"])
+def test_a_recipe_runs_its_cells_on_the_device(fixture, request, small_test_npz, tmp_path):
+    """On the loopback device and on the emulated Pi 5, whose row the Markdown report flags: its latency is not a Pi's."""
+    device = request.getfixturevalue(fixture)
     recipe = tmp_path / "edgekit.yaml"
     recipe.write_text(
         f"version: 1\nmodel:\n  path: edgekit.zoo.models:fashion_cnn\n  weights: {WEIGHTS}\n  inputs: ['image:batchx1x28x28']\n"
         f"validation:\n  path: {small_test_npz}\n  limit: 300\nmatrix:\n  formats: [onnx]\n  precisions: [fp32]\n"
-        f"  targets:\n    onnx: [onnxruntime:cpu@{loop}]\nlatency:\n  threads: 1\n  runs: 10\n  warmup: 2\n"
-        f"gates:\n  max_drop: 1.0\nreport:\n  dir: {tmp_path / 'out'}\n  formats: [json]\n"
+        f"  targets:\n    onnx: [onnxruntime:cpu@{device}]\nlatency:\n  threads: 1\n  runs: 10\n  warmup: 2\n"
+        f"gates:\n  max_drop: 1.0\nreport:\n  dir: {tmp_path / 'out'}\n  formats: [json, md]\n"
     )
     result = run_cli("run", recipe, "-q")
     assert result.code == 0, result.stdout + result.stderr
     (row,) = json.loads((tmp_path / "out" / "report.json").read_text())["rows"]
-    assert row["status"] == "ok" and row["target"] == "onnxruntime:cpu@loop" and row["passed"]
+    assert row["status"] == "ok" and row["target"] == f"onnxruntime:cpu@{device}" and row["passed"]
     assert row["drop_points"] == 0 and len(row["times_ms"]) == 10
+    emulated = "qemu-aarch64 -cpu cortex-a76" if device == "pi5" else None
+    assert row["emulated"] == emulated
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    assert (f"timed on an EMULATED CPU ({emulated})" in markdown) == (emulated is not None), markdown
 
 
 def test_a_wrong_key_is_refused(sshd, device_python, inventory, tmp_path):
