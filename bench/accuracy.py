@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
-from bench.common import CACHE, CONTROL_LIMIT, CONTROL_VALIDATION, artifact, p50, photo_calibration, publish, ratio_text, spread
+from bench.common import (
+    CACHE,
+    CONTROL_LIMIT,
+    CONTROL_VALIDATION,
+    artifact,
+    fidelity_cells,
+    p50,
+    photo_calibration,
+    publish,
+    ratio_text,
+    spread,
+)
 from edgekit.calibration import load_samples
 from edgekit.demo import run_demo
 from edgekit.loaders import open_source
 from edgekit.targets import DEFAULT_TARGET, make_runner
-from edgekit.validate.compare import compare_output, run_batches
+from edgekit.validate.compare import run_batches
 
 PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic", "int8-weights")
 PHOTO_FORMATS = ("onnx", "openvino", "tflite", "executorch")
@@ -99,13 +110,6 @@ def _fashion_rows(keras: bool) -> list[list]:
     return rows
 
 
-def _softmax_max(logits):
-    import numpy as np
-
-    e = np.exp(logits - logits.max(1, keepdims=True))
-    return (e / e.sum(1, keepdims=True)).max(1)
-
-
 def _logits(path, samples, fmt: str):
     """The model's first output on `samples`, bound to its input names (litert-torch names its input args_0)."""
     runner = make_runner(open_source(str(path)))
@@ -141,19 +145,9 @@ def _controlled_scores(fmt: str, fp32_path, fp32, samples, rounds: int) -> list:
 
 
 def _photo_scores(path, fp32_path, fp32, samples, fmt: str, rounds: int) -> list:
-    out = _logits(path, samples, fmt)
-    fidelity = compare_output("logits", fp32, out)
-    confident = _softmax_max(fp32) > 0.5  # most crops are far from ImageNet: near-ties flip easily
-    sure = float((fp32.argmax(1) == out.argmax(1))[confident].mean() * 100)
+    cells, met = fidelity_cells(fp32, _logits(path, samples, fmt))
     ratios = [ratio_text(_p50_ratios(path, fp32_path, threads, rounds)) for threads in (1, 2)]
-    met = fidelity.top1_agreement >= 97 and sure >= 99 and fidelity.cosine_mean >= 0.995
-    return [
-        f"{fidelity.top1_agreement:.2f}%",
-        f"{sure:.2f}% (of {int(confident.sum())})",
-        f"{fidelity.cosine_mean:.4f}",
-        *ratios,
-        "yes" if met else "no",
-    ]
+    return [*cells, *ratios, "yes" if met else "no"]
 
 
 def _p50_ratios(path, fp32_path, threads: int, rounds: int) -> dict:

@@ -138,6 +138,21 @@ def ratio_text(s: dict) -> str:
     return f"{s['median']:.3f} ({s['min']:.3f}-{s['max']:.3f})"
 
 
+def fidelity_cells(reference: np.ndarray, out: np.ndarray) -> tuple[list[str], bool]:
+    """Table cells for int8 logits against fp32's: top-1 agreement on all samples, on those fp32 is confident of (top
+    probability > 0.5; most photo crops are far from ImageNet, so near-ties flip easily), mean cosine; and whether
+    issue 17's accuracy targets hold (>= 97%, >= 99%, cosine >= 0.995)."""
+    from edgekit.validate.compare import compare_output
+
+    fidelity = compare_output("logits", reference, out)
+    e = np.exp(reference - reference.max(1, keepdims=True))
+    confident = (e / e.sum(1, keepdims=True)).max(1) > 0.5
+    sure = float((reference.argmax(1) == out.argmax(1))[confident].mean() * 100)
+    met = fidelity.top1_agreement >= 97 and sure >= 99 and fidelity.cosine_mean >= 0.995
+    cells = [f"{fidelity.top1_agreement:.2f}%", f"{sure:.2f}% (of {int(confident.sum())})", f"{fidelity.cosine_mean:.4f}"]
+    return cells, met
+
+
 def publish(name: str, title: str, columns: list[str], rows: list[list], notes: list[str] = ()) -> str:
     """Write bench/results/NAME.json and NAME.md with machine and versions; print and return the Markdown."""
     report = new_report(f"bench:{name}", ("torch", "onnxruntime", "onnx"))

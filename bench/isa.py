@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import CACHE, ISA_CLASS, artifact, code_stamp, p50, photo_calibration, publish, ratio_text, spread
+from bench.common import CACHE, ISA_CLASS, artifact, code_stamp, fidelity_cells, p50, photo_calibration, publish, ratio_text, spread
 from edgekit.artifact import TensorSpec
-from edgekit.emulation import ARM_CPUS, arm_python
+from edgekit.emulation import ARM_CPUS, SYSROOT, arm_python, sysroot_missing
 from edgekit.isa import CLASSES
 
 # One class per distinct ONNX Runtime scheme: its name picks the scheme through --for-target.
@@ -24,7 +24,6 @@ SCHEMES = {"x86-vnni": "u8 x s8", "x86-avx2": "u8 x s8, pair-safe weights", "oth
 FASHION = 2000
 FASHION_INPUT = (TensorSpec("image", ("batch", 1, 28, 28), "float32"),)
 CROPS = 240
-ARM_SYSROOT = Path(__file__).resolve().parents[1] / ".arm64"
 
 
 def run(rounds: int = 3, emulated_crops: int = 60) -> None:
@@ -32,7 +31,7 @@ def run(rounds: int = 3, emulated_crops: int = 60) -> None:
     rows = [_native_row(for_target, data, rounds) for for_target in SCHEMES]
     if platform.machine() == "x86_64" and shutil.which("qemu-x86_64"):
         rows += _emulated_rows(data, emulated_crops)
-    if (ARM_SYSROOT / "site").is_dir() and shutil.which("qemu-aarch64"):
+    if sysroot_missing() is None:
         rows += _arm_rows(data, emulated_crops)
     publish(
         "isa",
@@ -68,6 +67,7 @@ def run_arm_lite0(crops: int = 600, seeds: tuple[int, ...] = (1, 2, 3)) -> None:
     crops, two at a time, on a 2-core EPYC; not part of `make bench`."""
     from concurrent.futures import ThreadPoolExecutor
 
+    runtime = {"onnx": f"ONNX Runtime {version('onnxruntime')}", "tflite": f"LiteRT ({version('ai-edge-litert')} here, 1.4.0 emulated)"}
     onnx = {p: artifact("efficientnet_lite0", p, for_target="arm64" if p == "int8" else None) for p in ("fp32", "int8")}
     tflite = {p: artifact("efficientnet_lite0", p, "tflite") for p in ("fp32", "int8")}
     data = {seed: {"photos": photo_calibration(crops, seed=seed, model="efficientnet_lite0")} for seed in seeds}
@@ -77,7 +77,7 @@ def run_arm_lite0(crops: int = 600, seeds: tuple[int, ...] = (1, 2, 3)) -> None:
     def emulated(job: tuple[int, str, str]) -> np.ndarray:
         seed, fmt, isa_class = job
         script, model = (EMULATED, onnx["int8"]) if fmt == "onnx" else (EMULATED_LITERT, tflite["int8"])
-        return _run_emulated([str(arm_python(ARM_SYSROOT, isa_class))], [(model, data[seed]["photos"], crops)], script)[0]
+        return _run_emulated([str(arm_python(SYSROOT, isa_class))], [(model, data[seed]["photos"], crops)], script)[0]
 
     with ThreadPoolExecutor(2) as pool:
         outputs = dict(zip(jobs, pool.map(emulated, jobs), strict=True))
@@ -90,10 +90,10 @@ def run_arm_lite0(crops: int = 600, seeds: tuple[int, ...] = (1, 2, 3)) -> None:
             if (s, f) == (seed, fmt):
                 same = "yes" if np.array_equal(out, a76) else "no"
                 where = f"qemu-aarch64 {ARM_CPUS[isa_class].qemu_cpu} ({isa_class})"
-                rows.append([seed, RUNTIME[fmt], where, *_lite0_scores(reference, out), same])
+                rows.append([seed, runtime[fmt], where, *fidelity_cells(reference, out)[0], same])
         native = _outputs(models["int8"], data[seed], crops, batch)
         same = "yes" if np.array_equal(native, a76) else f"no: up to {np.abs(native - a76).max():.2f} apart"
-        rows.append([seed, RUNTIME[fmt], f"this host ({ISA_CLASS})", *_lite0_scores(reference, native), same])
+        rows.append([seed, runtime[fmt], f"this host ({ISA_CLASS})", *fidelity_cells(reference, native)[0], same])
     publish(
         "isa-arm-lite0",
         "EfficientNet-Lite0 int8 on ONNX Runtime's and LiteRT's Arm kernels, emulated",
@@ -106,20 +106,6 @@ def run_arm_lite0(crops: int = 600, seeds: tuple[int, ...] = (1, 2, 3)) -> None:
             "each CPU's /proc/cpuinfo served (edgekit.emulation); numerics only. One thread.",
         ],
     )
-
-
-RUNTIME = {"onnx": f"ONNX Runtime {version('onnxruntime')}", "tflite": f"LiteRT ({version('ai-edge-litert')} here, 1.4.0 emulated)"}
-
-
-def _lite0_scores(reference: np.ndarray, out: np.ndarray) -> list[str]:
-    """Top-1 agreement on all crops, on those fp32 gives >= 0.5 probability, and the mean cosine of the logits."""
-    from edgekit.validate.compare import compare_output
-
-    fidelity = compare_output("logits", reference, out)
-    e = np.exp(reference - reference.max(1, keepdims=True))
-    confident = (e / e.sum(1, keepdims=True)).max(1) >= 0.5
-    sure = float((reference.argmax(1) == out.argmax(1))[confident].mean() * 100)
-    return [f"{fidelity.top1_agreement:.2f}%", f"{sure:.2f}% (of {int(confident.sum())})", f"{fidelity.cosine_mean:.4f}"]
 
 
 def _fashion_data() -> tuple[Path, Path]:
@@ -183,7 +169,7 @@ def _arm_rows(data: dict[str, Path], crops: int) -> list[list]:
     reference = {name: _outputs(path, data, crops) for name, path in models.items() if "fp32" in name}
     rows = []
     for isa_class, cpu in ARM_CPUS.items():
-        int8 = _run_emulated([str(arm_python(ARM_SYSROOT, isa_class))], _int8_runs(models, data, crops))
+        int8 = _run_emulated([str(arm_python(SYSROOT, isa_class))], _int8_runs(models, data, crops))
         outputs = {**reference, "fashion int8": int8[0], "effnet int8": int8[1]}
         rows.append([f"qemu-aarch64 {cpu.qemu_cpu} ({isa_class})", f"{SCHEMES['arm64']} (arm64)", *_fidelity(outputs), "-", "-"])
     return rows

@@ -13,8 +13,11 @@ latency means nothing.
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
+
+SYSROOT = Path(__file__).resolve().parents[1] / ".arm64"  # where `make arm64-sysroot` puts it, in a checkout
 
 
 @dataclass(frozen=True)
@@ -82,3 +85,10 @@ def write_emulated_cpus(sysroot: Path) -> None:
 def arm_python(sysroot: Path, isa_class: str) -> Path:
     """The Python that runs on the emulated CPU of `isa_class` (write_emulated_cpus made it)."""
     return sysroot / "bin" / f"python-{isa_class}"
+
+
+def sysroot_missing(sysroot: Path = SYSROOT) -> str | None:
+    """Why the emulated Arm CPUs cannot run here (a test's skip reason, which .ci/run refuses), or None."""
+    if shutil.which("qemu-aarch64") is None or not all(arm_python(sysroot, name).exists() for name in ARM_CPUS):
+        return "needs the arm64 sysroot and qemu-user (make arm64-sysroot; .ci/run builds it)"
+    return None

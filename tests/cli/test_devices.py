@@ -360,19 +360,16 @@ def test_litert_int8_on_the_device_equals_a_local_run(loop, keras_int8_tflite, s
 
 # ---------------------------------------------------------------- an emulated Raspberry Pi 5 over the real sshd
 
-ARM_SYSROOT = Path(__file__).resolve().parents[2] / ".arm64"
-
 
 @pytest.fixture(scope="module")
 def pi5(sshd, inventory, tmp_path_factory) -> str:
     """A board whose Python is Debian's arm64 Python on a qemu Cortex-A76 (edgekit.emulation): the SSH path to
     an Arm64 CPU end to end, without an Arm board."""
-    from edgekit.emulation import arm_python
+    from edgekit.emulation import SYSROOT, arm_python, sysroot_missing
 
-    python = arm_python(ARM_SYSROOT, "arm64-dotprod")
-    if not python.exists():
-        pytest.skip("needs the arm64 sysroot (make arm64-sysroot; .ci/run builds it)")
-    add_device("pi5", sshd, python, tmp_path_factory.mktemp("pi5-cache"), None, "--preset", "raspberry-pi-5")
+    if reason := sysroot_missing():
+        pytest.skip(reason)
+    add_device("pi5", sshd, arm_python(SYSROOT, "arm64-dotprod"), tmp_path_factory.mktemp("pi5-cache"), None, "--preset", "raspberry-pi-5")
     return "pi5"
 
 

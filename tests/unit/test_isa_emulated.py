@@ -15,13 +15,14 @@ import pytest
 
 from edgekit.converters import CalibrationOptions, ConvertOptions
 from edgekit.converters.pipeline import convert
+from edgekit.emulation import ARM_CPUS, SYSROOT, arm_python, sysroot_missing
 from edgekit.loaders import open_source
 
 pytestmark = pytest.mark.skipif(
     platform.machine() != "x86_64" or shutil.which("qemu-x86_64") is None,
     reason="needs an x86-64 host with qemu-user (apt-get install qemu-user; .ci/run installs it)",
 )
-ARM_SYSROOT = Path(__file__).resolve().parents[2] / ".arm64"
+ARM_MISSING = sysroot_missing()  # why the emulated Arm CPUs cannot run here, or None
 SAMPLES = 1000
 EMULATED = """
 import json, sys
@@ -75,16 +76,14 @@ def test_the_avx2_scheme_keeps_accuracy_where_the_vnni_scheme_saturates(int8_for
     assert agree[vnni] <= agree[avx2] - 1.0, agree  # u8 x s8 saturates without VNNI (97.55%): the emulation is real
 
 
-@pytest.mark.skipif(not (ARM_SYSROOT / "site").is_dir(), reason="needs the arm64 sysroot (make arm64-sysroot; .ci/run builds it)")
+@pytest.mark.skipif(ARM_MISSING is not None, reason=ARM_MISSING or "")
 def test_the_arm_scheme_keeps_accuracy_on_onnx_runtimes_arm_kernels(int8_for, fashion_onnx, small_test_npz):
     """s8 x s8 on a Cortex-A72 (widening multiplies), an A76 (SDOT) and an I8MM core (SMMLA): each accumulates in
     int32, so the three agree with each other exactly, and with fp32 as on an x86 host with VNNI."""
-    from edgekit.emulation import ARM_CPUS, arm_python
-
     model = int8_for("arm64-dotprod")  # one scheme for the three classes (edgekit.isa)
     results = {}
     for isa_class in ARM_CPUS:
-        results[isa_class] = _run([arm_python(ARM_SYSROOT, isa_class)], small_test_npz, model)
+        results[isa_class] = _run([arm_python(SYSROOT, isa_class)], small_test_npz, model)
     assert {name: r["class"] for name, r in results.items()} == {name: name for name in ARM_CPUS}  # from /proc/cpuinfo
     top1 = {name: np.array(r["top1"][str(model)]) for name, r in results.items()}
     assert all(np.array_equal(top1["arm64"], other) for other in top1.values())
