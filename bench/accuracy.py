@@ -23,7 +23,7 @@ from edgekit.validate.compare import run_batches
 PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic", "int8-weights")
 PHOTO_FORMATS = ("onnx", "openvino", "tflite", "executorch")
 # The backends whose accuracy control the table shows: ONNX Runtime's loop takes 2-3 minutes on Lite0, OpenVINO's 2
-# (x86-avx2: the same loop scored on OpenVINO) to 6 (NNCF; x86-vnni, 2 cores); LiteRT's re-exports per step: not here
+# (x86 with u8 x s8 kernels: the same loop scored on OpenVINO) to 6 (NNCF, 2 cores); LiteRT's re-exports per step: not here
 CONTROLLED_FORMATS = ("onnx", "openvino")
 CONTROLLED = f"int8, --val, --min-agreement {CONTROL_LIMIT}"
 CROPS = 600
@@ -32,14 +32,15 @@ _PHOTO_NOTES = (
     "int8 row is edgekit's default path (--calib-method auto: each backend's best measured range estimator). ONNX Runtime: "
     "L2-optimal activation ranges (converters.activation_ranges), outputs left float, weight codes fitted to the "
     "calibration inputs + bias correction (converters.int8_rounding), sensitivity outliers kept in float where that "
-    "helps; on x86-avx2 u8 x s8 with pair-safe weights (converters.pair_safe). OpenVINO: NNCF, histogram ranges, full "
-    "bias correction; on x86-avx2 ONNX Runtime's pair-safe QDQ, which OpenVINO runs as it is. LiteRT and "
+    "helps; on x86-avx2 u8 x s8 with pair-safe weights (converters.pair_safe). OpenVINO: on x86-amx/vnni/avx2 ONNX "
+    "Runtime's QDQ for the class, which OpenVINO runs as it is; elsewhere NNCF, histogram ranges, full bias correction. "
+    "LiteRT and "
     "ExecuTorch: PT2E (converters.pt2e) with HistogramObserver, conv+ReLU6 observed after the clamp, int8 adds, zero pads "
     "folded, fitted weight codes, empirical bias correction through the quantized model.",
     f"Rows '{CONTROLLED}': what accuracy control writes with --val on {CONTROL_VALIDATION[0]} crops of seed "
     f"{CONTROL_VALIDATION[1]} (neither calibration nor test crops): ONNX Runtime returns the most sensitive weight layers and "
     "activations to float one at a time, keeping a step where it brings the outputs closer to fp32; OpenVINO runs that loop with each step "
-    "scored on OpenVINO on x86-avx2, NNCF's accuracy control (at most 12 layers) elsewhere, and scores the IR again. A "
+    "scored on OpenVINO on x86-amx/vnni/avx2, NNCF's accuracy control (at most 12 layers) elsewhere, and scores the IR again. A "
     "limit missed on the validation crops writes nothing: the row gives the error (docs/int8-schemes.md).",
     "Targets (issue 17): agreement >= 97% on all crops, >= 99% on the confident ones, mean cosine >= 0.995; p50 ratio <= 0.6.",
 )

@@ -4,10 +4,8 @@ Arm64 CPUs under qemu-aarch64 where the sysroot of `make arm64-sysroot` is (edge
 
 from __future__ import annotations
 
-import json
 import platform
 import shutil
-import subprocess
 import sys
 from importlib.metadata import version
 from pathlib import Path
@@ -16,7 +14,7 @@ import numpy as np
 
 from bench.common import CACHE, ISA_CLASS, artifact, code_stamp, fidelity_cells, p50, photo_calibration, publish, ratio_text, spread
 from edgekit.artifact import TensorSpec
-from edgekit.emulation import ARM_CPUS, SYSROOT, arm_python, sysroot_missing
+from edgekit.emulation import ARM_CPUS, SYSROOT, arm_python, run_json, sysroot_missing
 from edgekit.isa import CLASSES
 
 # One class per distinct ONNX Runtime scheme: its name picks the scheme through --for-target.
@@ -250,6 +248,5 @@ print(json.dumps([run(args[i], args[i + 1], int(args[i + 2])) for i in range(0, 
 def _run_emulated(python: list[str], runs: list[tuple[Path, Path, int]], script: str = EMULATED) -> list[np.ndarray]:
     """Each (model, data, first n samples) through an emulated CPU's Python (`python`: its argv), one thread, by
     `script` (EMULATED: ONNX Runtime; EMULATED_LITERT: LiteRT's interpreter)."""
-    args = [str(item) for run in runs for item in run]
-    proc = subprocess.run([*python, "-c", script, *args], capture_output=True, text=True, check=True)
-    return [np.asarray(o, dtype=np.float32) for o in json.loads(proc.stdout.splitlines()[-1])]
+    outputs = run_json(python, script, [item for run in runs for item in run])
+    return [np.asarray(o, dtype=np.float32) for o in outputs]

@@ -12,8 +12,10 @@ latency means nothing.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,3 +94,13 @@ def sysroot_missing(sysroot: Path = SYSROOT) -> str | None:
     if shutil.which("qemu-aarch64") is None or not all(arm_python(sysroot, name).exists() for name in ARM_CPUS):
         return "needs the arm64 sysroot and qemu-user (make arm64-sysroot; .ci/run builds it)"
     return None
+
+
+def run_json(python: list, code: str, args: list, timeout: float | None = None):
+    """`code` run by an emulated CPU's Python (`python`: its argv, e.g. [arm_python(...)] or [qemu-x86_64, -cpu,
+    Haswell, sys.executable]) in this checkout, so that it imports edgekit; the JSON its last line of output holds."""
+    argv = [str(a) for a in (*python, "-c", code, *args)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=SYSROOT.parent)
+    if proc.returncode:
+        raise RuntimeError(f"{python[0]} exited {proc.returncode}: {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.splitlines()[-1])

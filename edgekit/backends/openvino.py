@@ -1,4 +1,4 @@
-"""OpenVINO IR (.xml + .bin), run by OpenVINO on CPU, GPU or NPU; int8 through NNCF."""
+"""OpenVINO IR (.xml + .bin), run by OpenVINO on CPU, GPU or NPU; int8 through NNCF or ONNX Runtime's QDQ."""
 
 from edgekit.backends import Backend
 

@@ -1,4 +1,5 @@
-"""PyTorch, ONNX and Keras -> OpenVINO IR: fp32, fp16, NNCF int8, weight-only int8, accuracy-controlled int8."""
+"""PyTorch, ONNX and Keras -> OpenVINO IR: fp32, fp16, int8 (ONNX Runtime's QDQ for a CNN on x86, else NNCF), weight-only
+int8, accuracy-controlled int8."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ log = logging.getLogger("edgekit")
 
 
 class ToOpenVino(Converter):
-    """openvino.convert_model + openvino.save_model (atomic through the pipeline); NNCF for int8."""
+    """openvino.convert_model + openvino.save_model (atomic through the pipeline); int8 through ONNX Runtime or NNCF."""
 
     sources = ("torch", "onnx", "keras")
     target_format = "openvino"
@@ -33,7 +34,7 @@ class ToOpenVino(Converter):
 
     @classmethod
     def calib_methods_for(cls, options: ConvertOptions) -> tuple[str, ...]:
-        """NNCF's, and ONNX Runtime's too where a CNN may go through it (the pair-safe route; a transformer that keeps
+        """NNCF's, and ONNX Runtime's too where a CNN may go through it (ONNX_RUNTIME_ROUTE; a transformer that keeps
         NNCF is refused entropy when convert() finds it one)."""
         if not _route_allowed(options):
             return cls.calib_methods
@@ -53,8 +54,8 @@ class ToOpenVino(Converter):
         notes: dict = {"openvino": {"compress_to_fp16": options.precision == "fp16", **folded}}
         if options.precision == "int8" and _quantized_onnx(model):
             notes["openvino"]["int8"] = "the ONNX's Q/DQ scales and weight codes as they are (no NNCF)"
-        elif options.precision == "int8" and _pair_safe_route(ov_model, options):
-            notes["openvino"]["int8"] = PAIR_SAFE_ROUTE
+        elif options.precision == "int8" and _onnx_runtime_route(ov_model, options):
+            notes["openvino"]["int8"] = ONNX_RUNTIME_ROUTE
             return notes | _through_onnx_runtime(model, specs, out, options, data)
         elif options.precision == "int8":
             sensitivity = _sensitive_layers(model, ov_model, data, specs, options)
@@ -71,19 +72,26 @@ class ToOpenVino(Converter):
         return notes
 
 
-# x86 without VNNI (x86-avx2): NNCF's only guard against VPMADDUBSW's saturating int16 pair sums is 7-bit weights in
-# every layer (OverflowFix.ENABLE). EfficientNet-Lite0 on an AVX2 EPYC (Zen 3) agreed with fp32 on 90.2% / 88.2% /
-# 91.0% of three sets of 600 photo crops that way; ONNX Runtime's pair-safe QDQ (converters.pair_safe), which
-# OpenVINO reads and runs in int8 as it is, on 97.5% / 93.5% / 95.3% (cosine 0.9986 vs 0.994), as fast
-# (docs/int8-schemes.md). Accuracy control (--val) goes the same way: ONNX Runtime's loop (converters.onnx_accuracy)
-# with every step scored on OpenVINO, and the IR validated again. Transformers keep NNCF's transformer scheme;
-# --exclude (which names OpenVINO's layers) keeps NNCF too.
-PAIR_SAFE_ROUTE = "ONNX Runtime's static int8 QDQ with pair-safe weights (x86 without VNNI), read by OpenVINO as it is (no NNCF)"
-VALIDATED_ON = "openvino:cpu"  # where the pair-safe route's accuracy control scores its steps, and both routes the IR
+# A CNN for x86 whose ONNX Runtime scheme is u8 x s8 (x86-amx, x86-vnni, x86-avx2) is quantized by edgekit's ONNX steps
+# (ONNX Runtime static int8 QDQ: fitted weight codes, L2-optimal ranges, the sensitive layers kept float, the logits
+# float) and converted to IR; OpenVINO runs the Q/DQ layers in int8 as they are. Measured against OpenVINO fp32 on
+# EfficientNet-Lite0, three sets of 600 photo crops (seeds 1 / 2 / 3; docs/int8-schemes.md):
+# - x86-vnni (Zen 4): 96.83 / 96.00 / 96.17% (cosine 0.9989) vs NNCF's 95.50 / 93.83 / 94.83% (0.9983), p50 0.51 / 0.37
+#   of fp32's at 1 / 2 threads vs NNCF's 0.46 / 0.33; FashionCNN 99.89% vs 99.75% of 10,000, the Keras BN CNN 99.72 vs 99.69%.
+# - x86-avx2 (Zen 3): NNCF's only guard against VPMADDUBSW's saturating int16 pair sums is 7-bit weights in every
+#   layer (OverflowFix.ENABLE): 90.2 / 88.2 / 91.0%; the pair-safe QDQ (converters.pair_safe) 97.5 / 93.5 / 95.3%
+#   (cosine 0.9986 vs 0.994), as fast.
+# Accuracy control (--val) goes the same way: ONNX Runtime's loop (converters.onnx_accuracy) with every step scored on
+# OpenVINO, and the IR validated again. Transformers keep NNCF's transformer scheme (SmoothQuant, attention-aware);
+# so does --exclude (which names OpenVINO's layers), and so do the classes where ONNX Runtime's scheme is u8 x u8
+# (x86-avx512, x86-sse: slow on OpenVINO) or unmeasured on OpenVINO (Arm).
+ONNX_RUNTIME_CLASSES = ("x86-amx", "x86-vnni", "x86-avx2")
+ONNX_RUNTIME_ROUTE = "ONNX Runtime's static int8 QDQ for the target's ISA class, read by OpenVINO as it is (no NNCF)"
+VALIDATED_ON = "openvino:cpu"  # where the ONNX Runtime route's accuracy control scores its steps, and both routes the IR
 
 
-def _pair_safe_route(ov_model, options: ConvertOptions) -> bool:
-    """Quantize through ONNX Runtime's pair-safe scheme rather than NNCF (see PAIR_SAFE_ROUTE)."""
+def _onnx_runtime_route(ov_model, options: ConvertOptions) -> bool:
+    """Quantize through ONNX Runtime's scheme for the target class rather than NNCF (see ONNX_RUNTIME_ROUTE)."""
     if not _route_allowed(options):
         return False
     if (options.model_type or detect_model_type(ov_model)) != "transformer":
@@ -98,11 +106,11 @@ def _pair_safe_route(ov_model, options: ConvertOptions) -> bool:
 
 
 def _route_allowed(options: ConvertOptions) -> bool:
-    """The options leave the pair-safe route open: the target's ISA class needs pair-safe weights, and --exclude
-    (OpenVINO's layer names) does not ask for NNCF."""
+    """The options leave the ONNX Runtime route open: the target's ISA class is one of ONNX_RUNTIME_CLASSES, and
+    --exclude (OpenVINO's layer names) does not ask for NNCF."""
     from edgekit.isa import class_for
 
-    return not options.exclude and class_for(options.for_target)[0].pair_safe_weights
+    return not options.exclude and class_for(options.for_target)[0].name in ONNX_RUNTIME_CLASSES
 
 
 def _through_onnx_runtime(model, specs, out: Path, options: ConvertOptions, data: ConversionData) -> dict:

@@ -73,7 +73,7 @@ def debug(request: DebugRequest) -> dict:
 
 
 def _naming_advice(request: DebugRequest, matched: int, unmatched: dict) -> str | None:
-    """What to compare an OpenVINO int8 IR made through ONNX (x86-avx2's pair-safe route) with, when it shares few
+    """What to compare an OpenVINO int8 IR made through ONNX (a CNN for x86: ONNX Runtime's QDQ route) with, when it shares few
     tensor names with an IR made straight from PyTorch."""
     from edgekit.converters.pipeline import read_provenance
 
@@ -85,7 +85,7 @@ def _naming_advice(request: DebugRequest, matched: int, unmatched: dict) -> str 
     origin = provenance.get("source") or {}
     source = origin.get("zoo") or origin.get("spec", "MODEL")
     return (
-        "this IR was quantized through ONNX (ONNX Runtime's pair-safe Q/DQ, x86 without VNNI), so its tensors carry the ONNX "
+        "this IR was quantized through ONNX (ONNX Runtime's Q/DQ, as OpenVINO int8 of a CNN for x86 is), so its tensors carry the ONNX "
         f"export's names: compare it with the fp32 ONNX (edgekit convert {source} --to onnx -o fp32.onnx; "
         f"edgekit debug {request.artifact.spec} -r fp32.onnx)"
     )

@@ -138,16 +138,24 @@ def test_min_agreement_without_labels_and_its_limits(tmp_path, fashion_onnx, dem
     steps = missed.value.cause.splitlines()  # what each layer returned to float bought
     assert steps[0].startswith("all int8: agreement") and len(steps) > 1 and all(" in float (" in line for line in steps[1:])
     assert "layers and activations went back to float" in missed.value.hint and "cosine" in missed.value.message
-    with pytest.raises(EdgekitError, match="one limit"):
+    with pytest.raises(EdgekitError, match="one limit"):  # NNCF's accuracy control (x86-avx512 keeps NNCF for a CNN)
         both = ConvertOptions(
-            "int8", (), calib, validation_data=str(demo_data[0]), validation_samples=100, min_agreement=98.0, max_drop=1.0
+            "int8",
+            (),
+            calib,
+            for_target="x86-avx512",
+            validation_data=str(demo_data[0]),
+            validation_samples=100,
+            min_agreement=98.0,
+            max_drop=1.0,
         )
         convert(source, "openvino", tmp_path / "c.xml", both)
     assert not (tmp_path / "b.onnx").exists() and not (tmp_path / "c.xml").exists()  # nothing half-written
 
 
 def test_min_agreement_on_openvino(tmp_path, fashion_onnx, demo_data):
-    """NNCF accuracy control with a validation function computing agreement with the fp32 model (no labels)."""
+    """OpenVINO accuracy control on agreement with the fp32 model (no labels), on the host's route (ONNX Runtime's loop
+    scored on OpenVINO for x86-amx/vnni/avx2, NNCF's elsewhere)."""
     pytest.importorskip("openvino")
     unlabelled = tmp_path / "unlabelled.npz"
     with np.load(demo_data[0]) as npz:

@@ -3,10 +3,8 @@ under `qemu-x86_64 -cpu Haswell`, whose CPUID offers AVX2 and no AVX-512/VNNI, s
 the same VPMADDUBSW kernels as on an AVX2 EPYC. Arm64 CPUs: ONNX Runtime's aarch64 wheel under qemu-aarch64
 (edgekit.emulation, the sysroot of `make arm64-sysroot`). Latency under emulation means nothing; numerics do."""
 
-import json
 import platform
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,7 +13,7 @@ import pytest
 
 from edgekit.converters import CalibrationOptions, ConvertOptions
 from edgekit.converters.pipeline import convert
-from edgekit.emulation import ARM_CPUS, SYSROOT, arm_python, sysroot_missing
+from edgekit.emulation import ARM_CPUS, SYSROOT, arm_python, run_json, sysroot_missing
 from edgekit.loaders import open_source
 
 pytestmark = pytest.mark.skipif(
@@ -42,17 +40,8 @@ def _emulated(cpu: str, data: Path, *models: Path) -> dict:
 
 
 def _run(python: list, data: Path, *models: Path) -> dict:
-    """EMULATED's answer from `python` (an emulated interpreter's argv), run in the repo so that it imports edgekit."""
-    code = EMULATED.format(n=SAMPLES)
-    proc = subprocess.run(
-        [*python, "-c", code, str(data), *map(str, models)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=Path(__file__).resolve().parents[2],
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout.splitlines()[-1])
+    """EMULATED's answer from `python` (an emulated interpreter's argv)."""
+    return run_json(python, EMULATED.format(n=SAMPLES), [data, *models], timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -136,11 +125,8 @@ def test_vpmaddubsw_pairs_adjacent_input_channels_and_128_is_the_safe_pair_sum(t
     )  # fmt: skip
     path = tmp_path / "pairs.onnx"
     path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString())
-    proc = subprocess.run(
-        ["qemu-x86_64", "-cpu", "Haswell", sys.executable, "-c", PAIRS, str(path)], capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    got = dict(zip(rows, json.loads(proc.stdout.splitlines()[-1]), strict=True))
+    sums = run_json(["qemu-x86_64", "-cpu", "Haswell", sys.executable], PAIRS, [path], timeout=300)
+    got = dict(zip(rows, sums, strict=True))
     exact = {name: 128 + round(255 * sum(codes) / 1024) for name, codes in rows.items()}
     assert got["adjacent 127+127"] == 128 + round(32767 / 1024) != exact["adjacent 127+127"], got  # clipped at the int16 limit
     assert {k: v for k, v in got.items() if k != "adjacent 127+127"} == {k: v for k, v in exact.items() if k != "adjacent 127+127"}

@@ -1,4 +1,5 @@
-"""OpenVINO: conversion from PyTorch and ONNX, NNCF int8, accuracy control, the runtime on the CPU."""
+"""OpenVINO: conversion from PyTorch and ONNX, int8 (NNCF, or ONNX Runtime's QDQ for a CNN on x86), accuracy control,
+the runtime on the CPU."""
 
 import numpy as np
 import pytest
@@ -25,7 +26,7 @@ def ir(tmp_path_factory, fashion_source, demo_data):
             fashion_source,
             "openvino",
             out / f"f.{p}.xml",
-            # NNCF with 7-bit weights, which no host's kernel saturates (x86-avx2 goes through ONNX Runtime: tested below)
+            # NNCF with 7-bit weights, which no host's kernel saturates (a CNN for x86-avx2/vnni/amx goes through ONNX Runtime: below)
             ConvertOptions(p, INPUTS, calib if p == "int8" else CalibrationOptions(), for_target="x86-avx512"),
         )
         for p in ("fp32", "fp16", "int8")
@@ -87,12 +88,13 @@ def test_an_int8_onnx_on_openvino_runs_as_the_ir_it_converts_to(tmp_path, fashio
 
 
 @pytest.mark.parametrize(
-    ("isa", "limit"), [("x86-vnni", {"max_drop": 0.5}), ("x86-vnni", {"min_agreement": 99.0}), ("x86-avx2", {"max_drop": 0.5})]
+    ("isa", "limit"), [("x86-avx512", {"max_drop": 0.5}), ("x86-avx512", {"min_agreement": 99.0}), ("x86-avx2", {"max_drop": 0.5})]
 )
 def test_accuracy_control_reverts_layers_until_the_limit_holds(tmp_path, fashion_source, garbage_calib, small_test_npz, test2k, isa, limit):
-    """NNCF's accuracy control where int8 has VNNI, on top-1 accuracy or on agreement with fp32 (NNCF validates single
-    items too); without VNNI (pair-safe weights) ONNX Runtime's loop, each step and the IR itself scored on OpenVINO."""
-    from edgekit.converters.any_openvino import PAIR_SAFE_ROUTE
+    """NNCF's accuracy control where NNCF quantizes (x86-avx512), on top-1 accuracy or on agreement with fp32 (NNCF
+    validates single items too); for x86-avx2 (as for VNNI and AMX) ONNX Runtime's loop, each step and the IR itself
+    scored on OpenVINO."""
+    from edgekit.converters.any_openvino import ONNX_RUNTIME_ROUTE
 
     plain = convert(fashion_source, "openvino", tmp_path / "plain.xml", ConvertOptions("int8", INPUTS, garbage_calib, for_target=isa))
     controlled = convert(
@@ -112,7 +114,7 @@ def test_accuracy_control_reverts_layers_until_the_limit_holds(tmp_path, fashion
         fp32 = convert(fashion_source, "openvino", tmp_path / "fp32.xml", ConvertOptions("fp32", INPUTS))
         assert _agreement(controlled.path, fp32.path, test2k) > _agreement(plain.path, fp32.path, test2k) + 2.0
     if isa == "x86-avx2":
-        assert notes["openvino"]["int8"] == PAIR_SAFE_ROUTE and control["validated_on"] == "openvino:cpu"
+        assert notes["openvino"]["int8"] == ONNX_RUNTIME_ROUTE and control["validated_on"] == "openvino:cpu"
         assert final["drop_points"] < control["steps"][0]["drop_points"]
 
 
@@ -122,7 +124,7 @@ def test_an_ir_that_misses_the_limit_is_refused(tmp_path, fashion_source, garbag
     from edgekit.converters.any_openvino import NNCF_MISSED, _validated_ir
     from edgekit.errors import ConversionError
 
-    ir = convert(fashion_source, "openvino", tmp_path / "int8.xml", ConvertOptions("int8", INPUTS, garbage_calib, for_target="x86-vnni"))
+    ir = convert(fashion_source, "openvino", tmp_path / "int8.xml", ConvertOptions("int8", INPUTS, garbage_calib, for_target="x86-avx512"))
     fp32 = convert(fashion_source, "openvino", tmp_path / "fp32.xml", ConvertOptions("fp32", INPUTS)).path
     data = ConversionData(None, load_samples(str(small_test_npz), specs=list(INPUTS), limit=300))
     options = ConvertOptions("int8", INPUTS, garbage_calib, min_agreement=100.0)
@@ -210,13 +212,13 @@ def test_without_vnni_int8_is_onnx_runtimes_pair_safe_qdq_run_by_openvino_as_it_
     tmp_path, fashion_source, demo_data, test2k, ir, fashion_onnx, small_test_npz
 ):
     from edgekit.converters import pair_safe
-    from edgekit.converters.any_openvino import PAIR_SAFE_ROUTE
+    from edgekit.converters.any_openvino import ONNX_RUNTIME_ROUTE
 
     calib = CalibrationOptions(str(demo_data[1]), 300)
     int8 = convert(fashion_source, "openvino", tmp_path / "avx2.xml", ConvertOptions("int8", INPUTS, calib, for_target="x86-avx2"))
     notes = int8.meta["provenance"]
     assert (notes["quantization"]["tool"], notes["quantization"]["pair_safe_weights"]) == ("onnxruntime", True)
-    assert notes["openvino"]["int8"] == PAIR_SAFE_ROUTE and sorted(notes["files"]) == ["avx2.bin", "avx2.xml.edgekit.json"]
+    assert notes["openvino"]["int8"] == ONNX_RUNTIME_ROUTE and sorted(notes["files"]) == ["avx2.bin", "avx2.xml.edgekit.json"]
     codes = _weight_codes(int8.path)  # 3 convolutions (3x3: 7-bit codes) and 2 MatMuls (adjacent inputs pair up)
     assert len(codes) == 5 and all(c.dtype == np.int8 for c in codes)
     assert max(pair_safe.worst_pair(c) for c in codes) <= pair_safe.LIMIT  # VPMADDUBSW's int16 sums cannot clip
@@ -268,13 +270,13 @@ def test_entropy_calibration_is_refused_in_one_line(tmp_path):
     from tests.conftest import assert_clean_error, run_cli
 
     out = tmp_path / "m.xml"
-    args = ("--calib", "zoo:fashion-mnist-calib", "--calib-method", "entropy", "--for-target", "x86-vnni", "-o", out)  # NNCF
+    args = ("--calib", "zoo:fashion-mnist-calib", "--calib-method", "entropy", "--for-target", "arm64-dotprod", "-o", out)  # NNCF
     assert_clean_error(run_cli("convert", "zoo:fashion-cnn", "--to", "openvino", "-p", "int8", *args), "entropy", "percentile", "--to onnx")
     assert not out.exists()
 
 
 def test_without_vnni_entropy_calibration_goes_where_the_quantizer_has_it(tmp_path, fashion_source, demo_data):
-    """x86-avx2: a CNN's int8 goes through ONNX Runtime, which has entropy (KL) calibration; a transformer keeps NNCF,
+    """x86 (here x86-avx2): a CNN's int8 goes through ONNX Runtime, which has entropy (KL) calibration; a transformer keeps NNCF,
     which has none, and is refused before anything is written."""
     calib = CalibrationOptions(str(demo_data[1]), 100, "entropy")
     int8 = convert(fashion_source, "openvino", tmp_path / "kl.xml", ConvertOptions("int8", INPUTS, calib, for_target="x86-avx2"))

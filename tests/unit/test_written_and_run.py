@@ -37,7 +37,7 @@ def test_an_option_the_backend_ignores_is_an_error(tmp_path, fashion_source, fas
         convert(fashion_source, "tflite", tmp_path / "m.tflite", ConvertOptions("int8", INPUTS, method))
     with pytest.raises(EdgekitError, match="--calib-method entropy is not available in openvino's int8"):
         method = CalibrationOptions(str(demo_data[1]), 50, "entropy")
-        nncf = ConvertOptions("int8", INPUTS, method, for_target="x86-vnni")  # on x86-avx2 a CNN goes through ONNX Runtime
+        nncf = ConvertOptions("int8", INPUTS, method, for_target="arm64-dotprod")  # on x86-avx2/vnni/amx a CNN goes through ONNX Runtime
         convert(open_source(str(fashion_onnx["fp32"])), "openvino", tmp_path / "m.xml", nncf)
     with pytest.raises(EdgekitError, match="--per-tensor applies to int8 quantization, not fp16"):
         convert(open_source(str(fashion_onnx["fp32"])), "onnx", tmp_path / "h.onnx", ConvertOptions("fp16", INPUTS, per_tensor=True))
