@@ -5,25 +5,13 @@ clamp, `x + y` adds, zero pads sharing their input's observer), and its static i
 from __future__ import annotations
 
 from litert_torch.quantize.pt2e_quantizer import PT2EQuantizer, get_symmetric_quantization_config
-from torch.fx import GraphModule
 
 from edgekit.converters import ConvertOptions
-from edgekit.converters.pt2e import annotate_after, annotate_before, static_config, unannotate_modules
+from edgekit.converters.pt2e import MobilePatterns, static_config
 
 
-class LiteRTQuantizer(PT2EQuantizer):
-    """PT2EQuantizer plus converters.pt2e's patterns (static int8 with a global config).
-
-    `keep_float`: module names (as `named_modules()` gives them) whose ops stay float (accuracy control)."""
-
-    keep_float: tuple[str, ...] = ()
-
-    def annotate(self, model: GraphModule) -> GraphModule:
-        annotate_before(model, self.global_config)
-        model = super().annotate(model)
-        annotate_after(model, self.global_config)
-        unannotate_modules(model, self.keep_float)
-        return model
+class LiteRTQuantizer(MobilePatterns, PT2EQuantizer):
+    """PT2EQuantizer plus converters.pt2e's patterns; `keep_float` modules stay float (accuracy control)."""
 
 
 def litert_quantizer(options: ConvertOptions) -> tuple[LiteRTQuantizer, dict]:

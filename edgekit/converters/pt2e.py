@@ -33,6 +33,21 @@ ADDS = (_aten.add.Tensor, _aten.add_.Tensor)
 PADS = (_aten.pad.default, _aten.constant_pad_nd.default)
 
 
+class MobilePatterns:
+    """Put first in a stock PT2E quantizer's bases (litert-torch's, XNNPACK's): this module's patterns around the
+    quantizer's own annotation (static int8 with a global config), and `keep_float`, the module names (as
+    `named_modules()` gives them) whose ops stay float (accuracy control)."""
+
+    keep_float: tuple[str, ...] = ()
+
+    def annotate(self, model: GraphModule) -> GraphModule:
+        annotate_before(model, self.global_config)
+        model = super().annotate(model)
+        annotate_after(model, self.global_config)
+        unannotate_modules(model, self.keep_float)
+        return model
+
+
 def annotate_before(model: GraphModule, config) -> None:
     """The patterns to claim before a stock quantizer annotates (it would take the conv alone)."""
     if is_static(config):

@@ -5,20 +5,13 @@ after the clamp, zero pads sharing their input's observer), and its static int8 
 from __future__ import annotations
 
 from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
-from torch.fx import GraphModule
 
 from edgekit.converters import ConvertOptions
-from edgekit.converters.pt2e import annotate_after, annotate_before, static_config
+from edgekit.converters.pt2e import MobilePatterns, static_config
 
 
-class MobileXNNPACKQuantizer(XNNPACKQuantizer):
-    """XNNPACKQuantizer plus converters.pt2e's patterns (static int8 with a global config)."""
-
-    def annotate(self, model: GraphModule) -> GraphModule:
-        annotate_before(model, self.global_config)
-        model = super().annotate(model)
-        annotate_after(model, self.global_config)
-        return model
+class MobileXNNPACKQuantizer(MobilePatterns, XNNPACKQuantizer):
+    """XNNPACKQuantizer plus converters.pt2e's patterns."""
 
 
 def xnnpack_quantizer(options: ConvertOptions) -> tuple[MobileXNNPACKQuantizer, dict]:
