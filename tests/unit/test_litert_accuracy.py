@@ -36,3 +36,24 @@ def test_min_agreement_returns_the_worst_layer_to_float(tmp_path, fashion_source
     assert control["reverted_to_float"] == ["features.0.0"] and steps[0]["agreement_gain"] > 5
     assert control["final"]["agreement"] >= 70.0 and control["final"]["accuracy"] is None
     assert _float_kernels(result.path) == [[1, 3, 3, 32]]  # the stem conv (1 -> 32, 3x3), and only it, runs in float
+
+
+def test_a_middle_layer_kept_in_float_runs_in_float_in_the_tflite(tmp_path, demo_data):
+    """A layer between int8 ones, left out of PT2E's annotation, is float in the written .tflite: its input edge is float
+    too (through the max pool, to the conv before it, which runs in float as well), else litert-torch fuses dequantize ->
+    float conv -> quantize back into an int8 conv with round-to-nearest weights."""
+    from edgekit.calibration import load_samples
+    from edgekit.converters import ConversionData
+    from edgekit.converters.pipeline import load_for_conversion
+    from edgekit.converters.torch_tflite import _converted, _int8_static, export
+    from edgekit.loaders import open_source
+    from edgekit.loaders.torch import example_tensors
+
+    module, specs = load_for_conversion(open_source("zoo:fashion-cnn"), [])
+    data = ConversionData(load_samples(str(demo_data[1]), specs=specs, limit=50))
+    options = ConvertOptions("int8", (), CalibrationOptions(str(demo_data[1]), 50, "histogram"))
+    args = example_tensors(specs, 1)
+    for keep, name in (((), "all_int8.tflite"), (("features.2.0",), "middle_float.tflite")):
+        export(_converted(lambda keep=keep: _int8_static(module, args, options, data, specs, {}, keep)), tmp_path / name)
+    assert _float_kernels(tmp_path / "all_int8.tflite") == []
+    assert sorted(_float_kernels(tmp_path / "middle_float.tflite")) == [[1, 3, 3, 32], [3, 3, 32, 64]]  # the second conv and the first
