@@ -20,6 +20,7 @@ weight and bias specs: that is all this module reads. Import lazily (it imports 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import torch
@@ -83,11 +84,12 @@ def _float_input(node: Node, floats: set) -> None:
         annotation = producer.meta.get("quantization_annotation")
         if annotation is None or annotation.output_qspec is None or not set(producer.users) <= floats:
             continue
-        shared = isinstance(annotation.output_qspec, SharedQuantizationSpec)
-        annotation.output_qspec = None
-        if shared:
+        if isinstance(annotation.output_qspec, SharedQuantizationSpec):  # the op goes float whole, and its input edge
+            producer.meta.pop("quantization_annotation")
             floats.add(producer)
             _float_input(producer, floats)
+        else:
+            annotation.output_qspec = None
 
 
 def is_static(config) -> bool:
@@ -125,7 +127,9 @@ def quantize(module, args, quantizer, batches: list, fold_quantize: bool) -> tup
     litert-torch folds them itself)."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    exported = torch.export.export(module, args).module()
+    # a copy: the export shares parameters with `module` (a Linear's bias, which correct_biases edits in place), and
+    # accuracy control and the sensitivity search quantize the same module again
+    exported = torch.export.export(copy.deepcopy(module), args).module()
     folded = fold_zero_pads(exported)  # before quantize/dequantize pairs hide the pad from the backends' own folding
     prepared = prepare_pt2e(exported, quantizer)
     for tensors in batches:  # one pass through the observers

@@ -127,3 +127,40 @@ def test_empirical_bias_correction_brings_each_layer_mean_to_the_float_model(dem
     assert len(now) == 5
     for node, mean in now.items():
         assert torch.allclose(mean, float_means[node], atol=1e-4 * (1 + float(float_means[node].abs().max()))), node
+
+
+def test_pt2e_quantize_leaves_the_source_module_as_it_was(demo_data):
+    """quantize() works on a copy: the export shares parameters with the module (the Linear's bias, which the bias
+    correction edits in place), and the sensitivity search and accuracy control quantize the same module again."""
+    import torch
+
+    from edgekit.calibration import load_samples
+    from edgekit.converters.litert_quantizer import litert_quantizer
+    from edgekit.converters.pipeline import load_for_conversion
+    from edgekit.converters.pt2e import quantize
+    from edgekit.converters.torch_tflite import calibration_batches
+
+    pytest.importorskip("litert_torch")
+    module, specs = load_for_conversion(open_source("zoo:fashion-cnn"), [])
+    module.eval()
+    before = {k: v.clone() for k, v in module.state_dict().items()}
+    batches = list(calibration_batches(load_samples(str(demo_data[1]), specs=specs, limit=32), specs, "nchw"))
+    quantizer, _ = litert_quantizer(ConvertOptions("int8", (), CalibrationOptions(str(demo_data[1]), 32, "histogram")))
+    _, notes = quantize(module, batches[0], quantizer, batches, fold_quantize=False)
+    assert notes["bias_correction"]["layers"] > 0
+    assert all(torch.equal(before[k], v) for k, v in module.state_dict().items())
+
+
+def test_litert_int8_keeps_the_best_prefix_of_the_sensitivity_outliers_in_float(tmp_path, fashion_source, demo_data):
+    """LiteRT's default int8 from PyTorch ranks the layers (converters.sensitivity), tries the outliers' prefixes as
+    ONNX Runtime's default does, keeps the one closest to fp32, and says so; --no-keep-sensitive skips it."""
+    pytest.importorskip("litert_torch")
+    calib = CalibrationOptions(str(demo_data[1]), 64)
+    default = convert(fashion_source, "tflite", tmp_path / "d.tflite", ConvertOptions("int8", INPUTS, calib))
+    sensitivity = default.meta["provenance"]["tflite"]["quantization"]["sensitivity"]
+    trials = sensitivity["output_loss_by_kept"]
+    assert "none (all int8)" in trials
+    kept = ", ".join(layer["name"] for layer in sensitivity["kept_in_float"]) or "none (all int8)"
+    assert trials[kept] == min(trials.values())
+    plain = convert(fashion_source, "tflite", tmp_path / "p.tflite", ConvertOptions("int8", INPUTS, calib, keep_sensitive=False))
+    assert "sensitivity" not in plain.meta["provenance"]["tflite"]["quantization"]
