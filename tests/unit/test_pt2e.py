@@ -164,3 +164,22 @@ def test_litert_int8_keeps_the_best_prefix_of_the_sensitivity_outliers_in_float(
     assert trials[kept] == min(trials.values())
     plain = convert(fashion_source, "tflite", tmp_path / "p.tflite", ConvertOptions("int8", INPUTS, calib, keep_sensitive=False))
     assert "sensitivity" not in plain.meta["provenance"]["tflite"]["quantization"]
+
+
+def test_litert_sensitivity_search_converts_the_trial_closest_to_fp32(tmp_path, fashion_source, demo_data, monkeypatch):
+    """The search's mechanics with an outlier to try (FashionCNN has none of its own, so the stem is named one): both
+    prefixes are quantized and scored, the one with the least loss is written, and a stem kept runs float."""
+    pytest.importorskip("litert_torch")
+    from edgekit.converters import sensitivity
+
+    ranked_outliers = sensitivity.outliers
+    monkeypatch.setattr(sensitivity, "outliers", lambda ranked: [s for s in ranked if s.name == "features.0.0"] or ranked_outliers(ranked))
+    calib = CalibrationOptions(str(demo_data[1]), 64)
+    result = convert(fashion_source, "tflite", tmp_path / "s.tflite", ConvertOptions("int8", INPUTS, calib))
+    trials = result.meta["provenance"]["tflite"]["quantization"]["sensitivity"]["output_loss_by_kept"]
+    assert sorted(trials) == ["features.0.0", "none (all int8)"]
+    kept = [layer["name"] for layer in result.meta["provenance"]["tflite"]["quantization"]["sensitivity"]["kept_in_float"]]
+    assert trials[", ".join(kept) or "none (all int8)"] == min(trials.values())
+    from tests.unit.test_litert_accuracy import _float_kernels
+
+    assert _float_kernels(result.path) == ([[1, 3, 3, 32]] if kept else [])
