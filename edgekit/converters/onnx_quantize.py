@@ -243,7 +243,7 @@ def _all_int8(quantizer: StaticQuantizer, out: Path) -> dict:
 def _keep_sensitive(quantizer: StaticQuantizer, out: Path) -> dict:
     """Keep in float the prefix of the sensitivity outliers (most sensitive first) that brings the outputs
     closest to fp32 on the probe samples, all-int8 included: layers interact (one kept alone may hurt)."""
-    from edgekit.converters.sensitivity import outliers, provenance
+    from edgekit.converters.sensitivity import losses_by_kept, outliers, provenance
 
     ranked, total = quantizer.ranked()
     candidates = [s for s in outliers(ranked) if s.name not in quantizer.options.exclude]
@@ -259,9 +259,7 @@ def _keep_sensitive(quantizer: StaticQuantizer, out: Path) -> dict:
     for count in range(len(losses)):
         out.with_name(f"{out.stem}.keep{count}{out.suffix}").unlink(missing_ok=True)
     notes = provenance(ranked, candidates[:best], quantizer.sensitivity_samples, total)
-    notes["output_loss_by_kept"] = {
-        ", ".join(s.name for s in candidates[:count]) or "none (all int8)": float(f"{loss:.3g}") for count, loss in enumerate(losses)
-    }
+    notes["output_loss_by_kept"] = losses_by_kept(candidates, losses)
     return notes
 
 

@@ -85,6 +85,11 @@ def outliers(ranked: list[LayerSensitivity], factor: float = OUTLIER_FACTOR, cap
     return [s for s in ranked if s.loss > limit][:cap]
 
 
+def losses_by_kept(candidates: list[LayerSensitivity], losses: list[float]) -> dict:
+    """The provenance's `output_loss_by_kept`: each prefix of `candidates` kept in float (losses[i]: the first i)."""
+    return {", ".join(s.name for s in candidates[:i]) or "none (all int8)": float(f"{loss:.3g}") for i, loss in enumerate(losses)}
+
+
 def provenance(ranked: list[LayerSensitivity], kept: list[LayerSensitivity], samples: int, total_parameters: int) -> dict:
     """What the provenance records: the rule, the layers kept in float with their loss and share of weights."""
     median = float(np.median([s.loss for s in ranked])) if ranked else 0.0

@@ -132,7 +132,7 @@ def _int8_keeping_sensitive(module, args, options: ConvertOptions, data: Convers
 
     from edgekit.converters.litert_quantizer import litert_quantizer
     from edgekit.converters.pt2e import quantize
-    from edgekit.converters.sensitivity import SAMPLES, outliers, output_loss, provenance, torch_sensitivity
+    from edgekit.converters.sensitivity import SAMPLES, losses_by_kept, outliers, output_loss, provenance, torch_sensitivity
 
     module = _inference_mode(module)
     ranked, total = torch_sensitivity(module, data.calibration, specs)
@@ -151,9 +151,7 @@ def _int8_keeping_sensitive(module, args, options: ConvertOptions, data: Convers
         trials.append((loss, count, converted, quantizer, {**scheme, **done}))
     loss, best, converted, quantizer, quantization = min(trials, key=lambda t: (t[0], t[1]))
     sensitivity = provenance(ranked, candidates[:best], len(probe), total)
-    sensitivity["output_loss_by_kept"] = {
-        ", ".join(s.name for s in candidates[: t[1]]) or "none (all int8)": float(f"{t[0]:.3g}") for t in trials
-    }
+    sensitivity["output_loss_by_kept"] = losses_by_kept(candidates, [t[0] for t in trials])
     notes["quantization"] = {**quantization, "sensitivity": sensitivity}
     return litert_torch.convert(converted, args, quant_config=QuantConfig(pt2e_quantizer=quantizer))
 
