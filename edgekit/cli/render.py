@@ -95,15 +95,12 @@ def print_how_made(prov: dict) -> None:
     quant = prov.get("quantization")
     if quant:
         console.print(f"  int8 {quant['mode']}: {_quant_detail(quant)}")
-        kept = (quant.get("sensitivity") or {}).get("kept_in_float")
-        if kept:
-            layers = ", ".join(f"{k['name']} ({k['op']}, 1-cos {k['loss']:.2g})" for k in kept)
-            console.print(f"  kept in float (int8 sensitivity outliers: {quant['sensitivity']['rule']}): {escape(layers)}")
-        control = quant.get("accuracy_control")
-        if control:
-            console.print(f"  {escape(_control_text(control))}")
+        _print_float_layers(quant, quant.get("accuracy_control"))
         if quant.get("reason"):
             console.print(f"  why: {quant['reason']}")
+    for section in PT2E_SECTIONS:
+        entry = prov.get(section) or {}
+        _print_float_layers(entry.get("quantization") or {}, entry.get("accuracy_control"))
     if "tensorrt_checks" in prov:
         print_tensorrt_findings(prov["tensorrt_checks"], indent="  ")
     npu = prov.get("npu")
@@ -126,6 +123,19 @@ def print_how_made(prov: dict) -> None:
         )
         if calib.get("random"):
             console.print("  [bold red]calibrated on RANDOM data: accuracy of this model is not meaningful[/]")
+
+
+PT2E_SECTIONS = ("tflite", "executorch")  # the sidecar sections whose int8 converters.pt2e made, its entry inside
+
+
+def _print_float_layers(quant: dict, control: dict | None) -> None:
+    """The layers int8 kept in float: the sensitivity outliers, and what accuracy control returned to float."""
+    kept = (quant.get("sensitivity") or {}).get("kept_in_float")
+    if kept:
+        layers = ", ".join(f"{k['name']} ({k['op']}, 1-cos {k['loss']:.2g})" for k in kept)
+        console.print(f"  kept in float (int8 sensitivity outliers: {quant['sensitivity']['rule']}): {escape(layers)}")
+    if control:
+        console.print(f"  {escape(_control_text(control))}")
 
 
 def _seed(calib: dict) -> str:

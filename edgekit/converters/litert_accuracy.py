@@ -49,9 +49,10 @@ class LiteRTQuantization:
             return on_target(None)(model, samples)
         import torch
 
-        with torch.no_grad():
-            outs = [model(*(torch.from_numpy(feeds[s.name]) for s in self.specs)) for feeds in samples.batches(64)]
-        return np.concatenate([np.asarray(o[0] if isinstance(o, (tuple, list)) else o) for o in outs]).reshape(len(samples), -1)
+        from edgekit.converters.pt2e import first_outputs
+
+        batches = [tuple(torch.from_numpy(feeds[s.name]) for s in self.specs) for feeds in samples.batches(64)]
+        return np.concatenate(first_outputs(model, batches)).reshape(len(samples), -1)
 
 
 def accuracy_controlled(module, specs, data: ConversionData, options: ConvertOptions, build: Callable, out: Path) -> dict:

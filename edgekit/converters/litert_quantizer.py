@@ -14,7 +14,9 @@ class LiteRTQuantizer(MobilePatterns, PT2EQuantizer):
     """PT2EQuantizer plus converters.pt2e's patterns; `keep_float` modules stay float (accuracy control)."""
 
 
-def litert_quantizer(options: ConvertOptions) -> tuple[LiteRTQuantizer, dict]:
-    """The static int8 quantizer for `options`, and its scheme for the provenance."""
+def litert_quantizer(options: ConvertOptions, keep_float: tuple[str, ...] = ()) -> tuple[LiteRTQuantizer, dict]:
+    """The static int8 quantizer for `options` with the `keep_float` modules float, and its scheme for the provenance."""
     config, scheme = static_config(get_symmetric_quantization_config, options)
-    return LiteRTQuantizer().set_global(config), {"quantizer": "litert-torch PT2EQuantizer + converters.pt2e patterns", **scheme}
+    quantizer = LiteRTQuantizer().set_global(config)
+    quantizer.keep_float = tuple(keep_float)
+    return quantizer, {"quantizer": "litert-torch PT2EQuantizer + converters.pt2e patterns", **scheme}

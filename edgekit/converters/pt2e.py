@@ -13,7 +13,9 @@ What the stock PT2E quantizers miss on EfficientNet-Lite / MobileNet, and the st
   the float model's, layer by layer through the quantized model (`correct_biases`).
 - the activation observer follows --calib-method, the weight scheme --per-tensor (`static_config`).
 
-`quantize()` runs them in order: export, fold pads, prepare with the backend's quantizer, calibrate, convert, fit, correct.
+`quantize()` runs them in order: export, fold pads, prepare with the backend's quantizer, calibrate, convert, fit, correct;
+`int8()` calls it once with the layers to keep float, or once per trial of the sensitivity search
+(`int8_keeping_sensitive`: the same search for both backends).
 The quantizer configs of litert-torch and XNNPACK are both dataclasses with input_activation, output_activation,
 weight and bias specs: that is all this module reads. Import lazily (it imports torch and torchao).
 """
@@ -32,6 +34,7 @@ CONVS = (_aten.conv1d.default, _aten.conv2d.default, _aten.convolution.default)
 CLAMPS = (_aten.hardtanh.default, _aten.hardtanh_.default)  # nn.ReLU6 and F.hardtanh
 ADDS = (_aten.add.Tensor, _aten.add_.Tensor)
 PADS = (_aten.pad.default, _aten.constant_pad_nd.default)
+WEIGHTED = (*CONVS, _aten.linear.default)  # the layers a kept layer's float producers stop at
 
 
 class MobilePatterns:
@@ -64,32 +67,32 @@ def annotate_after(model: GraphModule, config) -> None:
 
 def unannotate_modules(model: GraphModule, modules: tuple[str, ...]) -> None:
     """Drop the quantization annotations of the ops that `modules` (named_modules() names) own, so they run in float
-    (accuracy control's layers returned to float).
+    (accuracy control's and the sensitivity search's layers kept in float).
 
-    Their input edge goes float too (`_float_input`). Otherwise litert-torch's converter finds dequantize -> float
-    conv -> quantize and fuses it back into an int8 op with round-to-nearest weights: EfficientNet-Lite0's first
-    depthwise convolution "kept in float" that way agreed with fp32 on 88.67% of the photo crops, against 96.00%
-    all-int8 and 96.83% truly float (docs/int8-schemes.md). The price: the layer before it runs in float too."""
+    The ops that feed them go float whole too, back to the conv or linear that computes their input
+    (`_float_producers`): neither backend takes a quantized op whose output only float ops read. litert-torch finds
+    dequantize -> float conv -> quantize and fuses it back into an int8 op with round-to-nearest weights
+    (EfficientNet-Lite0's first depthwise convolution "kept in float" that way: 88.67% of the photo crops, against
+    96.00% all-int8); XNNPACK's partitioner takes no quantized conv with a float output ("Missing out variants:
+    quantized_decomposed::dequantize_per_channel"). The price: the layer before a kept one runs in float too."""
     kept = {n for n in model.graph.nodes if (stack := n.meta.get("nn_module_stack")) and list(stack.values())[-1][0] in modules}
     for node in kept:
         node.meta.pop("quantization_annotation", None)
     for node in list(kept):
-        _float_input(node, kept)
+        _float_producers(node, kept)
 
 
-def _float_input(node: Node, floats: set) -> None:
-    """Stop quantizing the outputs that feed `node` where only float ops read them; through ops that share their
-    input's quantization (max pool, pad: the converter would move the dequantize past them) up to the op that owns it."""
+def _float_producers(node: Node, floats: set) -> None:
+    """Unannotate the ops whose output only float ops read, from `node`'s inputs back to the conv or linear that
+    computes them (through an add: both branches; through an op no quantizer annotated, as a view). A producer that quantized ops read too keeps its int8 output: the
+    float op then reads it dequantized."""
     for producer in node.all_input_nodes:
-        annotation = producer.meta.get("quantization_annotation")
-        if annotation is None or annotation.output_qspec is None or not set(producer.users) <= floats:
+        if producer.op != "call_function" or producer in floats or not set(producer.users) <= floats:
             continue
-        if isinstance(annotation.output_qspec, SharedQuantizationSpec):  # the op goes float whole, and its input edge
-            producer.meta.pop("quantization_annotation")
-            floats.add(producer)
-            _float_input(producer, floats)
-        else:
-            annotation.output_qspec = None
+        producer.meta.pop("quantization_annotation", None)
+        floats.add(producer)
+        if producer.target not in WEIGHTED:
+            _float_producers(producer, floats)
 
 
 def is_static(config) -> bool:
@@ -141,6 +144,65 @@ def quantize(module, args, quantizer, batches: list, fold_quantize: bool) -> tup
     if fold_quantize:
         _fold_weight_quantize(converted)
     return converted, notes
+
+
+def int8(module, args, make_quantizer, samples, specs, *, fold_quantize: bool, search: bool, layout: str = "nchw", keep_float=()) -> tuple:
+    """PT2E static int8 of `module` (`quantize`) with a backend's quantizer, calibrated on `samples` (calibration.Samples):
+    the `keep_float` modules stay float, or with `search` the prefix of the sensitivity outliers that the search picks
+    (`int8_keeping_sensitive`). `make_quantizer(keep_float)` -> (quantizer, scheme). Returns (the quantized
+    GraphModule, its quantizer, the provenance entry)."""
+    batches = list(calibration_batches(samples, specs, layout))
+    if search:
+        return int8_keeping_sensitive(module, args, make_quantizer, batches, samples, specs, fold_quantize)
+    return int8_module(module, args, make_quantizer, batches, tuple(keep_float), fold_quantize)
+
+
+def int8_module(module, args, make_quantizer, batches: list, keep_float: tuple[str, ...], fold_quantize: bool) -> tuple:
+    """One PT2E int8 quantization with `keep_float` modules float: (GraphModule, quantizer, provenance entry)."""
+    quantizer, scheme = make_quantizer(keep_float)
+    converted, done = quantize(module, args, quantizer, batches, fold_quantize)
+    return converted, quantizer, {**scheme, **done}
+
+
+def int8_keeping_sensitive(module, args, make_quantizer, batches: list, samples, specs, fold_quantize: bool) -> tuple:
+    """PT2E int8 keeping in float the prefix of the sensitivity outliers (most sensitive first, as ONNX Runtime's
+    default does) that brings the quantized model's outputs closest to fp32 on the ranking's samples, all-int8
+    included: layers interact. Each trial is the full PT2E pass; only the closest is held. EfficientNet-Lite0's three
+    outliers kept (with the ops that feed them: `unannotate_modules`), 600 photo crops against fp32 (x86-amx):
+    LiteRT 96.00 -> 98.33%, ExecuTorch 95.00 -> 98.17% (docs/int8-schemes.md)."""
+    from edgekit.converters.sensitivity import SAMPLES, losses_by_kept, outliers, output_loss, provenance, torch_sensitivity
+
+    ranked, total = torch_sensitivity(module, samples, specs)
+    candidates = outliers(ranked)
+    probe = batches[:SAMPLES]
+    reference = first_outputs(module, probe)
+    losses, best = [], None
+    for count in range(len(candidates) + 1):
+        trial = int8_module(module, args, make_quantizer, batches, tuple(s.name for s in candidates[:count]), fold_quantize)
+        losses.append(output_loss(reference, first_outputs(trial[0], probe)))
+        if best is None or losses[-1] < losses[best[0]]:  # ties keep fewer layers float
+            best = (count, trial)
+    count, (converted, quantizer, entry) = best
+    sensitivity = provenance(ranked, candidates[:count], len(probe), total)
+    sensitivity["output_loss_by_kept"] = losses_by_kept(candidates, losses)
+    return converted, quantizer, {**entry, "sensitivity": sensitivity}
+
+
+def first_outputs(model, batches: list) -> list:
+    """The model's first output on each batch (tuples of input tensors), as arrays."""
+    from edgekit.converters.sensitivity import first_output
+
+    with torch.no_grad():
+        return [first_output(model(*b)) for b in batches]
+
+
+def calibration_batches(samples, specs, layout: str = "nchw"):
+    """The calibration samples as tuples of input tensors (batch 1, as exported), for PT2E observers (LiteRT, ExecuTorch)."""
+    for feeds in samples.batches(1):
+        tensors = [torch.from_numpy(feeds[s.name]) for s in specs]
+        if layout == "nhwc":
+            tensors = [t.permute(0, 2, 3, 1).contiguous() if t.dim() == 4 else t for t in tensors]
+        yield tuple(tensors)
 
 
 def _fold_weight_quantize(model: GraphModule) -> None:

@@ -111,6 +111,12 @@ def provenance(ranked: list[LayerSensitivity], kept: list[LayerSensitivity], sam
     }
 
 
+def first_output(out) -> np.ndarray:
+    """A torch model's first output (of a tuple or list, or the tensor itself) as an array."""
+    first = out[0] if isinstance(out, (tuple, list)) else out
+    return np.asarray(first.detach() if hasattr(first, "detach") else first)
+
+
 def torch_sensitivity(module, samples, specs, count: int = SAMPLES) -> tuple[list[LayerSensitivity], int]:
     """(layers ranked by loss, total parameters) of a torch module: Conv and Linear weights fake-quantized
     in place one module at a time (restored after), on the first `count` samples."""
@@ -130,7 +136,7 @@ def torch_sensitivity(module, samples, specs, count: int = SAMPLES) -> tuple[lis
         finally:
             if target is not None:
                 target.weight.data = saved
-        return [np.asarray(o if not isinstance(o, (tuple, list)) else o[0]) for o in outs]
+        return [first_output(o) for o in outs]
 
     weights = [WeightLayer(name, type(m).__name__, "weight", 0, m.weight.numel()) for name, m in layers]
     return rank(weights, evaluate), sum(p.numel() for p in module.parameters())

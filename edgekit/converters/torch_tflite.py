@@ -100,78 +100,31 @@ def _convert(module, args, options: ConvertOptions, data: ConversionData, specs,
         # (litert-torch 0.10); the weight-only dynamic recipe keeps accuracy.
         recipe = quant_recipes.full_fp16_recipe() if options.precision == "fp16" else quant_recipes.full_dynamic_recipe()
         return litert_torch.convert(_inference_mode(module), args, quant_config=recipe)
-    if options.keep_sensitive and options.layout == "nchw":
-        return _int8_keeping_sensitive(module, args, options, data, specs, notes)
-    return _int8_static(module, args, options, data, specs, notes)
+    search = options.keep_sensitive and options.layout == "nchw"  # the ranking runs the NCHW module
+    return _int8_static(module, args, options, data, specs, notes, search=search)
 
 
-def _int8_static(module, args, options: ConvertOptions, data: ConversionData, specs, notes: dict, keep_float: tuple[str, ...] = ()):
-    """PT2E static int8 (converters.pt2e.quantize) with litert-torch's quantizer; `keep_float` modules stay float."""
+def _int8_static(module, args, options: ConvertOptions, data: ConversionData, specs, notes: dict, keep_float=(), search=False):
+    """PT2E static int8 (converters.pt2e.int8) with litert-torch's quantizer: the `keep_float` modules stay float, or
+    with `search` the sensitivity outliers that bring the outputs closest to fp32."""
     import litert_torch
     from litert_torch.quantize.quant_config import QuantConfig
 
     from edgekit.converters.litert_quantizer import litert_quantizer
-    from edgekit.converters.pt2e import quantize
+    from edgekit.converters.pt2e import int8
 
-    quantizer, scheme = litert_quantizer(options)
-    quantizer.keep_float = tuple(keep_float)
-    batches = list(calibration_batches(data.calibration, specs, options.layout))
-    converted, done = quantize(_inference_mode(module), args, quantizer, batches, fold_quantize=False)
-    notes["quantization"] = {**scheme, **done}
+    converted, quantizer, notes["quantization"] = int8(
+        _inference_mode(module),
+        args,
+        lambda keep: litert_quantizer(options, keep),
+        data.calibration,
+        specs,
+        fold_quantize=False,
+        search=search,
+        layout=options.layout,
+        keep_float=keep_float,
+    )
     return litert_torch.convert(converted, args, quant_config=QuantConfig(pt2e_quantizer=quantizer))
-
-
-def _int8_keeping_sensitive(module, args, options: ConvertOptions, data: ConversionData, specs, notes: dict):
-    """PT2E static int8 keeping in float the prefix of the sensitivity outliers (most sensitive first, as ONNX Runtime's
-    default does) that brings the quantized model's outputs closest to fp32 on the ranking's samples, all-int8
-    included: layers interact. EfficientNet-Lite0: the three outliers kept (with the layers that feed them:
-    pt2e.unannotate_modules) 96.00 -> 97.67% of the photo crops, cosine 0.9981 -> 0.9989 (docs/int8-schemes.md)."""
-    import litert_torch
-    import torch
-    from litert_torch.quantize.quant_config import QuantConfig
-
-    from edgekit.converters.litert_quantizer import litert_quantizer
-    from edgekit.converters.pt2e import quantize
-    from edgekit.converters.sensitivity import SAMPLES, losses_by_kept, outliers, output_loss, provenance, torch_sensitivity
-
-    module = _inference_mode(module)
-    ranked, total = torch_sensitivity(module, data.calibration, specs)
-    candidates = outliers(ranked)
-    batches = list(calibration_batches(data.calibration, specs, options.layout))
-    probe = batches[:SAMPLES]
-    with torch.no_grad():
-        reference = [_first_output(module(*b)) for b in probe]
-    trials = []
-    for count in range(len(candidates) + 1):
-        quantizer, scheme = litert_quantizer(options)
-        quantizer.keep_float = tuple(s.name for s in candidates[:count])
-        converted, done = quantize(module, args, quantizer, batches, fold_quantize=False)
-        with torch.no_grad():
-            loss = output_loss(reference, [_first_output(converted(*b)) for b in probe])
-        trials.append((loss, count, converted, quantizer, {**scheme, **done}))
-    loss, best, converted, quantizer, quantization = min(trials, key=lambda t: (t[0], t[1]))
-    sensitivity = provenance(ranked, candidates[:best], len(probe), total)
-    sensitivity["output_loss_by_kept"] = losses_by_kept(candidates, [t[0] for t in trials])
-    notes["quantization"] = {**quantization, "sensitivity": sensitivity}
-    return litert_torch.convert(converted, args, quant_config=QuantConfig(pt2e_quantizer=quantizer))
-
-
-def _first_output(out):
-    """A torch model's first output as an array."""
-    import numpy as np
-
-    return np.asarray((out[0] if isinstance(out, (tuple, list)) else out).detach())
-
-
-def calibration_batches(samples, specs, layout: str):
-    """The calibration samples as tuples of input tensors (batch 1, as exported), for PT2E observers (LiteRT, ExecuTorch)."""
-    import torch
-
-    for feeds in samples.batches(1):
-        tensors = [torch.from_numpy(feeds[s.name]) for s in specs]
-        if layout == "nhwc":
-            tensors = [t.permute(0, 2, 3, 1).contiguous() if t.dim() == 4 else t for t in tensors]
-        yield tuple(tensors)
 
 
 def _inference_mode(module):

@@ -168,7 +168,9 @@ def test_outputs_are_paired_by_name_and_the_report_shows_it(tmp_path):
 def test_the_same_artifact_gated_against_itself_is_retimed_and_passes(tmp_path, fashion_onnx):
     bench = tmp_path / "b.json"
     assert run_cli("bench", fashion_onnx["int8"], "--runs", "20", "--warmup", "2", "--threads", "1", "--report", bench).code == 0
-    gate = run_cli("gate", bench, "--baseline", bench, "--tolerance", "0.5", "--max-rounds", "4")
+    # a tolerance far outside any A/A spread a shared 2-core machine shows (CI saw 60% on this sub-millisecond model):
+    # what is tested is that a self-gate is re-timed and never called a regression, not how quiet the machine is
+    gate = run_cli("gate", bench, "--baseline", bench, "--tolerance", "3", "--max-rounds", "4")
     assert gate.code == 0, gate.stdout + gate.stderr
     assert "A-B-B-A rounds in fresh processes" in gate.stdout and "REGRESSION" not in gate.stdout
 

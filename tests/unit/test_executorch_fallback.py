@@ -1,5 +1,5 @@
 """The delegate split of a .pte: an op XNNPACK does not take runs on ExecuTorch's own kernels, and the
-provenance, `edgekit info` and the --max-fallback gate all say so."""
+provenance, `edgekit info` and the --max-fallback gate all say so; a layer int8 keeps in float stays inside it."""
 
 from __future__ import annotations
 
@@ -47,3 +47,52 @@ def test_an_op_outside_the_delegate_is_counted(tmp_path):
     assert [op.split(".")[0] for op in delegate["ops_on_cpu"]] == ["aten::argmax"], delegate
     row = summary_row({"artifact": artifact.to_dict(), "fidelity": []})
     assert [f.metric for f in failures(check_row(row, Thresholds(max_fallback=1)))] == ["fallback"]
+
+
+def _float_convs(graph_module) -> list[bool]:
+    """For each convolution of a PT2E-quantized graph, in order: whether its weight is float (no dequantize before it)."""
+    convs = [n for n in graph_module.graph.nodes if n.op == "call_function" and "conv" in str(n.target)]
+    return ["dequantize" not in str(conv.args[1].target) for conv in convs]
+
+
+def test_a_middle_layer_kept_in_float_runs_in_float_inside_the_delegate(tmp_path, demo_data):
+    """FashionCNN's middle conv kept float goes float with the conv that computes its input (pt2e._float_producers:
+    XNNPACK takes no quantized conv whose output is float, "Missing out variants: dequantize_per_channel"); the .pte
+    lowers whole into XNNPACK and agrees with the fp32 model on real Fashion-MNIST images."""
+    import numpy as np
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    from edgekit.backends.executorch.convert import delegation
+    from edgekit.backends.executorch.quantizer import xnnpack_quantizer
+    from edgekit.calibration import load_samples
+    from edgekit.converters import CalibrationOptions, ConvertOptions
+    from edgekit.converters.onnx_accuracy import on_target
+    from edgekit.converters.pipeline import load_for_conversion
+    from edgekit.converters.pt2e import first_outputs, int8
+    from edgekit.loaders import open_source
+    from edgekit.loaders.torch import example_tensors
+
+    module, specs = load_for_conversion(open_source("zoo:fashion-cnn"), [])
+    module = module.eval()
+    calibration = load_samples(str(demo_data[1]), specs=specs, limit=50)
+    options = ConvertOptions("int8", (), CalibrationOptions(str(demo_data[1]), 50, "histogram"))
+    args = example_tensors(specs, 1)
+
+    def quantize(keep):
+        return int8(
+            module, args, lambda k: xnnpack_quantizer(options, k), calibration, specs, fold_quantize=True, search=False, keep_float=keep
+        )
+
+    assert _float_convs(quantize(())[0]) == [False, False, False]
+    converted = quantize(("features.2.0",))[0]
+    assert _float_convs(converted) == [True, True, False]  # the middle conv, and the first that computes its input
+    with torch.no_grad():
+        edge = to_edge_transform_and_lower(torch.export.export(converted, args), partitioner=[XnnpackPartitioner()])
+    assert delegation(edge.exported_program().graph_module)["percent"] == 0.0  # nothing left outside the delegate
+    pte = tmp_path / "middle_float.pte"
+    pte.write_bytes(edge.to_executorch().buffer)
+    images = load_samples(str(demo_data[0]), specs=specs, limit=300)
+    batches = [(torch.from_numpy(feeds[specs[0].name]),) for feeds in images.batches(64)]
+    reference = np.concatenate(first_outputs(module, batches)).argmax(1)
+    assert (on_target(None)(pte, images).argmax(1) == reference).mean() >= 0.98

@@ -137,8 +137,7 @@ def test_pt2e_quantize_leaves_the_source_module_as_it_was(demo_data):
     from edgekit.calibration import load_samples
     from edgekit.converters.litert_quantizer import litert_quantizer
     from edgekit.converters.pipeline import load_for_conversion
-    from edgekit.converters.pt2e import quantize
-    from edgekit.converters.torch_tflite import calibration_batches
+    from edgekit.converters.pt2e import calibration_batches, quantize
 
     pytest.importorskip("litert_torch")
     module, specs = load_for_conversion(open_source("zoo:fashion-cnn"), [])
@@ -151,19 +150,22 @@ def test_pt2e_quantize_leaves_the_source_module_as_it_was(demo_data):
     assert all(torch.equal(before[k], v) for k, v in module.state_dict().items())
 
 
-def test_litert_int8_keeps_the_best_prefix_of_the_sensitivity_outliers_in_float(tmp_path, fashion_source, demo_data):
-    """LiteRT's default int8 from PyTorch ranks the layers (converters.sensitivity), tries the outliers' prefixes as
-    ONNX Runtime's default does, keeps the one closest to fp32, and says so; --no-keep-sensitive skips it."""
-    pytest.importorskip("litert_torch")
+@pytest.mark.parametrize("to", ["tflite", "executorch"])
+def test_pt2e_int8_keeps_the_best_prefix_of_the_sensitivity_outliers_in_float(tmp_path, fashion_source, demo_data, to):
+    """LiteRT's and ExecuTorch's default int8 from PyTorch rank the layers (converters.sensitivity), try the outliers'
+    prefixes as ONNX Runtime's default does (one search: pt2e.int8_keeping_sensitive), keep the one closest to fp32,
+    and say so; --no-keep-sensitive skips it."""
+    pytest.importorskip("litert_torch" if to == "tflite" else "executorch")
     calib = CalibrationOptions(str(demo_data[1]), 64)
-    default = convert(fashion_source, "tflite", tmp_path / "d.tflite", ConvertOptions("int8", INPUTS, calib))
-    sensitivity = default.meta["provenance"]["tflite"]["quantization"]["sensitivity"]
+    suffix = {"tflite": "tflite", "executorch": "pte"}[to]
+    default = convert(fashion_source, to, tmp_path / f"d.{suffix}", ConvertOptions("int8", INPUTS, calib))
+    sensitivity = default.meta["provenance"][to]["quantization"]["sensitivity"]
     trials = sensitivity["output_loss_by_kept"]
     assert "none (all int8)" in trials
     kept = ", ".join(layer["name"] for layer in sensitivity["kept_in_float"]) or "none (all int8)"
     assert trials[kept] == min(trials.values())
-    plain = convert(fashion_source, "tflite", tmp_path / "p.tflite", ConvertOptions("int8", INPUTS, calib, keep_sensitive=False))
-    assert "sensitivity" not in plain.meta["provenance"]["tflite"]["quantization"]
+    plain = convert(fashion_source, to, tmp_path / f"p.{suffix}", ConvertOptions("int8", INPUTS, calib, keep_sensitive=False))
+    assert "sensitivity" not in plain.meta["provenance"][to]["quantization"]
 
 
 def test_litert_sensitivity_search_converts_the_trial_closest_to_fp32(tmp_path, fashion_source, demo_data, monkeypatch):

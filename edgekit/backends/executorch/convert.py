@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 
 from edgekit.converters import ConversionData, Converter, ConvertOptions
-from edgekit.converters.torch_tflite import _inference_mode, calibration_batches
+from edgekit.converters.torch_tflite import _inference_mode
 from edgekit.errors import ConversionError
 from edgekit.native import stderr_silenced
 
@@ -70,15 +70,22 @@ def _lower(module, args, options: ConvertOptions, data: ConversionData, specs):
 
 
 def _quantize(module, args, options: ConvertOptions, data: ConversionData, specs):
-    """PT2E with the XNNPACK quantizer and converters.pt2e's steps (calibration, fitted weight codes), weights folded
-    to int8 for the delegate; (the quantized GraphModule, provenance entry)."""
+    """PT2E with the XNNPACK quantizer and converters.pt2e's steps (calibration, fitted weight codes, the sensitivity
+    outliers kept float unless --no-keep-sensitive), weights folded to int8 for the delegate; (the quantized
+    GraphModule, provenance entry)."""
     from edgekit.backends.executorch.quantizer import xnnpack_quantizer
-    from edgekit.converters.pt2e import quantize
+    from edgekit.converters.pt2e import int8
 
-    quantizer, scheme = xnnpack_quantizer(options)
-    batches = list(calibration_batches(data.calibration, specs, "nchw"))
-    converted, done = quantize(module, args, quantizer, batches, fold_quantize=True)
-    return converted, {**scheme, **done}
+    converted, _, quantization = int8(
+        module,
+        args,
+        lambda keep: xnnpack_quantizer(options, keep),
+        data.calibration,
+        specs,
+        fold_quantize=True,
+        search=options.keep_sensitive,
+    )
+    return converted, quantization
 
 
 def delegation(graph_module) -> dict:

@@ -11,10 +11,12 @@ from edgekit.converters.pt2e import MobilePatterns, static_config
 
 
 class MobileXNNPACKQuantizer(MobilePatterns, XNNPACKQuantizer):
-    """XNNPACKQuantizer plus converters.pt2e's patterns."""
+    """XNNPACKQuantizer plus converters.pt2e's patterns; `keep_float` modules stay float (the sensitivity search)."""
 
 
-def xnnpack_quantizer(options: ConvertOptions) -> tuple[MobileXNNPACKQuantizer, dict]:
-    """The static int8 quantizer for `options`, and its scheme for the provenance."""
+def xnnpack_quantizer(options: ConvertOptions, keep_float: tuple[str, ...] = ()) -> tuple[MobileXNNPACKQuantizer, dict]:
+    """The static int8 quantizer for `options` with the `keep_float` modules float, and its scheme for the provenance."""
     config, scheme = static_config(get_symmetric_quantization_config, options)
-    return MobileXNNPACKQuantizer().set_global(config), {"quantizer": "ExecuTorch XNNPACKQuantizer + converters.pt2e patterns", **scheme}
+    quantizer = MobileXNNPACKQuantizer().set_global(config)
+    quantizer.keep_float = tuple(keep_float)
+    return quantizer, {"quantizer": "ExecuTorch XNNPACKQuantizer + converters.pt2e patterns", **scheme}
