@@ -36,8 +36,8 @@ _PHOTO_NOTES = (
     "Runtime's QDQ for the class, which OpenVINO runs as it is; elsewhere NNCF, histogram ranges, full bias correction. "
     "LiteRT and "
     "ExecuTorch: PT2E (converters.pt2e) with HistogramObserver, conv+ReLU6 observed after the clamp, int8 adds, zero pads "
-    "folded, fitted weight codes, empirical bias correction through the quantized model; LiteRT also keeps in float the "
-    "prefix of the sensitivity outliers closest to fp32.",
+    "folded, fitted weight codes, empirical bias correction through the quantized model, and the prefix of the sensitivity "
+    "outliers closest to fp32 kept in float (with the ops that compute their inputs).",
     f"Rows '{CONTROLLED}': what accuracy control writes with --val on {CONTROL_VALIDATION[0]} crops of seed "
     f"{CONTROL_VALIDATION[1]} (neither calibration nor test crops): ONNX Runtime returns the most sensitive weight layers and "
     "activations to float one at a time, keeping a step where it brings the outputs closer to fp32; OpenVINO runs that loop with each step "
