@@ -96,3 +96,41 @@ def test_a_middle_layer_kept_in_float_runs_in_float_inside_the_delegate(tmp_path
     batches = [(torch.from_numpy(feeds[specs[0].name]),) for feeds in images.batches(64)]
     reference = np.concatenate(first_outputs(module, batches)).argmax(1)
     assert (on_target(None)(pte, images).argmax(1) == reference).mean() >= 0.98
+
+
+class TwoBranches(torch.nn.Module):
+    """stem -> (left conv + right conv) -> head: an add joins two branches before the layer kept in float."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.stem = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.left = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.right = torch.nn.Conv2d(8, 8, 1)
+        self.head = torch.nn.Conv2d(8, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = torch.relu(self.stem(x))
+        return self.head(self.left(y) + self.right(y))
+
+
+def test_a_kept_layer_after_an_add_takes_both_branches_to_float_and_no_further():
+    """The head kept in float: the add that feeds it and both convs that feed the add go float (each is read only by
+    float ops); the stem, which they read, stays int8. The graph lowers whole into XNNPACK."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    from edgekit.backends.executorch.convert import delegation
+    from edgekit.backends.executorch.quantizer import xnnpack_quantizer
+    from edgekit.converters import CalibrationOptions, ConvertOptions
+    from edgekit.converters.pt2e import int8_module
+
+    module = TwoBranches().eval()
+    options = ConvertOptions("int8", (), CalibrationOptions(method="minmax"))
+    args = (torch.rand(1, 3, 16, 16),)
+    batches = [(torch.rand(1, 3, 16, 16),) for _ in range(8)]
+    converted = int8_module(module, args, lambda keep: xnnpack_quantizer(options, keep), batches, ("head",), fold_quantize=True)[0]
+    assert _float_convs(converted) == [False, True, True, True]  # stem int8; left, right and head float
+    with torch.no_grad():
+        edge = to_edge_transform_and_lower(torch.export.export(converted, args), partitioner=[XnnpackPartitioner()])
+    assert delegation(edge.exported_program().graph_module)["percent"] == 0.0
