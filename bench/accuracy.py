@@ -89,6 +89,23 @@ def run_photos(rounds: int = 3) -> None:
     )
 
 
+def run_seeds(seeds: tuple[int, ...] = (1, 2, 3), calib_samples: int = 300) -> None:
+    """EfficientNet-Lite0 int8 (each backend's default) on several sets of crops, agreement and cosine only, printed, not
+    published (`python -c "from bench.accuracy import run_seeds; run_seeds()"`; `calib_samples=1000` calibrates on more)."""
+    paths = {
+        fmt: (artifact("efficientnet_lite0", "fp32", fmt), artifact("efficientnet_lite0", "int8", fmt, calib_samples))
+        for fmt in PHOTO_FORMATS
+    }
+    print(f"| runtime | calibration crops | {' | '.join(f'seed {seed}: all / confident / cosine' for seed in seeds)} |")
+    print(f"|---|---|{'---|' * len(seeds)}")
+    for fmt, (fp32_path, int8_path) in paths.items():
+        cells = []
+        for seed in seeds:
+            samples = load_samples(str(photo_calibration(CROPS, seed=seed, model="efficientnet_lite0")))
+            cells.append(" / ".join(fidelity_cells(_logits(fp32_path, samples, fmt), _logits(int8_path, samples, fmt))[0]))
+        print(f"| {DEFAULT_TARGET[fmt]} | {calib_samples} | {' | '.join(cells)} |", flush=True)
+
+
 def _fashion_rows(keras: bool) -> list[list]:
     report, _ = run_demo(CACHE / ("demo-keras" if keras else "demo-torch"), runs=10, keras=keras, precisions=PRECISIONS)
     rows = []
