@@ -40,9 +40,11 @@ WEIGHTED = (*CONVS, _aten.linear.default)  # the layers a kept layer's float pro
 class MobilePatterns:
     """Put first in a stock PT2E quantizer's bases (litert-torch's, XNNPACK's): this module's patterns around the
     quantizer's own annotation (static int8 with a global config), and `keep_float`, the module names (as
-    `named_modules()` gives them) whose ops stay float (accuracy control)."""
+    `named_modules()` gives them) whose ops stay float (accuracy control, the sensitivity search)."""
 
-    keep_float: tuple[str, ...] = ()
+    def __init__(self, keep_float: tuple[str, ...] = ()) -> None:
+        super().__init__()
+        self.keep_float = tuple(keep_float)
 
     def annotate(self, model: GraphModule) -> GraphModule:
         annotate_before(model, self.global_config)

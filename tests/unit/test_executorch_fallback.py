@@ -60,10 +60,8 @@ def test_a_middle_layer_kept_in_float_runs_in_float_inside_the_delegate(tmp_path
     XNNPACK takes no quantized conv whose output is float, "Missing out variants: dequantize_per_channel"); the .pte
     lowers whole into XNNPACK and agrees with the fp32 model on real Fashion-MNIST images."""
     import numpy as np
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
 
-    from edgekit.backends.executorch.convert import delegation
+    from edgekit.backends.executorch.convert import lower_to_xnnpack
     from edgekit.backends.executorch.quantizer import xnnpack_quantizer
     from edgekit.calibration import load_samples
     from edgekit.converters import CalibrationOptions, ConvertOptions
@@ -88,8 +86,8 @@ def test_a_middle_layer_kept_in_float_runs_in_float_inside_the_delegate(tmp_path
     converted = quantize(("features.2.0",))[0]
     assert _float_convs(converted) == [True, True, False]  # the middle conv, and the first that computes its input
     with torch.no_grad():
-        edge = to_edge_transform_and_lower(torch.export.export(converted, args), partitioner=[XnnpackPartitioner()])
-    assert delegation(edge.exported_program().graph_module)["percent"] == 0.0  # nothing left outside the delegate
+        edge, split = lower_to_xnnpack(converted, args)
+    assert split["percent"] == 0.0  # nothing left outside the delegate
     pte = tmp_path / "middle_float.pte"
     pte.write_bytes(edge.to_executorch().buffer)
     images = load_samples(str(demo_data[0]), specs=specs, limit=300)
@@ -117,10 +115,7 @@ class TwoBranches(torch.nn.Module):
 def test_a_kept_layer_after_an_add_takes_both_branches_to_float_and_no_further():
     """The head kept in float: the add that feeds it and both convs that feed the add go float (each is read only by
     float ops); the stem, which they read, stays int8. The graph lowers whole into XNNPACK."""
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
-
-    from edgekit.backends.executorch.convert import delegation
+    from edgekit.backends.executorch.convert import lower_to_xnnpack
     from edgekit.backends.executorch.quantizer import xnnpack_quantizer
     from edgekit.converters import CalibrationOptions, ConvertOptions
     from edgekit.converters.pt2e import int8_module
@@ -132,5 +127,5 @@ def test_a_kept_layer_after_an_add_takes_both_branches_to_float_and_no_further()
     converted = int8_module(module, args, lambda keep: xnnpack_quantizer(options, keep), batches, ("head",), fold_quantize=True)[0]
     assert _float_convs(converted) == [False, True, True, True]  # stem int8; left, right and head float
     with torch.no_grad():
-        edge = to_edge_transform_and_lower(torch.export.export(converted, args), partitioner=[XnnpackPartitioner()])
-    assert delegation(edge.exported_program().graph_module)["percent"] == 0.0
+        split = lower_to_xnnpack(converted, args)[1]
+    assert split["percent"] == 0.0

@@ -57,16 +57,22 @@ class TorchToExecutorch(Converter):
 
 
 def _lower(module, args, options: ConvertOptions, data: ConversionData, specs):
+    quantization = None
+    if options.precision == "int8":
+        module, quantization = _quantize(module, args, options, data, specs)
+    edge, split = lower_to_xnnpack(module, args)
+    return edge.to_executorch(), split, quantization
+
+
+def lower_to_xnnpack(module, args) -> tuple:
+    """torch.export of `module` (float or PT2E-quantized) lowered with the XNNPACK partitioner: (the edge program,
+    its delegation split)."""
     import torch
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
-    quantization = None
-    if options.precision == "int8":
-        module, quantization = _quantize(module, args, options, data, specs)
     edge = to_edge_transform_and_lower(torch.export.export(module, args), partitioner=[XnnpackPartitioner()])
-    split = delegation(edge.exported_program().graph_module)
-    return edge.to_executorch(), split, quantization
+    return edge, delegation(edge.exported_program().graph_module)
 
 
 def _quantize(module, args, options: ConvertOptions, data: ConversionData, specs):

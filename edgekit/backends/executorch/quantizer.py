@@ -17,6 +17,7 @@ class MobileXNNPACKQuantizer(MobilePatterns, XNNPACKQuantizer):
 def xnnpack_quantizer(options: ConvertOptions, keep_float: tuple[str, ...] = ()) -> tuple[MobileXNNPACKQuantizer, dict]:
     """The static int8 quantizer for `options` with the `keep_float` modules float, and its scheme for the provenance."""
     config, scheme = static_config(get_symmetric_quantization_config, options)
-    quantizer = MobileXNNPACKQuantizer().set_global(config)
-    quantizer.keep_float = tuple(keep_float)
-    return quantizer, {"quantizer": "ExecuTorch XNNPACKQuantizer + converters.pt2e patterns", **scheme}
+    return MobileXNNPACKQuantizer(keep_float).set_global(config), {
+        "quantizer": "ExecuTorch XNNPACKQuantizer + converters.pt2e patterns",
+        **scheme,
+    }
