@@ -130,9 +130,10 @@ def _fashion_rows(keras: bool) -> list[list]:
     return rows
 
 
-def _logits(path, samples, fmt: str):
-    """The model's first output on `samples`, bound to its input names (litert-torch names its input args_0)."""
-    runner = make_runner(open_source(str(path)))
+def _logits(path, samples, fmt: str, target: str | None = None):
+    """The model's first output on `samples` (on `target`, default the format's own runtime), bound to its input names
+    (litert-torch names its input args_0)."""
+    runner = make_runner(open_source(str(path)), target)
     runner.load()
     return run_batches(runner, samples.bind(runner.inputs), 1 if fmt in ("tflite", "executorch") else 50)[0]  # planned for batch 1
 
