@@ -81,7 +81,8 @@ def run_photos(rounds: int = 3) -> None:
         ],
         _photo_rows(rounds),
         [
-            f"{CROPS} crops/flips of 14 scikit-image photos (seed 1), other crops than the 300 calibration crops (seed 0).",
+            f"{CROPS} crops/flips of 14 scikit-image photos (seed 1), other crops than the 300 calibration crops (seed 0); "
+            "agreement on all crops with its 95% bootstrap interval in square brackets.",
             f"p50 ratio = int8 p50 / fp32 p50 of the same runtime, median over {rounds} interleaved rounds (each artifact in a "
             "fresh process, 10 warm-up + 60 timed runs, batch 1); range in brackets.",
             *_PHOTO_NOTES,
