@@ -3,7 +3,8 @@ Clip to its quantization range (the same clamp, no rounding; a ReLU6 fused into 
 at a time on crops that are neither calibration nor test, then the k most sensitive together on the test crops:
 agreement, cosine and int8/fp32 p50. A measurement of this host's default int8, not a scheme edgekit writes
 (docs/int8-schemes.md, "Where the rest is lost"). Accuracy control returns activations to float the same way
-(edgekit.converters.float_activations)."""
+(edgekit.converters.float_activations). Two last rows bound what equalizing channels (cross-layer equalization,
+SmoothQuant) could recover: the linear stream tensors quantized per channel, against the default, both run as written."""
 
 from __future__ import annotations
 
