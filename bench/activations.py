@@ -8,6 +8,7 @@ SmoothQuant) could recover: the linear stream tensors quantized per channel, aga
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from pathlib import Path
 
@@ -177,8 +178,15 @@ def _scores(path: Path, fp32: Path, rounds: int, target: str | None = None) -> l
     timed where `rounds` is 0). `target` runs `path` (default: ONNX Runtime's CPU, as fp32 always runs)."""
     agreements, cosines = [], []
     for seed in TEST_SEEDS:
-        samples = load_samples(str(photo_calibration(600, seed=seed, model=MODEL)))
-        reference, out = _logits(fp32, samples, "onnx"), _logits(path, samples, "onnx", target)
+        samples, reference = _test_set(fp32, seed)
+        out = _logits(path, samples, "onnx", target)
         agreements.append(f"{(reference.argmax(1) == out.argmax(1)).mean() * 100:.2f}%")
         cosines.append(_cosine(reference, out))
     return [*agreements, f"{np.mean(cosines):.4f}", ratio_text(_p50_ratios(path, fp32, 1, rounds)) if rounds else "- (not what runs)"]
+
+
+@functools.cache
+def _test_set(fp32: Path, seed: int) -> tuple:
+    """A test seed's 600 crops and the fp32 model's logits on them: computed once, every row compares against them."""
+    samples = load_samples(str(photo_calibration(600, seed=seed, model=MODEL)))
+    return samples, _logits(fp32, samples, "onnx")

@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
-from edgekit.converters import CalibrationOptions, ConvertOptions
+from edgekit.converters import SUFFIXES, CalibrationOptions, ConvertOptions
 from edgekit.converters.pipeline import convert
 from edgekit.errors import EdgekitError
 from edgekit.loaders import open_source
@@ -157,14 +157,13 @@ def test_pt2e_int8_keeps_the_best_prefix_of_the_sensitivity_outliers_in_float(tm
     and say so; --no-keep-sensitive skips it."""
     pytest.importorskip("litert_torch" if to == "tflite" else "executorch")
     calib = CalibrationOptions(str(demo_data[1]), 64)
-    suffix = {"tflite": "tflite", "executorch": "pte"}[to]
-    default = convert(fashion_source, to, tmp_path / f"d.{suffix}", ConvertOptions("int8", INPUTS, calib))
+    default = convert(fashion_source, to, tmp_path / f"d{SUFFIXES[to]}", ConvertOptions("int8", INPUTS, calib))
     sensitivity = default.meta["provenance"][to]["quantization"]["sensitivity"]
     trials = sensitivity["output_loss_by_kept"]
     assert "none (all int8)" in trials
     kept = ", ".join(layer["name"] for layer in sensitivity["kept_in_float"]) or "none (all int8)"
     assert trials[kept] == min(trials.values())
-    plain = convert(fashion_source, to, tmp_path / f"p.{suffix}", ConvertOptions("int8", INPUTS, calib, keep_sensitive=False))
+    plain = convert(fashion_source, to, tmp_path / f"p{SUFFIXES[to]}", ConvertOptions("int8", INPUTS, calib, keep_sensitive=False))
     assert "sensitivity" not in plain.meta["provenance"][to]["quantization"]
 
 
