@@ -28,8 +28,7 @@ class TorchToTflite(Converter):
     honours = frozenset({"calib_method", "per_tensor"})  # PT2E int8: converters.pt2e.static_config
     calib_methods = ("minmax", "histogram")  # converters.pt2e.OBSERVERS: torchao has no entropy or percentile observer
     default_calib_method = "histogram"  # the stock quantizer's own observer; Lite0 on LiteRT 96.00% vs 94.50% with minmax
-    accuracy_control = True  # --max-drop / --min-agreement: converters.litert_accuracy
-    agreement_control = True
+    accuracy_control = True  # --max-drop / --min-agreement / --min-cosine: converters.litert_accuracy
     package = "litert-torch"
     import_name = "litert_torch"
 
@@ -91,15 +90,17 @@ def export(edge, out: Path) -> None:
 def _convert(module, args, options: ConvertOptions, data: ConversionData, specs, notes: dict):
     import litert_torch
 
+    from edgekit.loaders.torch import in_eval_mode
+
     if options.precision == "fp32":
-        return litert_torch.convert(_inference_mode(module), args)
+        return litert_torch.convert(in_eval_mode(module), args)
     if options.precision in ("fp16", "int8-dynamic"):
         from litert_torch.generative.quantize import quant_recipes
 
         # Recipes return a QuantConfig. PT2E's dynamic mode gave a 10%-accurate Fashion-MNIST model here
         # (litert-torch 0.10); the weight-only dynamic recipe keeps accuracy.
         recipe = quant_recipes.full_fp16_recipe() if options.precision == "fp16" else quant_recipes.full_dynamic_recipe()
-        return litert_torch.convert(_inference_mode(module), args, quant_config=recipe)
+        return litert_torch.convert(in_eval_mode(module), args, quant_config=recipe)
     search = options.keep_sensitive and options.layout == "nchw"  # the ranking runs the NCHW module
     return _int8_static(module, args, options, data, specs, notes, search=search)
 
@@ -112,9 +113,10 @@ def _int8_static(module, args, options: ConvertOptions, data: ConversionData, sp
 
     from edgekit.converters.litert_quantizer import litert_quantizer
     from edgekit.converters.pt2e import int8
+    from edgekit.loaders.torch import in_eval_mode
 
     converted, quantizer, notes["quantization"] = int8(
-        _inference_mode(module),
+        in_eval_mode(module),
         args,
         lambda keep: litert_quantizer(options, keep),
         data.calibration,
@@ -125,11 +127,3 @@ def _int8_static(module, args, options: ConvertOptions, data: ConversionData, sp
         keep_float=keep_float,
     )
     return litert_torch.convert(converted, args, quant_config=QuantConfig(pt2e_quantizer=quantizer))
-
-
-def _inference_mode(module):
-    """eval() where allowed: a .pt2's GraphModule is already in inference form and refuses eval()."""
-    try:
-        return module.eval()
-    except (NotImplementedError, RuntimeError):
-        return module

@@ -100,6 +100,14 @@ def training_ops(program) -> list[str]:
     return found
 
 
+def in_eval_mode(module):
+    """eval() where allowed: a .pt2's GraphModule is already in inference form and refuses eval()."""
+    try:
+        return module.eval()
+    except (NotImplementedError, RuntimeError):
+        return module
+
+
 def export_batch(module, wanted: int) -> int:
     """The example batch to export `module` with: 1 for a .pt2 exported at a fixed batch (its guards allow no other)."""
     return 1 if getattr(module, FIXED_BATCH, False) else wanted

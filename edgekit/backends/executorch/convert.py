@@ -13,7 +13,6 @@ import logging
 from pathlib import Path
 
 from edgekit.converters import ConversionData, Converter, ConvertOptions
-from edgekit.converters.torch_tflite import _inference_mode
 from edgekit.errors import ConversionError
 from edgekit.native import stderr_silenced
 
@@ -37,14 +36,14 @@ class TorchToExecutorch(Converter):
     def convert(self, model, specs, out: Path, options: ConvertOptions, data: ConversionData) -> dict:
         import torch
 
-        from edgekit.loaders.torch import check_forward, example_tensors, export_batch
+        from edgekit.loaders.torch import check_forward, example_tensors, export_batch, in_eval_mode
 
         logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
         check_forward(model, specs)
         args = example_tensors(specs, export_batch(model, EXPORT_BATCH))
         try:
             with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()), stderr_silenced():
-                program, split, quantization = _lower(_inference_mode(model), args, options, data, specs)
+                program, split, quantization = _lower(in_eval_mode(model), args, options, data, specs)
         except ConversionError:
             raise
         except Exception as exc:  # torch.export and the lowering raise many types for unsupported code
