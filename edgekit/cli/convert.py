@@ -41,12 +41,21 @@ FOR_TARGET = typer.Option(
 )
 SEED = typer.Option(0, "--seed", help="Seed of the calibration sampling.")
 VAL = typer.Option(
-    None, "--val", help="Validation data for accuracy-controlled int8 (with --max-drop and labels, or --min-agreement; ONNX, OpenVINO)."
+    None,
+    "--val",
+    help="Validation data for accuracy-controlled int8 (ONNX, OpenVINO, TFLite from PyTorch), with a limit: --max-drop (and labels), "
+    "--min-agreement or --min-cosine.",
 )
 VAL_SAMPLES = typer.Option(1000, "--val-samples", help="Validation samples drawn for accuracy control.")
 MAX_DROP = typer.Option(None, "--max-drop", help="Accuracy control: keep layers in float until the top-1 drop is at most this many points.")
 MIN_AGREEMENT = typer.Option(
-    None, "--min-agreement", help="Accuracy control (ONNX, OpenVINO): float layers until top-1 agreement with fp32 is at least this %."
+    None, "--min-agreement", help="Accuracy control: keep layers in float until top-1 agreement with fp32 is at least this percent."
+)
+MIN_COSINE = typer.Option(
+    None,
+    "--min-cosine",
+    help="Accuracy control: keep layers in float until the first output's mean cosine with fp32's is at least this "
+    "(embeddings, detection maps: models whose output is not a class).",
 )
 IO_DTYPE = typer.Option(
     None, "--io-dtype", help="TFLite full int8: float32, int8 or uint8 inputs/outputs (default float32; int8 with --device)."
@@ -85,6 +94,7 @@ def convert(
     val_samples: int = VAL_SAMPLES,
     max_drop: float = MAX_DROP,
     min_agreement: float = MIN_AGREEMENT,
+    min_cosine: float = MIN_COSINE,
     model_type: str = MODEL_TYPE,
     io_dtype: str = IO_DTYPE,
     layout: str = LAYOUT,
@@ -101,8 +111,8 @@ def convert(
         model, to, output, inputs=inputs, weights=weights, allow_pickle=allow_pickle, precision=precision, calib=calib,
         calib_samples=calib_samples, calib_method=calib_method, preprocess=preprocess, per_tensor=per_tensor, exclude=exclude,
         keep_sensitive=keep_sensitive, for_target=for_target, seed=seed, random_calibration=random_calibration, val=val,
-        val_samples=val_samples, max_drop=max_drop, min_agreement=min_agreement, model_type=model_type, io_dtype=io_dtype,
-        layout=layout, device=device, max_batch=max_batch, opt_batch=opt_batch, emit_recipe=emit_recipe,
+        val_samples=val_samples, max_drop=max_drop, min_agreement=min_agreement, min_cosine=min_cosine, model_type=model_type,
+        io_dtype=io_dtype, layout=layout, device=device, max_batch=max_batch, opt_batch=opt_batch, emit_recipe=emit_recipe,
     )  # fmt: skip
     print_artifact(converted.artifact)
 

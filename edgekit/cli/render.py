@@ -161,7 +161,7 @@ def _control_text(control: dict) -> str:
     """The limit accuracy control met and what it returned to float: layers, and (ONNX Runtime) activations."""
     from edgekit.converters.onnx_accuracy import Limit
 
-    limit = Limit(control.get("max_drop_points"), control.get("min_agreement")).text()
+    limit = Limit.recorded(control).text()
     limit += f", scored on {control['validated_on']}" if "validated_on" in control else ""
     reverted, activations = control.get("reverted_to_float") or [], control.get("activations_in_float") or []
     unrounded = f"; {len(activations)} activation(s) in float: {', '.join(activations)}" if activations else ""

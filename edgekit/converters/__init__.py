@@ -57,6 +57,7 @@ class ConvertOptions:
     validation_samples: int = 1000
     max_drop: float | None = None  # accuracy points; with validation_data turns on accuracy control
     min_agreement: float | None = None  # top-1 agreement with fp32 (%); with validation_data, accuracy control too
+    min_cosine: float | None = None  # mean cosine of the first output with fp32's; with validation_data, accuracy control too
     validate_on: str | None = None  # the target accuracy control scores its steps on (None: the written format's runtime)
     io_dtype: str = "float32"  # TFLite full int8: float32, int8 or uint8 model inputs/outputs
     layout: str = "nchw"  # PyTorch -> TFLite: nhwc makes the model take channels-last inputs
@@ -86,8 +87,8 @@ class Converter:
     precisions: ClassVar[dict[str, bool]]  # precision -> needs calibration data
     package: ClassVar[str]
     import_name: ClassVar[str]
-    accuracy_control: ClassVar[bool] = False  # int8 that keeps sensitive layers in float to meet --max-drop
-    agreement_control: ClassVar[bool] = False  # ... or to meet --min-agreement (top-1 agreement with fp32)
+    # int8 that keeps sensitive layers in float to meet --max-drop, --min-agreement or --min-cosine (converters.onnx_accuracy.Limit)
+    accuracy_control: ClassVar[bool] = False
     # quantization options it applies ("calib_method", "per_tensor"); asking another of it is an error. None: not declared
     honours: ClassVar[frozenset[str] | None] = None
     calib_methods: ClassVar[tuple[str, ...]] = CALIB_METHODS  # the --calib-method values it has, when it honours one

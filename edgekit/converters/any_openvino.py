@@ -30,7 +30,6 @@ class ToOpenVino(Converter):
     package = "openvino"
     import_name = "openvino"
     accuracy_control = True
-    agreement_control = True
 
     @classmethod
     def calib_methods_for(cls, options: ConvertOptions) -> tuple[str, ...]:
@@ -150,7 +149,7 @@ def _validated_ir(fp32: Path, ir: Path, data: ConversionData, options: ConvertOp
     from edgekit.converters.onnx_accuracy import Limit, Validator, on_target, score_text
 
     score = Validator(fp32, data.validation, on_target(VALIDATED_ON)).score(ir)
-    limit = Limit(options.max_drop, options.min_agreement)
+    limit = Limit.of(options)
     if not limit.holds(score):
         raise ConversionError(
             f"the OpenVINO IR misses the limit ({limit.text()}) {missed[0]}: {score_text(score)} on {len(data.validation)} validation samples",
@@ -307,6 +306,7 @@ def _nncf_int8(ov_model, data: ConversionData, options: ConvertOptions, sensitiv
     import nncf
 
     from edgekit.calibration.adapters import nncf_dataset
+    from edgekit.converters.onnx_accuracy import Limit
 
     samples = data.calibration
     ignored = [*options.exclude, *sensitivity.pop("ov_names")]
@@ -335,14 +335,16 @@ def _nncf_int8(ov_model, data: ConversionData, options: ConvertOptions, sensitiv
     }
     if data.validation is None:
         return nncf.quantize(ov_model, nncf_dataset(samples), advanced_parameters=advanced, **common), notes
+    if model_type == "transformer":  # NNCF's reverts would undo SmoothQuant's weights only (_without_smooth_quant)
+        advanced = _without_smooth_quant(advanced)
     quantized = nncf.quantize(ov_model.clone(), nncf_dataset(samples), advanced_parameters=advanced, **common)
     controlled = _accuracy_controlled(ov_model, data, options, common, advanced)
     notes |= {
         "accuracy_control": {
-            "max_drop_points": options.max_drop,
-            "min_agreement": options.min_agreement,
+            **Limit.of(options).notes(),
             "validation_samples": len(data.validation),
             "reverted_to_float": reverted_layers(quantized, controlled),
+            **({"smooth_quant": SMOOTH_QUANT_OFF} if model_type == "transformer" else {}),
         }
     }
     return controlled, notes
@@ -379,24 +381,28 @@ def _nncf_scheme(options: ConvertOptions) -> tuple[dict, dict]:
 
 
 def _accuracy_controlled(ov_model, data: ConversionData, options: ConvertOptions, common: dict, advanced):
-    """NNCF's accuracy control on top-1 accuracy (--max-drop, labels) or on top-1 agreement with the fp32 model
-    (--min-agreement: the fp32 model agrees 100% with itself, so the allowed drop is 100 - the minimum)."""
+    """NNCF's accuracy control on top-1 accuracy (--max-drop, labels), on top-1 agreement with the fp32 model
+    (--min-agreement: the fp32 model agrees 100% with itself, so the allowed drop is 100 - the minimum) or on the mean
+    cosine of the first output with fp32's (--min-cosine: the allowed drop is 1 - the minimum)."""
     import nncf
     from nncf.quantization.advanced_parameters import AdvancedAccuracyRestorerParameters
 
     from edgekit.calibration.adapters import nncf_dataset, nncf_validation
     from edgekit.converters.onnx_accuracy import MAX_STEPS
 
-    if options.max_drop is not None and options.min_agreement is not None:
+    if sum(limit is not None for limit in (options.max_drop, options.min_agreement, options.min_cosine)) > 1:
         raise EdgekitError(
-            "OpenVINO's accuracy control holds one limit: --max-drop or --min-agreement, not both",
-            hint="drop one of them, or use --to onnx, which checks both",
+            "OpenVINO's accuracy control holds one limit: --max-drop, --min-agreement or --min-cosine, not two",
+            hint="keep one of them, or use --to onnx, which checks them all",
         )
-    if options.min_agreement is not None:
-        validation = nncf.Dataset(list(data.validation.batches(1)))
-        validation_fn, max_drop = _agreement_validation(ov_model), (100.0 - options.min_agreement) / 100.0
-    else:
+    if options.max_drop is not None:
         validation, validation_fn, max_drop = nncf_validation(data.validation), _top1_validation, options.max_drop / 100.0
+    else:
+        validation = nncf.Dataset(list(data.validation.batches(1)))
+        if options.min_agreement is not None:
+            validation_fn, max_drop = _fidelity_validation(ov_model, _agreed), (100.0 - options.min_agreement) / 100.0
+        else:
+            validation_fn, max_drop = _fidelity_validation(ov_model, _cosine), 1.0 - options.min_cosine
     return nncf.quantize_with_accuracy_control(
         ov_model,
         nncf_dataset(data.calibration),
@@ -412,46 +418,70 @@ def _accuracy_controlled(ov_model, data: ConversionData, options: ConvertOptions
     )
 
 
-def _agreement_validation(ov_model):
-    """NNCF's validation_fn for --min-agreement: (top-1 agreement with the fp32 model as a fraction, per item).
+SMOOTH_QUANT_OFF = (
+    "off: NNCF's accuracy control returns a layer to float with the model's own weights, SmoothQuant's division of its "
+    "input left in place (zoo:fashion-vit, ranges 100x too small, --min-cosine 0.99: 0.924 with SmoothQuant, 0.998 without)"
+)
 
-    NNCF calls it on the whole set, on subsets and on single items, so each item's fp32 class is looked up by its
+
+def _without_smooth_quant(advanced):
+    """NNCF's parameters with SmoothQuant off. Under accuracy control it must be: NNCF 3.4 reverts a layer to float by
+    restoring the weights of the model it was given, while SmoothQuant's scaling of the layer's input (a Multiply
+    before it) stays, so every reverted MatMul that SmoothQuant had smoothed computes (x / s) W instead of x W."""
+    from nncf.quantization.advanced_parameters import AdvancedSmoothQuantParameters
+
+    return dataclasses.replace(advanced, smooth_quant_alphas=AdvancedSmoothQuantParameters(matmul=-1, convolution=-1))
+
+
+def _fidelity_validation(ov_model, measure):
+    """NNCF's validation_fn for a limit against the fp32 model: (the mean over the items of `measure(output,
+    fp32's output)`, per item), with the first output flattened per item.
+
+    NNCF calls it on the whole set, on subsets and on single items, so each item's fp32 output is looked up by its
     content (computed once), never by its position."""
     import openvino as ov
 
     # f32 as NNCF compiles the models it validates: on AVX512-BF16/AMX CPUs OpenVINO would otherwise run bf16
     reference = ov.Core().compile_model(ov_model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-    classes: dict[bytes, int] = {}
+    outputs: dict[bytes, np.ndarray] = {}
 
-    def fp32_class(feeds) -> int:
+    def fp32_output(feeds) -> np.ndarray:
         key = _content_key(feeds)
-        if key not in classes:
-            classes[key] = _top1_classes(reference, [feeds])[0]
-        return classes[key]
+        if key not in outputs:
+            outputs[key] = _first_output(reference, feeds)
+        return outputs[key]
 
     def validate(compiled_model, items) -> tuple[float, list[float]]:
-        items = list(items)
-        agreed = [float(a == fp32_class(feeds)) for a, feeds in zip(_top1_classes(compiled_model, items), items, strict=True)]
-        return (sum(agreed) / len(agreed) if agreed else 0.0), agreed
+        values = [measure(_first_output(compiled_model, feeds), fp32_output(feeds)) for feeds in items]
+        return (sum(values) / len(values) if values else 0.0), values
 
     return validate
+
+
+def _first_output(compiled_model, feeds) -> np.ndarray:
+    return np.asarray(compiled_model(feeds)[compiled_model.output(0)], dtype=np.float64).reshape(-1)
+
+
+def _agreed(output: np.ndarray, reference: np.ndarray) -> float:
+    """1.0 where the top-1 class is fp32's."""
+    return float(output.argmax() == reference.argmax())
+
+
+def _cosine(output: np.ndarray, reference: np.ndarray) -> float:
+    """The cosine of two outputs, as validate.compare counts it (a non-finite output: 0)."""
+    from edgekit.validate.compare import compare_output
+
+    return compare_output("output", reference[None], output[None], classification=False).cosine_mean
 
 
 def _content_key(feeds: dict) -> bytes:
     """A digest of a sample's input arrays."""
     import hashlib
 
-    import numpy as np
-
     digest = hashlib.blake2b(digest_size=16)
     for value in feeds.values():
         digest.update(np.ascontiguousarray(value).tobytes())
     return digest.digest()
-
-
-def _top1_classes(compiled_model, items) -> list[int]:
-    output = compiled_model.output(0)
-    return [int(compiled_model(feeds)[output].reshape(1, -1).argmax(1)[0]) for feeds in items]
 
 
 def _top1_validation(compiled_model, items) -> tuple[float, list[float]]:
@@ -473,9 +503,25 @@ def _quantized_consumers(ov_model) -> set[str]:
     consumers = set()
     for op in ov_model.get_ordered_ops():
         if op.get_type_name() in ("Convolution", "GroupConvolution", "MatMul", "ConvolutionBackpropData"):
-            if any(inp.get_source_output().get_node().get_type_name() == "FakeQuantize" for inp in op.inputs()):
+            if any(_int8_source(value) for value in op.input_values()):
                 consumers.add(op.get_friendly_name())
     return consumers
+
+
+# ops an int8 value passes through on its way to a layer: shape ops (NNCF puts a ViT's activation FakeQuantize before
+# the reshapes into its patch embedding) and the decompression of int8 weights (Constant i8 -> Convert -> Multiply)
+INT8_PASSES = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Convert", "Subtract", "Multiply"})
+
+
+def _int8_source(value) -> bool:
+    """Whether a layer input comes from a FakeQuantize or an int8 constant, through shape ops and decompression."""
+    import openvino as ov
+
+    node = value.get_node()
+    kind = node.get_type_name()
+    if kind == "Constant":
+        return node.get_element_type() in (ov.Type.i8, ov.Type.u8)
+    return kind == "FakeQuantize" or (kind in INT8_PASSES and any(_int8_source(v) for v in node.input_values()))
 
 
 def _weights_int8(ov_model):

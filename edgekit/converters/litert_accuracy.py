@@ -56,8 +56,8 @@ class LiteRTQuantization:
 
 
 def accuracy_controlled(module, specs, data: ConversionData, options: ConvertOptions, build: Callable, out: Path) -> dict:
-    """Write the int8 .tflite with as few float layers as meet --max-drop / --min-agreement; the provenance of the steps."""
+    """Write the int8 .tflite with as few float layers as meet --max-drop / --min-agreement / --min-cosine; the provenance of the steps."""
     from edgekit.converters.onnx_accuracy import Limit, accuracy_aware
 
     quantization = LiteRTQuantization(module, specs, data, build)
-    return accuracy_aware(quantization, out, data.validation, Limit(options.max_drop, options.min_agreement), quantization.logits)
+    return accuracy_aware(quantization, out, data.validation, Limit.of(options), quantization.logits)

@@ -25,20 +25,38 @@ MAX_STEPS = 12  # layers and activations returned to float before giving up: bey
 
 @dataclass(frozen=True)
 class Limit:
-    """--max-drop (top-1 points vs fp32 on the labels) and/or --min-agreement (top-1 agreement with fp32, %)."""
+    """--max-drop (top-1 points vs fp32 on the labels), --min-agreement (top-1 agreement with fp32, %) and/or
+    --min-cosine (the mean cosine of the first output with fp32's: the limit for a model whose output is not a class)."""
 
     max_drop: float | None
     min_agreement: float | None
+    min_cosine: float | None = None
+
+    @classmethod
+    def of(cls, options) -> Limit:
+        """The limit a ConvertOptions asks for."""
+        return cls(options.max_drop, options.min_agreement, options.min_cosine)
+
+    @classmethod
+    def recorded(cls, control: dict) -> Limit:
+        """The limit an accuracy_control provenance entry records."""
+        return cls(control.get("max_drop_points"), control.get("min_agreement"), control.get("min_cosine"))
 
     def holds(self, score: dict) -> bool:
         drop_ok = self.max_drop is None or score["drop_points"] <= self.max_drop
         agree_ok = self.min_agreement is None or score["agreement"] >= self.min_agreement
-        return drop_ok and agree_ok
+        cosine_ok = self.min_cosine is None or score["cosine"] >= self.min_cosine
+        return drop_ok and agree_ok and cosine_ok
 
     def text(self) -> str:
         drop = f"top-1 drop <= {self.max_drop} pts" if self.max_drop is not None else None
         agreement = f"agreement >= {self.min_agreement}%" if self.min_agreement is not None else None
-        return " and ".join(filter(None, (drop, agreement)))
+        cosine = f"cosine >= {self.min_cosine}" if self.min_cosine is not None else None
+        return " and ".join(filter(None, (drop, agreement, cosine)))
+
+    def notes(self) -> dict:
+        """What the provenance records of the limit (read back by `recorded`)."""
+        return {"max_drop_points": self.max_drop, "min_agreement": self.min_agreement, "min_cosine": self.min_cosine}
 
 
 class Validator:
@@ -132,8 +150,7 @@ def accuracy_aware(quantizer, out, validation, limit: Limit, logits=None) -> dic
         raise _missed(limit, steps, len(validation))
     final = validator.score(out)  # the written artifact, validated again: the limit holds only after a step kept, so `out` is it
     return {
-        "max_drop_points": limit.max_drop,
-        "min_agreement": limit.min_agreement,
+        **limit.notes(),
         "validation_samples": len(validation),
         "reference_accuracy": validator.reference_accuracy,
         "ranking": "1 - mean cosine vs fp32 with only that layer's weights, or that activation, as int8 holds them (calibration samples)",

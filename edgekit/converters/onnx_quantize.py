@@ -77,7 +77,6 @@ class OnnxQuantizer(Converter):
     package = "onnxruntime"
     import_name = "onnxruntime"
     accuracy_control = True
-    agreement_control = True
     honours = frozenset({"calib_method", "per_tensor"})
     # histogram: L2-optimal ranges from streamed histograms (converters.activation_ranges), the best measured on
     # EfficientNet-Lite0 (600 crops: cosine 0.9987 vs minmax 0.9975; percentile and entropy, on 64 samples since
@@ -200,7 +199,7 @@ def _int8_static(model: Path, out: Path, options: ConvertOptions, data: Conversi
         quantizer = StaticQuantizer(pre, data.calibration, specs, options, scheme, Path(tmp))
         if data.validation is not None:
             logits = on_target(options.validate_on) if options.validate_on else None  # None: ONNX Runtime, in process
-            control = accuracy_aware(quantizer, out, data.validation, Limit(options.max_drop, options.min_agreement), logits)
+            control = accuracy_aware(quantizer, out, data.validation, Limit.of(options), logits)
             control["validated_on"] = options.validate_on or "onnxruntime:cpu"
             sensitivity = {"kept_in_float": [], "note": "accuracy control chose the float layers (accuracy_control)"}
         elif options.keep_sensitive:

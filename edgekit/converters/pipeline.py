@@ -205,7 +205,7 @@ def _with_calib_method(steps, options: ConvertOptions) -> ConvertOptions:
 
 
 def _check_accuracy_control(steps, options: ConvertOptions) -> None:
-    limits = options.max_drop is not None or options.min_agreement is not None
+    limits = any(limit is not None for limit in (options.max_drop, options.min_agreement, options.min_cosine))
     if options.validation_data is None and not limits:
         return
     last, precision = steps[-1]
@@ -214,17 +214,20 @@ def _check_accuracy_control(steps, options: ConvertOptions) -> None:
             f"accuracy-controlled quantization (--val with --max-drop) is not available for {precision} from {last.__name__}",
             hint="use --precision int8 with --to onnx, --to openvino, or --to tflite from PyTorch",
         )
-    if options.min_agreement is not None and not last.agreement_control:
-        raise EdgekitError(f"--min-agreement is not available from {last.__name__}", hint="use --max-drop, or --to onnx")
     if options.validation_data is None or not limits:
         raise EdgekitError(
-            "accuracy control needs both --val DATA (with labels) and --max-drop POINTS or --min-agreement PERCENT",
+            "accuracy control needs both --val DATA and a limit: --max-drop POINTS (labels), --min-agreement PERCENT or --min-cosine C",
             hint="pass both, or neither",
         )
     if options.min_agreement is not None and not 0 < options.min_agreement <= 100:
         raise EdgekitError(
             f"--min-agreement {options.min_agreement:g} is not a percentage: top-1 agreement with the fp32 model lies in (0, 100]",
             hint="e.g. --min-agreement 99",
+        )
+    if options.min_cosine is not None and not 0 < options.min_cosine <= 1:
+        raise EdgekitError(
+            f"--min-cosine {options.min_cosine:g} is not a cosine limit: the mean cosine with the fp32 outputs lies in (0, 1]",
+            hint="e.g. --min-cosine 0.999",
         )
     if options.max_drop is not None and options.max_drop < 0:
         raise EdgekitError(

@@ -271,6 +271,7 @@ def _convert_options(recipe, inputs, precision, target, calibration) -> ConvertO
         validation_samples=conv.val_samples,
         max_drop=conv.max_drop if precision == "int8" else None,
         min_agreement=conv.min_agreement if precision == "int8" else None,
+        min_cosine=conv.min_cosine if precision == "int8" else None,
         io_dtype=conv.io_dtype or ("int8" if conv.device else "float32"),
         layout=conv.layout,
         device=conv.device,

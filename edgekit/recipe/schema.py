@@ -72,10 +72,11 @@ class ConvertSection:
     exclude: tuple[str, ...] = ()
     keep_sensitive: bool = True
     model_type: str | None = None
-    val: str | None = None  # labelled data for accuracy-controlled int8, with max_drop or min_agreement
+    val: str | None = None  # data for accuracy-controlled int8, with max_drop (labelled), min_agreement or min_cosine
     val_samples: int = 1000
     max_drop: float | None = None
     min_agreement: float | None = None
+    min_cosine: float | None = None
     io_dtype: str | None = None
     layout: str = "nchw"
     device: str | None = None

@@ -163,6 +163,7 @@ def convert_section(options) -> dict:
         "val_samples": options.validation_samples,
         "max_drop": options.max_drop,
         "min_agreement": options.min_agreement,
+        "min_cosine": options.min_cosine,
         "io_dtype": options.io_dtype,
         "layout": options.layout,
         "device": options.device,

@@ -89,6 +89,28 @@ def test_openvino_int8_of_the_vit_takes_the_transformer_scheme_and_stays_closer_
     assert 1 - fidelity["auto"].cosine_mean < 1 - fidelity["cnn"].cosine_mean  # what detecting attention buys
 
 
+def test_openvino_accuracy_control_of_the_vit_returns_its_layers_to_float_exactly(tmp_path):
+    """--min-cosine on a transformer through NNCF's accuracy control, calibrated on images 100x too dark (plain int8:
+    cosine ~0.93). NNCF reverts a layer with the weights of the model it was given: with SmoothQuant on, a reverted
+    MatMul kept SmoothQuant's division of its input and the result stayed near 0.92 (refused); with it off under
+    accuracy control, 0.998."""
+    with np.load(zoo_data("zoo:fashion-mnist-calib")) as npz:
+        np.savez(tmp_path / "dark.npz", image=npz["image"][:200] * 0.01)
+    with np.load(zoo_data("zoo:fashion-mnist-test")) as npz:
+        np.savez(tmp_path / "val.npz", image=npz["image"][:300])
+    common = {"precision": "int8", "calib": str(tmp_path / "dark.npz"), "calib_samples": 200}
+    plain = edgekit.convert("zoo:fashion-vit", "openvino", tmp_path / "plain.xml", **common)
+    controlled = edgekit.convert(
+        "zoo:fashion-vit", "openvino", tmp_path / "ac.xml", val=str(tmp_path / "val.npz"), val_samples=300, min_cosine=0.99, **common
+    )
+    control = controlled.provenance["quantization"]["accuracy_control"]
+    assert controlled.provenance["quantization"]["model_type"] == "transformer" and control["smooth_quant"].startswith("off")
+    assert control["reverted_to_float"] and control["final"]["cosine"] >= 0.99
+    reference = _outputs("zoo:fashion-vit")
+    fidelity = {p: compare_output("logits", reference, _outputs(str(p))).cosine_mean for p in (plain.path, controlled.path)}
+    assert fidelity[plain.path] < 0.99 <= fidelity[controlled.path], fidelity  # held on 1,000 images it was not validated on
+
+
 def test_the_backends_agree_with_each_other_on_the_fer_shaped_keras_cnn(tmp_path):
     pytest.importorskip("tensorflow")
     pytest.importorskip("tf2onnx")

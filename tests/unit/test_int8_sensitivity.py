@@ -153,6 +153,35 @@ def test_min_agreement_without_labels_and_its_limits(tmp_path, fashion_onnx, dem
     assert not (tmp_path / "b.onnx").exists() and not (tmp_path / "c.xml").exists()  # nothing half-written
 
 
+def test_min_cosine_holds_a_model_without_classes_to_its_fp32_outputs(tmp_path, fashion_onnx, demo_data):
+    """--min-cosine: the limit for embeddings and detection maps, where top-1 means nothing. Through the real CLI, without
+    labels: ranges 100x too small put plain int8 at cosine ~0.94; the layers returned to float bring it over 0.99; the
+    recipe it emits carries the limit, and bad limits are refused in one line before any work."""
+    from edgekit.recipe.schema import load_recipe
+    from tests.conftest import assert_clean_error, run_cli
+
+    garbage, unlabelled = tmp_path / "garbage.npz", tmp_path / "unlabelled.npz"
+    with np.load(demo_data[1]) as npz:
+        np.savez(garbage, image=npz["image"][:200] * 0.01)
+    with np.load(demo_data[0]) as npz:
+        np.savez(unlabelled, image=npz["image"][:300])
+    args = ["convert", fashion_onnx["fp32"], "--to", "onnx", "-p", "int8", "--calib", garbage, "--val", unlabelled]
+    result = run_cli(*args, "--min-cosine", "0.99", "-o", tmp_path / "c.onnx", "--emit-recipe", tmp_path / "r.yaml")
+    assert result.code == 0, result.stderr
+    assert "accuracy control (cosine >= 0.99, scored on onnxruntime:cpu)" in result.stdout
+    control = read_provenance(tmp_path / "c.onnx")["quantization"]["accuracy_control"]
+    first, *steps = control["steps"]
+    assert control["min_cosine"] == 0.99 and control["min_agreement"] is None and control["final"]["accuracy"] is None
+    assert first["cosine"] < 0.99 <= control["final"]["cosine"] and control["reverted_to_float"]
+    samples = load_samples(str(unlabelled), specs=list(INPUTS))
+    fidelity = compare_output("logits", _outputs(fashion_onnx["fp32"], samples), _outputs(tmp_path / "c.onnx", samples))
+    assert fidelity.cosine_mean >= 0.99  # the artifact as written, run again
+    assert load_recipe(tmp_path / "r.yaml").convert.min_cosine == 0.99
+    for wrong in ("1.5", "0"):
+        assert_clean_error(run_cli(*args, "--min-cosine", wrong, "-o", tmp_path / "w.onnx"), f"--min-cosine {wrong}", "--min-cosine 0.999")
+    assert not (tmp_path / "w.onnx").exists()
+
+
 def test_min_agreement_on_openvino(tmp_path, fashion_onnx, demo_data):
     """OpenVINO accuracy control on agreement with the fp32 model (no labels), on the host's route (ONNX Runtime's loop
     scored on OpenVINO for x86-amx/vnni/avx2, NNCF's elsewhere)."""

@@ -20,15 +20,22 @@ def _float_kernels(path) -> list[list[int]]:
     return [s for s in shapes if s.count(3) == 2]
 
 
-def test_min_agreement_returns_the_worst_layer_to_float(tmp_path, fashion_source, demo_data):
-    """Calibration ranges 100x too small: plain int8 agrees with fp32 on ~62% of images; the stem conv back in float
-    (its input is then not clipped) brings ~77%, over the 70% asked. Scored on LiteRT itself, step by step."""
+@pytest.fixture
+def dark_calibration(tmp_path, demo_data) -> tuple[CalibrationOptions, str]:
+    """Calibration on 100 images 100x too dark (ranges 100x too small), and 300 unlabelled validation images."""
     garbage, unlabelled = tmp_path / "garbage.npz", tmp_path / "val.npz"
     with np.load(demo_data[1]) as npz:
         np.savez(garbage, image=npz["image"][:100] * 0.01)
     with np.load(demo_data[0]) as npz:
         np.savez(unlabelled, image=npz["image"][:300])
-    options = ConvertOptions("int8", (), CalibrationOptions(str(garbage), 100), validation_data=str(unlabelled), min_agreement=70.0)
+    return CalibrationOptions(str(garbage), 100), str(unlabelled)
+
+
+def test_min_agreement_returns_the_worst_layer_to_float(tmp_path, fashion_source, dark_calibration):
+    """Calibration ranges 100x too small: plain int8 agrees with fp32 on ~62% of images; the stem conv back in float
+    (its input is then not clipped) brings ~77%, over the 70% asked. Scored on LiteRT itself, step by step."""
+    calibration, unlabelled = dark_calibration
+    options = ConvertOptions("int8", (), calibration, validation_data=unlabelled, min_agreement=70.0)
     result = convert(fashion_source, "tflite", tmp_path / "ac.tflite", options)
     control = result.meta["provenance"]["tflite"]["accuracy_control"]
     first, *steps = control["steps"]
@@ -41,6 +48,17 @@ def test_min_agreement_returns_the_worst_layer_to_float(tmp_path, fashion_source
     with console.capture() as printed:  # what `edgekit convert` and `edgekit info` print of it
         print_how_made(result.meta["provenance"])
     assert "accuracy control (agreement >= 70" in printed.get() and "1 layer(s) kept in float: features.0.0" in printed.get()
+
+
+def test_min_cosine_returns_layers_to_float_until_the_outputs_are_that_close(tmp_path, fashion_source, dark_calibration):
+    """The same calibration: plain int8 keeps cosine ~0.87 with fp32 on LiteRT; --min-cosine 0.99 returns layers to
+    float until the outputs are that close, each step scored on LiteRT."""
+    calibration, unlabelled = dark_calibration
+    options = ConvertOptions("int8", (), calibration, validation_data=unlabelled, min_cosine=0.99)
+    control = convert(fashion_source, "tflite", tmp_path / "ac.tflite", options).meta["provenance"]["tflite"]["accuracy_control"]
+    first, *steps = control["steps"]
+    assert control["min_cosine"] == 0.99 and first["cosine"] < 0.99 <= control["final"]["cosine"]
+    assert control["reverted_to_float"] == [step["kept_in_float"] for step in steps if step["kept"]]
 
 
 def test_a_middle_layer_kept_in_float_runs_in_float_in_the_tflite(tmp_path, demo_data):

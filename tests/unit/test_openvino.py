@@ -88,12 +88,18 @@ def test_an_int8_onnx_on_openvino_runs_as_the_ir_it_converts_to(tmp_path, fashio
 
 
 @pytest.mark.parametrize(
-    ("isa", "limit"), [("x86-avx512", {"max_drop": 0.5}), ("x86-avx512", {"min_agreement": 99.0}), ("x86-avx2", {"max_drop": 0.5})]
+    ("isa", "limit"),
+    [
+        ("x86-avx512", {"max_drop": 0.5}),
+        ("x86-avx512", {"min_agreement": 99.0}),
+        ("x86-avx512", {"min_cosine": 0.99}),
+        ("x86-avx2", {"max_drop": 0.5}),
+    ],
 )
 def test_accuracy_control_reverts_layers_until_the_limit_holds(tmp_path, fashion_source, garbage_calib, small_test_npz, test2k, isa, limit):
-    """NNCF's accuracy control where NNCF quantizes (x86-avx512), on top-1 accuracy or on agreement with fp32 (NNCF
-    validates single items too); for x86-avx2 (as for VNNI and AMX) ONNX Runtime's loop, each step and the IR itself
-    scored on OpenVINO."""
+    """NNCF's accuracy control where NNCF quantizes (x86-avx512), on top-1 accuracy, on agreement with fp32 or on the
+    cosine with fp32's outputs (NNCF validates single items too); for x86-avx2 (as for VNNI and AMX) ONNX Runtime's
+    loop, each step and the IR itself scored on OpenVINO."""
     from edgekit.converters.any_openvino import ONNX_RUNTIME_ROUTE
 
     plain = convert(fashion_source, "openvino", tmp_path / "plain.xml", ConvertOptions("int8", INPUTS, garbage_calib, for_target=isa))
@@ -106,9 +112,10 @@ def test_accuracy_control_reverts_layers_until_the_limit_holds(tmp_path, fashion
     notes = controlled.meta["provenance"]
     control = notes["quantization"]["accuracy_control"]
     assert control["reverted_to_float"] and control["max_drop_points"] == limit.get("max_drop")
-    assert control["min_agreement"] == limit.get("min_agreement")
+    assert control["min_agreement"] == limit.get("min_agreement") and control["min_cosine"] == limit.get("min_cosine")
     final = control["final"]  # the written IR, scored again on OpenVINO on either route
     assert final["drop_points"] <= limit.get("max_drop", 100) and final["agreement"] >= limit.get("min_agreement", 0)
+    assert final["cosine"] >= limit.get("min_cosine", 0)
     assert _accuracy(controlled.path, test2k) - _accuracy(plain.path, test2k) > 2.0
     if "min_agreement" in limit:
         fp32 = convert(fashion_source, "openvino", tmp_path / "fp32.xml", ConvertOptions("fp32", INPUTS))
