@@ -148,8 +148,9 @@ def _validated_ir(fp32: Path, ir: Path, data: ConversionData, options: ConvertOp
     """The written IR scored against the fp32 model `fp32` (.onnx or IR) on OpenVINO; a miss of the limit is an error."""
     from edgekit.converters.onnx_accuracy import Limit, Validator, on_target, score_text
 
-    score = Validator(fp32, data.validation, on_target(VALIDATED_ON)).score(ir)
-    limit = Limit.of(options)
+    validator, limit = Validator(fp32, data.validation, on_target(VALIDATED_ON)), Limit.of(options)
+    validator.check(limit)
+    score = validator.score(ir)
     if not limit.holds(score):
         raise ConversionError(
             f"the OpenVINO IR misses the limit ({limit.text()}) {missed[0]}: {score_text(score)} on {len(data.validation)} validation samples",
@@ -388,8 +389,9 @@ def _accuracy_controlled(ov_model, data: ConversionData, options: ConvertOptions
     from nncf.quantization.advanced_parameters import AdvancedAccuracyRestorerParameters
 
     from edgekit.calibration.adapters import nncf_dataset, nncf_validation
-    from edgekit.converters.onnx_accuracy import MAX_STEPS
+    from edgekit.converters.onnx_accuracy import MAX_STEPS, Limit, check_top1
 
+    check_top1(Limit.of(options), [d.get_length() if d.is_static else -1 for d in ov_model.output(0).get_partial_shape()])
     if sum(limit is not None for limit in (options.max_drop, options.min_agreement, options.min_cosine)) > 1:
         raise EdgekitError(
             "OpenVINO's accuracy control holds one limit: --max-drop, --min-agreement or --min-cosine, not two",

@@ -52,7 +52,7 @@ class LiteRTQuantization:
         from edgekit.converters.pt2e import first_outputs
 
         batches = [tuple(torch.from_numpy(feeds[s.name]) for s in self.specs) for feeds in samples.batches(64)]
-        return np.concatenate(first_outputs(model, batches)).reshape(len(samples), -1)
+        return np.concatenate(first_outputs(model, batches))
 
 
 def accuracy_controlled(module, specs, data: ConversionData, options: ConvertOptions, build: Callable, out: Path) -> dict:

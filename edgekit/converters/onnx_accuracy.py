@@ -60,27 +60,49 @@ class Limit:
 
 
 class Validator:
-    """Top-1 accuracy and agreement of a model against the fp32 model on the validation samples; `logits(model,
-    samples)` runs either on the target's runtime (ONNX Runtime by default)."""
+    """A model's first output against the fp32 model's on the validation samples: the mean cosine, and where the output
+    holds class scores ([N, classes]) top-1 agreement and, with labels, accuracy. `logits(model, samples)` runs either
+    on the target's runtime (ONNX Runtime by default)."""
 
     def __init__(self, reference_model, samples, logits=None) -> None:
+        from edgekit.validate.compare import is_classifier_output
+
         self.samples = samples
         self.logits = logits or _logits
-        self.reference = self.logits(reference_model, samples)
-        self.reference_accuracy = _accuracy(self.reference, samples.labels)
+        reference = self.logits(reference_model, samples)
+        self.shape = reference.shape
+        self.classes = is_classifier_output(reference)  # top-1 means something only for class scores
+        self.reference = reference.reshape(len(samples), -1)
+        self.reference_accuracy = _accuracy(self.reference, samples.labels) if self.classes else None
+
+    def check(self, limit: Limit) -> None:
+        check_top1(limit, self.shape)
 
     def score(self, model) -> dict:
-        logits = self.logits(model, self.samples)
-        accuracy = _accuracy(logits, self.samples.labels)
-        agreement = float((logits.argmax(1) == self.reference.argmax(1)).mean() * 100)
+        logits = self.logits(model, self.samples).reshape(len(self.samples), -1)
+        accuracy = _accuracy(logits, self.samples.labels) if self.classes else None
+        agreement = round(float((logits.argmax(1) == self.reference.argmax(1)).mean() * 100), 3) if self.classes else None
         drop = None if accuracy is None else round(self.reference_accuracy - accuracy, 3)
-        return {"accuracy": accuracy, "drop_points": drop, "agreement": round(agreement, 3), "cosine": _cosine(self.reference, logits)}
+        return {"accuracy": accuracy, "drop_points": drop, "agreement": agreement, "cosine": _cosine(self.reference, logits)}
+
+
+def check_top1(limit: Limit, shape) -> None:
+    """Refuse a top-1 limit (--max-drop, --min-agreement) for a first output of `shape` that holds no class scores (a
+    map, an embedding)."""
+    from edgekit.validate.compare import is_classifier_shape
+
+    if not is_classifier_shape(shape) and (limit.max_drop is not None or limit.min_agreement is not None):
+        raise EdgekitError(
+            f"--max-drop and --min-agreement measure top-1 classes, and the model's first output ({'x'.join(map(str, shape))}) "
+            "holds no class scores",
+            hint="hold it to the fp32 model's outputs with --min-cosine instead, e.g. --min-cosine 0.999",
+        )
 
 
 def _logits(model, samples) -> np.ndarray:
     from edgekit.converters.onnx_sensitivity import outputs
 
-    return outputs(model, samples)[0].reshape(len(samples), -1)
+    return outputs(model, samples)[0]
 
 
 def on_target(target: str | None):
@@ -93,7 +115,7 @@ def on_target(target: str | None):
 
         runner = make_runner(open_source(str(model)), target)
         runner.load()
-        return run_batches(runner, samples.bind(runner.inputs), 1)[0].reshape(len(samples), -1)
+        return run_batches(runner, samples.bind(runner.inputs), 1)[0]
 
     return logits
 
@@ -118,6 +140,7 @@ def accuracy_aware(quantizer, out, validation, limit: Limit, logits=None) -> dic
     `activations(out)` (its activations, ranked) and `quantize(float_layers, out, float_activations)`; `logits`: how to run the
     reference and the artifact (ONNX Runtime when None)."""
     validator = Validator(quantizer.pre, validation, logits)
+    validator.check(limit)
     kept: dict[bool, list[str]] = {False: [], True: []}  # is an activation -> names in float
     quantizer.quantize([], out, [])
     ranked = sorted([*quantizer.ranked(out)[0], *quantizer.activations(out)], key=lambda s: s.loss, reverse=True)
@@ -184,18 +207,18 @@ def _step_text(step: dict) -> str:
 
 
 def score_text(score: dict) -> str:
-    """A score in one line: agreement, top-1 drop where labelled, cosine."""
-    drop = f", top-1 drop {score['drop_points']:.2f} pts" if score["drop_points"] is not None else ""
+    """A score in one line: agreement (class scores), top-1 drop (labelled), cosine."""
+    agreement = f"agreement {score['agreement']:.2f}%, " if score["agreement"] is not None else ""
+    drop = f"top-1 drop {score['drop_points']:.2f} pts, " if score["drop_points"] is not None else ""
     back = "" if score.get("kept", True) else " (no closer to fp32: put back)"
-    return f"agreement {score['agreement']:.2f}%{drop}, cosine {score['cosine']:.5f}{back}"
+    return f"{agreement}{drop}cosine {score['cosine']:.6g}{back}"
 
 
 def _gain(previous: dict, score: dict) -> dict:
-    """What returning the layer to float bought: points of agreement (and of accuracy, with labels)."""
-    gain = {
-        "agreement_gain": round(score["agreement"] - previous["agreement"], 3),
-        "cosine_gain": round(score["cosine"] - previous["cosine"], 6),
-    }
+    """What returning the layer to float bought: cosine, and points of agreement (class scores) and accuracy (labels)."""
+    gain = {"cosine_gain": round(score["cosine"] - previous["cosine"], 6)}
+    if score["agreement"] is not None:
+        gain["agreement_gain"] = round(score["agreement"] - previous["agreement"], 3)
     if score["accuracy"] is not None and previous["accuracy"] is not None:
         gain["accuracy_gain"] = round(score["accuracy"] - previous["accuracy"], 3)
     return gain

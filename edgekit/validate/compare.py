@@ -136,7 +136,12 @@ def paired_accuracy(ref_logits: np.ndarray, art_logits: np.ndarray, labels: np.n
 
 def is_classifier_output(output: np.ndarray) -> bool:
     """[N, C] with several classes: treat it as logits/probabilities."""
-    return output.ndim == 2 and output.shape[1] > 1
+    return is_classifier_shape(output.shape)
+
+
+def is_classifier_shape(shape) -> bool:
+    """[N, C] with C > 1 (a dynamic N may be anything)."""
+    return len(shape) == 2 and shape[1] > 1
 
 
 def accuracy_percent(logits: np.ndarray, labels: np.ndarray) -> float:

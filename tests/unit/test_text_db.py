@@ -5,6 +5,8 @@ Its binarization B = 1 / (1 + exp(-50 (P - T))) is what int8 breaks: quantized a
 (converters.exponential_ops); ONNX Runtime's quantizer as it is does not, and `edgekit debug` says where and why.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -13,6 +15,7 @@ from edgekit.converters import CalibrationOptions, ConvertOptions
 from edgekit.converters.exponential_ops import exponential_chains
 from edgekit.converters.pipeline import convert
 from edgekit.debug import DebugRequest, debug
+from edgekit.errors import EdgekitError
 from edgekit.loaders import open_source
 from edgekit.zoo.text_pages import DB_ONNX, map_fidelity, pixel_scores, text_pages
 
@@ -109,3 +112,28 @@ def test_debug_reads_openvino_with_dynamic_height_and_width(pages):
     rows = {row["tensor"]: row for row in report["rows"]}
     assert rows["prob"]["shape"] == [1, 1, *EVAL]
     assert rows["prob"]["exact"] or rows["prob"]["sqnr_db"] > 60
+
+
+def test_accuracy_control_holds_the_probability_map_by_cosine_and_refuses_top1_limits(pages):
+    """A detection map has no classes: --min-cosine holds it to fp32's map (no agreement is reported), while
+    --min-agreement (it took the argmax over pixels before) is refused in one line, and nothing is written."""
+    folder, calib, _ = pages
+    validation = text_pages(4, 300, *CALIB)["image"]  # the page size it is converted for
+    np.savez(folder / "val.npz", image=validation)
+    options = ConvertOptions(
+        precision="int8",
+        inputs=(parse_input_spec(f"image:batchx3x{CALIB[0]}x{CALIB[1]}"),),
+        calibration=CalibrationOptions(str(calib), samples=16),
+        validation_data=str(folder / "val.npz"),
+        min_cosine=0.999,
+    )
+    out = folder / "text_db.controlled.int8.onnx"
+    control = convert(open_source("zoo:text-db"), "onnx", out, options).meta["provenance"]["quantization"]["accuracy_control"]
+    assert control["final"]["cosine"] >= 0.999 and control["final"]["agreement"] is None and control["validation_samples"] == 4
+    (prob, _), (ref_prob, _) = _maps(out, validation), _maps(DB_ONNX, validation)
+    assert float((prob * ref_prob).sum() / np.linalg.norm(prob) / np.linalg.norm(ref_prob)) >= 0.999
+    with pytest.raises(EdgekitError, match=r"first output \(4x1x160x224\) holds no class scores") as refused:
+        convert(
+            open_source("zoo:text-db"), "onnx", folder / "refused.onnx", dataclasses.replace(options, min_cosine=None, min_agreement=99.0)
+        )
+    assert "--min-cosine" in refused.value.hint and not (folder / "refused.onnx").exists()
