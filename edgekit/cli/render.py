@@ -165,7 +165,8 @@ def _control_text(control: dict) -> str:
     limit += f", scored on {control['validated_on']}" if "validated_on" in control else ""
     reverted, activations = control.get("reverted_to_float") or [], control.get("activations_in_float") or []
     unrounded = f"; {len(activations)} activation(s) in float: {', '.join(activations)}" if activations else ""
-    return f"accuracy control ({limit}): {len(reverted)} layer(s) kept in float: {', '.join(reverted) or '-'}{unrounded}"
+    smooth = "; SmoothQuant off (NNCF's reverts would undo its weights only)" if "smooth_quant" in control else ""
+    return f"accuracy control ({limit}): {len(reverted)} layer(s) kept in float: {', '.join(reverted) or '-'}{unrounded}{smooth}"
 
 
 def _quant_detail(quant: dict) -> str:

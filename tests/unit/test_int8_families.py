@@ -106,6 +106,9 @@ def test_openvino_accuracy_control_of_the_vit_returns_its_layers_to_float_exactl
     control = controlled.provenance["quantization"]["accuracy_control"]
     assert controlled.provenance["quantization"]["model_type"] == "transformer" and control["smooth_quant"].startswith("off")
     assert control["reverted_to_float"] and control["final"]["cosine"] >= 0.99
+    from edgekit.cli.render import _control_text
+
+    assert _control_text(control).startswith("accuracy control (cosine >= 0.99): ") and "SmoothQuant off" in _control_text(control)
     reference = _outputs("zoo:fashion-vit")
     fidelity = {p: compare_output("logits", reference, _outputs(str(p))).cosine_mean for p in (plain.path, controlled.path)}
     assert fidelity[plain.path] < 0.99 <= fidelity[controlled.path], fidelity  # held on 1,000 images it was not validated on
