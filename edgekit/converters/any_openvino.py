@@ -336,13 +336,15 @@ def _nncf_int8(ov_model, data: ConversionData, options: ConvertOptions, sensitiv
     }
     if data.validation is None:
         return nncf.quantize(ov_model, nncf_dataset(samples), advanced_parameters=advanced, **common), notes
+    limit = Limit.of(options)
+    _check_nncf_limit(ov_model, limit)
     if model_type == "transformer":  # NNCF's reverts would undo SmoothQuant's weights only (_without_smooth_quant)
         advanced = _without_smooth_quant(advanced)
     quantized = nncf.quantize(ov_model.clone(), nncf_dataset(samples), advanced_parameters=advanced, **common)
     controlled = _accuracy_controlled(ov_model, data, options, common, advanced)
     notes |= {
         "accuracy_control": {
-            **Limit.of(options).notes(),
+            **limit.notes(),
             "validation_samples": len(data.validation),
             "reverted_to_float": reverted_layers(quantized, controlled),
             **({"smooth_quant": SMOOTH_QUANT_OFF} if model_type == "transformer" else {}),
@@ -389,14 +391,8 @@ def _accuracy_controlled(ov_model, data: ConversionData, options: ConvertOptions
     from nncf.quantization.advanced_parameters import AdvancedAccuracyRestorerParameters
 
     from edgekit.calibration.adapters import nncf_dataset, nncf_validation
-    from edgekit.converters.onnx_accuracy import MAX_STEPS, Limit, check_top1
+    from edgekit.converters.onnx_accuracy import MAX_STEPS
 
-    check_top1(Limit.of(options), [d.get_length() if d.is_static else -1 for d in ov_model.output(0).get_partial_shape()])
-    if sum(limit is not None for limit in (options.max_drop, options.min_agreement, options.min_cosine)) > 1:
-        raise EdgekitError(
-            "OpenVINO's accuracy control holds one limit: --max-drop, --min-agreement or --min-cosine, not two",
-            hint="keep one of them, or use --to onnx, which checks them all",
-        )
     if options.max_drop is not None:
         validation, validation_fn, max_drop = nncf_validation(data.validation), _top1_validation, options.max_drop / 100.0
     else:
@@ -418,6 +414,19 @@ def _accuracy_controlled(ov_model, data: ConversionData, options: ConvertOptions
         advanced_accuracy_restorer_parameters=AdvancedAccuracyRestorerParameters(max_num_iterations=MAX_STEPS),
         **common,
     )
+
+
+def _check_nncf_limit(ov_model, limit) -> None:
+    """What NNCF's accuracy control can hold, checked before any quantization: one limit, and a top-1 limit only on
+    class scores."""
+    from edgekit.converters.onnx_accuracy import check_top1
+
+    if limit.count() > 1:
+        raise EdgekitError(
+            "OpenVINO's accuracy control holds one limit: --max-drop, --min-agreement or --min-cosine, not two",
+            hint="keep one of them, or use --to onnx, which checks them all",
+        )
+    check_top1(limit, [d.get_length() if d.is_static else -1 for d in ov_model.output(0).get_partial_shape()])
 
 
 SMOOTH_QUANT_OFF = (

@@ -42,6 +42,10 @@ class Limit:
         """The limit an accuracy_control provenance entry records."""
         return cls(control.get("max_drop_points"), control.get("min_agreement"), control.get("min_cosine"))
 
+    def count(self) -> int:
+        """How many of the limits are set."""
+        return sum(limit is not None for limit in (self.max_drop, self.min_agreement, self.min_cosine))
+
     def holds(self, score: dict) -> bool:
         drop_ok = self.max_drop is None or score["drop_points"] <= self.max_drop
         agree_ok = self.min_agreement is None or score["agreement"] >= self.min_agreement

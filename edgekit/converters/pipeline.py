@@ -205,7 +205,9 @@ def _with_calib_method(steps, options: ConvertOptions) -> ConvertOptions:
 
 
 def _check_accuracy_control(steps, options: ConvertOptions) -> None:
-    limits = any(limit is not None for limit in (options.max_drop, options.min_agreement, options.min_cosine))
+    from edgekit.converters.onnx_accuracy import Limit
+
+    limits = Limit.of(options).count() > 0
     if options.validation_data is None and not limits:
         return
     last, precision = steps[-1]
