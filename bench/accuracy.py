@@ -6,6 +6,7 @@ from bench.common import (
     CACHE,
     CONTROL_LIMIT,
     CONTROL_VALIDATION,
+    ISA_CLASS,
     artifact,
     fidelity_cells,
     p50,
@@ -61,6 +62,7 @@ def run() -> None:
         ],
     )
     run_photos()
+    run_noise_floor()
 
 
 def run_photos(rounds: int = 3) -> None:
@@ -105,6 +107,49 @@ def run_seeds(seeds: tuple[int, ...] = (1, 2, 3), calib_samples: int = 300) -> N
             samples = load_samples(str(photo_calibration(CROPS, seed=seed, model="efficientnet_lite0")))
             cells.append(" / ".join(fidelity_cells(_logits(fp32_path, samples, fmt), _logits(int8_path, samples, fmt))[0]))
         print(f"| {DEFAULT_TARGET[fmt]} | {calib_samples} | {' | '.join(cells)} |", flush=True)
+
+
+NOISE_STEPS = (0.1, 0.2, 0.3, 0.5)  # the input noise of run_noise_floor, in 8-bit pixel steps (1/255)
+
+
+def run_noise_floor(seeds: tuple[int, ...] = (1, 2, 3)) -> None:
+    """How much top-1 agreement these crops allow (`python -c "from bench.accuracy import run_noise_floor;
+    run_noise_floor()"`, about 3 minutes): EfficientNet-Lite0 fp32 on ONNX Runtime against itself with Gaussian noise of
+    a fraction of one 8-bit pixel step added to its input (the crops are 8-bit pixels), beside the default int8, all
+    against the same fp32 outputs. Where noise smaller than the pixels' own rounding flips as many near-ties as int8
+    does, the all-crops agreement measures the crops' near-ties more than the quantizer."""
+    import numpy as np
+
+    from edgekit.calibration.samples import Samples
+
+    fp32_path, int8_path = artifact("efficientnet_lite0", "fp32"), artifact("efficientnet_lite0", "int8")
+    noisy_cells, int8_cells = {step: [] for step in NOISE_STEPS}, []
+    for seed in seeds:
+        crops = load_samples(str(photo_calibration(CROPS, seed=seed, model="efficientnet_lite0"))).arrays["image"]
+        reference = _logits(fp32_path, Samples({"image": crops}), "onnx")
+        rng = np.random.default_rng(seed)
+        for step, cells in noisy_cells.items():
+            noisy = np.clip(crops + rng.normal(0, step / 255, crops.shape).astype(np.float32), 0, 1)
+            cells.append(_agreement_cell(reference, fp32_path, Samples({"image": noisy})))
+        int8_cells.append(_agreement_cell(reference, int8_path, Samples({"image": crops})))
+    rows = [[f"fp32, input noise sigma {step} pixel step", *cells] for step, cells in noisy_cells.items()]
+    rows.append([f"int8 ({ISA_CLASS} default)", *int8_cells])
+    publish(
+        "accuracy-lite0-floor",
+        "EfficientNet-Lite0 on ONNX Runtime: top-1 agreement with fp32 under sub-pixel input noise, beside int8",
+        ["variant", *(f"seed {seed}: all / confident / cosine" for seed in seeds)],
+        rows,
+        [
+            f"{CROPS} crops/flips of 14 scikit-image photos per seed (8-bit pixels scaled to [0, 1]); each row against ONNX "
+            "Runtime fp32 on the same crops without noise. Noise: Gaussian, sigma in units of one 8-bit pixel step (1/255), "
+            "one draw per crop, clipped to [0, 1].",
+        ],
+    )
+
+
+def _agreement_cell(reference, onnx_path, samples) -> str:
+    """'all / confident / cosine' of an ONNX model's logits on `samples` against `reference`."""
+    return " / ".join(fidelity_cells(reference, _logits(onnx_path, samples, "onnx"))[0])
 
 
 def _fashion_rows(keras: bool) -> list[list]:
