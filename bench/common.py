@@ -140,20 +140,18 @@ def ratio_text(s: dict) -> str:
 
 def fidelity_cells(reference: np.ndarray, out: np.ndarray) -> tuple[list[str], bool]:
     """Table cells for int8 logits against fp32's: top-1 agreement on all samples, on those fp32 is confident of (top
-    probability > 0.5; most photo crops are far from ImageNet, so near-ties flip easily), mean cosine; and whether
+    probability >= 0.5, compare.CONFIDENT; most photo crops are far from ImageNet, so near-ties flip easily), mean cosine; and whether
     issue 17's accuracy targets hold (>= 97%, >= 99%, cosine >= 0.995). The agreement on all samples carries its 95%
     bootstrap interval in square brackets: on a few hundred crops rich in near-ties it spans about three points."""
     from edgekit.validate.compare import compare_output
 
     fidelity = compare_output("logits", reference, out)
-    e = np.exp(reference - reference.max(1, keepdims=True))
-    confident = (e / e.sum(1, keepdims=True)).max(1) > 0.5
-    sure = float((reference.argmax(1) == out.argmax(1))[confident].mean() * 100)
+    sure = fidelity.top1_agreement_confident
     met = fidelity.top1_agreement >= 97 and sure >= 99 and fidelity.cosine_mean >= 0.995
     low, high = fidelity.top1_agreement_ci95
     cells = [
         f"{fidelity.top1_agreement:.2f}% [{low:.1f}-{high:.1f}]",
-        f"{sure:.2f}% (of {int(confident.sum())})",
+        f"{sure:.2f}% (of {fidelity.confident_samples})",
         f"{fidelity.cosine_mean:.4f}",
     ]
     return cells, met

@@ -112,6 +112,10 @@ class Fidelity(Record):
     cosine_min: float = 0.0
     snr_db: float | None = None
     top1_agreement: float | None = None
+    top1_flips: int | None = None
+    flip_margin_max: float | None = None
+    confident_samples: int | None = None
+    top1_agreement_confident: float | None = None
 
 
 @dataclass

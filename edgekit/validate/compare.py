@@ -8,6 +8,8 @@ import numpy as np
 
 from edgekit.calibration import Samples
 
+CONFIDENT = 0.5  # a reference top-class probability at or above this makes a sample one the reference is sure of
+
 
 @dataclass(frozen=True)
 class OutputFidelity:
@@ -23,6 +25,10 @@ class OutputFidelity:
     nonfinite: int = 0  # NaN/inf values in the artifact's output where the reference's is finite
     reference_nonfinite: int = 0  # NaN/inf values in the reference's output (not judged)
     top1_agreement_ci95: list[float] | None = None  # paired bootstrap over the samples, percent
+    top1_flips: int | None = None  # samples whose top-1 class changed
+    flip_margin_max: float | None = None  # the largest reference top-1 minus top-2 probability among them
+    confident_samples: int | None = None  # samples whose reference top class has probability >= CONFIDENT
+    top1_agreement_confident: float | None = None  # percent, over those
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -83,6 +89,7 @@ def compare_output(name: str, ref: np.ndarray, art: np.ndarray, classification: 
         int(broken.sum()),
         int((~np.isfinite(ref64)).sum()),
         None if agree is None else bootstrap_ci95(agree * 100.0),
+        **({} if agree is None else _flips(ref_v, agree)),
     )
 
 
@@ -104,6 +111,29 @@ def _cosine_rows(ref: np.ndarray, art: np.ndarray, broken: np.ndarray) -> np.nda
 def _agreement(ref: np.ndarray, art: np.ndarray, broken: np.ndarray) -> np.ndarray:
     """Per sample, whether the top-1 classes agree; a sample with a non-finite score never agrees."""
     return ((ref.argmax(1) == art.argmax(1)) & ~broken).astype(np.float64)
+
+
+def _flips(ref: np.ndarray, agree: np.ndarray) -> dict:
+    """Where the top-1 answers changed: how many, the largest reference margin (top-1 minus top-2 probability) among
+    them (small when every flip is a near-tie, which any change of the input flips too: docs/int8-schemes.md), and the
+    agreement on the samples the reference is sure of (its top class at probability >= CONFIDENT)."""
+    top2 = np.sort(_probabilities(ref), axis=1)[:, -2:]
+    flipped, confident = agree == 0, top2[:, 1] >= CONFIDENT
+    margins = (top2[:, 1] - top2[:, 0])[flipped]
+    return {
+        "top1_flips": int(flipped.sum()),
+        "flip_margin_max": float(margins.max()) if margins.size else None,
+        "confident_samples": int(confident.sum()),
+        "top1_agreement_confident": float(agree[confident].mean() * 100) if confident.any() else None,
+    }
+
+
+def _probabilities(rows: np.ndarray) -> np.ndarray:
+    """Class scores as probabilities: as they are where they already are (non-negative rows summing to 1), else softmax."""
+    if (rows >= 0).all() and np.allclose(rows.sum(1), 1.0, atol=1e-3):
+        return rows
+    e = np.exp(rows - rows.max(1, keepdims=True))
+    return e / e.sum(1, keepdims=True)
 
 
 def bootstrap_ci95(per_sample: np.ndarray, resamples: int = 4000, seed: int = 0) -> list[float]:

@@ -195,6 +195,8 @@ def summary_row(result: dict) -> dict:
         "samples": (result.get("data") or {}).get("samples"),
         "drop_relative": 100 * accuracy["drop_points"] / reference if reference else None,
         "top1_agreement": min((f["top1_agreement"] for f in fidelity if f["top1_agreement"] is not None), default=None),
+        "top1_agreement_confident": min(_present(fidelity, "top1_agreement_confident"), default=None),
+        "flip_margin_max": max(_present(fidelity, "flip_margin_max"), default=None),
         "cosine": min((f["cosine_mean"] for f in fidelity), default=None),
         "snr_db": min((f["snr_db"] for f in fidelity), default=None),
         "nonfinite": sum(f.get("nonfinite", 0) for f in fidelity) if fidelity else None,
@@ -220,6 +222,10 @@ def fallback_of(provenance: dict) -> dict | None:
         return provenance["fallback"]
     npu = provenance.get("npu")
     return {"percent": npu["cpu_fallback_percent"], "where": f"the {npu['device']} NPU"} if npu else None
+
+
+def _present(fidelity: list[dict], key: str) -> list:
+    return [f[key] for f in fidelity if f.get(key) is not None]
 
 
 def _worst_agreement_ci(fidelity: list[dict]) -> list[float] | None:

@@ -52,12 +52,22 @@ def test_default_gates_fail_garbage_without_thresholds(tmp_path, fashion_onnx, s
     assert result.code == 2 and "nonfinite_values" in result.stdout, result.stdout + result.stderr
     assert run_cli("validate", bad, "-r", fashion_onnx["fp32"], "-d", small_test_npz, "--runs", "3", "--no-default-gates").code == 0
     zero = _damaged(fashion_onnx["fp32"], tmp_path / "zero.onnx", 0.0, ("classifier.3.weight", "classifier.3.bias"))
-    finite_garbage = run_cli("validate", zero, "-r", fashion_onnx["fp32"], "-d", small_test_npz, "--runs", "3")
+    zero_report = tmp_path / "zero.json"
+    finite_garbage = run_cli("validate", zero, "-r", fashion_onnx["fp32"], "-d", small_test_npz, "--runs", "3", "--report", zero_report)
     assert finite_garbage.code == 2 and "cosine 0, at least 0.97 allowed" in finite_garbage.stdout, finite_garbage.stdout
     report = tmp_path / "honest.json"
     honest = run_cli("validate", fashion_onnx["int8"], "-r", fashion_onnx["fp32"], "-d", small_test_npz, "--runs", "3", "--report", report)
     assert honest.code == 0, honest.stdout  # the fidelity floor passes an honest int8
-    assert json.loads(report.read_text())["gate"]["thresholds"] == {"min_cosine": 0.97, "min_snr_db": 10.0, "max_nonfinite": 0}
+    data = json.loads(report.read_text())
+    assert data["gate"]["thresholds"] == {"min_cosine": 0.97, "min_snr_db": 10.0, "max_nonfinite": 0}
+    # where top-1 changed: the honest int8 flips near-ties only and keeps the answers fp32 is sure of; the zeroed model
+    # (every logit 0, class 0 always) flips answers fp32 gave with near certainty
+    flips, garbage = data["fidelity"][0], json.loads(zero_report.read_text())["fidelity"][0]
+    assert flips["top1_flips"] == round(2000 * (100 - flips["top1_agreement"]) / 100)  # 1 on x86-vnni
+    assert f"top-1 ({flips['name']}): {flips['top1_flips']} flipped" in honest.stdout
+    assert flips["confident_samples"] > 1500 and flips["top1_agreement_confident"] > 99.5
+    assert (flips["flip_margin_max"] or 0) < 0.5 and garbage["flip_margin_max"] > 0.99
+    assert garbage["confident_samples"] == flips["confident_samples"] and garbage["top1_agreement_confident"] < 20
 
 
 @pytest.fixture(scope="module")

@@ -66,6 +66,22 @@ def test_flipped_predictions_lower_agreement_and_accuracy():
     assert accuracy_percent(art, np.array([0, 1, 2, 3])) == 50.0
 
 
+def test_flips_are_told_apart_from_near_ties_to_confident_answers():
+    # logits: a near-tie that flips, a sure answer that stays, a sure answer that flips, a near-tie that stays
+    ref = np.array([[2.0, 1.9, 0.0], [5.0, 0.0, 0.0], [0.0, 6.0, 0.0], [1.0, 1.2, 0.0]])
+    art = np.array([[1.9, 2.0, 0.0], [5.0, 0.0, 0.0], [6.0, 0.0, 0.0], [1.0, 1.3, 0.0]])
+    f = compare_output("logits", ref, art)
+    assert (f.top1_agreement, f.top1_flips, f.confident_samples, f.top1_agreement_confident) == (50.0, 2, 2, 50.0)
+    sure = np.exp(ref[2]) / np.exp(ref[2]).sum()
+    assert f.flip_margin_max == pytest.approx(sure[1] - sure[0])  # the sure answer's margin, not the near-tie's
+    near_tie_only = compare_output("logits", ref[:2], art[:2])
+    assert near_tie_only.top1_flips == 1 and near_tie_only.flip_margin_max < 0.05
+    probabilities = np.array([[0.2, 0.19, 0.61], [0.5, 0.25, 0.25], [0.2, 0.6, 0.2], [0.3, 0.4, 0.3]])  # read as they are
+    as_probabilities = compare_output("p", probabilities, art)
+    assert as_probabilities.flip_margin_max == pytest.approx(0.61 - 0.2) and as_probabilities.confident_samples == 3
+    assert compare_output("p", np.eye(3), np.eye(3)).flip_margin_max is None
+
+
 def test_compare_rejects_shape_changes():
     from edgekit.errors import EdgekitError
 
