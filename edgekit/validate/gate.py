@@ -94,6 +94,8 @@ def _check(name: str, limit: float, row: dict, size_metric: str | None = None) -
     reason += _interval_note(row.get(f"{key}_ci95"), value, limit, row.get("samples"))
     if not passed and name == "min_speedup" and row.get("speedup_note"):
         reason += f": {row['speedup_note']}"
+    if not passed and name == "min_agreement":
+        reason += _flips_note(row)
     broken = row.get("nonfinite") or 0
     if name in FIDELITY and broken:
         passed, reason = False, f"{reason}; {broken} non-finite value(s) in the artifact's outputs ({_broken_outputs(row)})"
@@ -110,6 +112,14 @@ def _interval_note(ci: list[float] | None, value: float, limit: float, samples: 
         needed = samples * ((ci[1] - ci[0]) / 2 / abs(value - limit)) ** 2
         return f"{note}: about {needed:,.0f} samples would settle it (this used {samples:,})"
     return f"{note}: only many more samples would settle it"
+
+
+def _flips_note(row: dict) -> str:
+    """Which answers a missed agreement limit changed: near-ties (a small reference margin) or ones the reference was
+    sure of, for the user to judge the miss by."""
+    margin, sure = row.get("flip_margin_max"), row.get("top1_agreement_confident")
+    note = "" if margin is None else f"; the flipped samples' largest reference margin (top-1 minus top-2 probability) is {margin:.3g}"
+    return note + ("" if sure is None else f"; {sure:.2f}% agree where the reference gives >= 50%")
 
 
 def _why_missing(name: str, row: dict) -> str:

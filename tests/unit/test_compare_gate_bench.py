@@ -167,6 +167,16 @@ def test_a_gate_says_when_its_interval_straddles_the_limit():
     assert "straddles" not in clear.reason
 
 
+def test_a_missed_agreement_limit_says_which_answers_changed():
+    row = _row(top1_agreement=96.33, flip_margin_max=0.049, top1_agreement_confident=100.0)
+    (missed,) = check_row(row, Thresholds(min_agreement=97))
+    assert not missed.passed and missed.reason.endswith(
+        "the flipped samples' largest reference margin (top-1 minus top-2 probability) is 0.049; 100.00% agree where the reference gives >= 50%"
+    )
+    (met,) = check_row(row, Thresholds(min_agreement=96))
+    assert met.passed and "margin" not in met.reason
+
+
 def test_p99_is_reported_for_what_it_is():
     assert (
         LatencyStats.from_times(np.arange(1, 101, dtype=float), batch=1).tail_note
