@@ -73,12 +73,21 @@ def to_markdown(report: dict) -> str:
     lines = [f"### edgekit: {report['model']} - gates {verdict}", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(c.replace("|", "/") for c in cells(r)) + " |" for r in report["rows"]]
     lines += [f"\n{note}" for note in row_notes(report)]
+    lines += _failed_gates(report)
     lines += [
         "",
         f"Thresholds: {', '.join(f'{k}={v}' for k, v in report['thresholds'].items()) or 'none'}. Measured on {machine_text(report)}.",
         "",
     ]
     return "\n".join(lines)
+
+
+def _failed_gates(report: dict) -> list[str]:
+    """Why each failed gate failed (what the PR comment's reader acts on), as a list under the table."""
+    failed = [(r, g) for r in report["rows"] for g in r.get("gates", []) if not g["passed"]]
+    if not failed:
+        return []
+    return ["", "Failed gates:", *(f"- {r['format']} {r['precision']} on {r['target']}: {g['reason']}" for r, g in failed)]
 
 
 def to_junit(report: dict) -> str:

@@ -82,7 +82,14 @@ def test_damaged_int8_fails_the_gate_and_junit_marks_exactly_it(damaged_run):
     assert report["schema_version"] and report["kind"] == "matrix" and not report["passed"]
     rows = {(r["format"], r["precision"]): r for r in report["rows"]}
     assert rows[("onnx", "int8")]["drop_points"] > 0.5 and rows[("onnx", "fp32")]["passed"]
-    assert "FAIL" in (folder / "out" / "report.md").read_text() and "Plotly.newPlot" in (folder / "out" / "report.html").read_text()
+    assert "Plotly.newPlot" in (folder / "out" / "report.html").read_text()
+    markdown = (folder / "out" / "report.md").read_text()
+    failed_lines = [line for line in markdown.split("Failed gates:")[1].splitlines() if line.startswith("- ")]
+    assert [line.split(": ")[1].split()[0] for line in failed_lines] == ["accuracy_drop", "top1_agreement"], markdown
+    assert all(line.startswith("- onnx int8 on onnxruntime:cpu: ") for line in failed_lines)
+    # the agreement gate's reason says the calibration damage changed answers the reference was sure of, not near-ties
+    margin = float(failed_lines[1].split("largest reference margin (top-1 minus top-2 probability) is ")[1].split(";")[0])
+    assert margin > 0.5, failed_lines[1]
 
 
 def test_unchanged_recipe_reuses_artifacts(damaged_run):
