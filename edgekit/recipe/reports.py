@@ -49,12 +49,16 @@ def cells(row: dict) -> list[str]:
     ]
 
 
+def row_label(row: dict) -> str:
+    """A matrix row as the notes under a table name it: `onnx int8 on onnxruntime:cpu`."""
+    return f"{row['format']} {row['precision']} on {row['target']}"
+
+
 def row_notes(report: dict) -> list[str]:
     """One line per row whose int8 is not faster than fp32 where it was timed, and per row timed on an emulated board."""
-    notes = [f"{r['format']} {r['precision']} on {r['target']}: {r['speedup_note']}" for r in report["rows"] if r.get("speedup_note")]
+    notes = [f"{row_label(r)}: {r['speedup_note']}" for r in report["rows"] if r.get("speedup_note")]
     return notes + [
-        f"{r['format']} {r['precision']} on {r['target']}: timed on an EMULATED CPU ({r['emulated']}): its accuracy is that CPU's, "
-        "its latency is not"
+        f"{row_label(r)}: timed on an EMULATED CPU ({r['emulated']}): its accuracy is that CPU's, its latency is not"
         for r in report["rows"]
         if r.get("emulated")
     ]
@@ -87,7 +91,7 @@ def _failed_gates(report: dict) -> list[str]:
     failed = [(r, g) for r in report["rows"] for g in r.get("gates", []) if not g["passed"]]
     if not failed:
         return []
-    return ["", "Failed gates:", *(f"- {r['format']} {r['precision']} on {r['target']}: {g['reason']}" for r, g in failed)]
+    return ["", "Failed gates:", *(f"- {row_label(r)}: {g['reason']}" for r, g in failed)]
 
 
 def to_junit(report: dict) -> str:

@@ -194,7 +194,7 @@ def summary_row(result: dict) -> dict:
         "top1_agreement_ci95": _worst_agreement_ci(fidelity),
         "samples": (result.get("data") or {}).get("samples"),
         "drop_relative": 100 * accuracy["drop_points"] / reference if reference else None,
-        "top1_agreement": min((f["top1_agreement"] for f in fidelity if f["top1_agreement"] is not None), default=None),
+        "top1_agreement": min(_present(fidelity, "top1_agreement"), default=None),
         "top1_agreement_confident": min(_present(fidelity, "top1_agreement_confident"), default=None),
         "flip_margin_max": max(_present(fidelity, "flip_margin_max"), default=None),
         "cosine": min((f["cosine_mean"] for f in fidelity), default=None),
@@ -225,6 +225,7 @@ def fallback_of(provenance: dict) -> dict | None:
 
 
 def _present(fidelity: list[dict], key: str) -> list:
+    """The outputs' values of `key`, where measured (top-1 figures exist for class scores only)."""
     return [f[key] for f in fidelity if f.get(key) is not None]
 
 
