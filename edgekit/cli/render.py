@@ -227,12 +227,9 @@ def print_validation(report: dict) -> None:
 
 def _flips_text(f: dict) -> str:
     """Where a classifier output's top-1 answers changed: near-ties (a small reference margin) or confident answers."""
-    flips = f"top-1 ({escape(f['name'])}): {f['top1_flips']} flipped"
-    if f["top1_flips"]:
-        flips += f", the reference's margin (top-1 minus top-2 probability) at most {f['flip_margin_max']:.3f} among them"
-    if f.get("confident_samples"):
-        flips += f"; {f['top1_agreement_confident']:.2f}% agree on the {f['confident_samples']} samples the reference gives >= 50%"
-    return "  " + flips
+    from edgekit.validate.compare import flips_text
+
+    return f"  top-1 ({escape(f['name'])}): {flips_text(f)}"
 
 
 def _print_fallback(provenance: dict) -> None:

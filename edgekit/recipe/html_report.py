@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.errors import EdgekitError
-from edgekit.recipe.reports import COLUMNS, cells, machine_text, row_notes
+from edgekit.recipe.reports import COLUMNS, cells, failed_gates, machine_text, row_notes
 from edgekit.validate.report import fmt_size
 
 LOG_SPREAD = 5.0  # largest / smallest plotted latency above which an axis is logarithmic
@@ -57,6 +57,9 @@ def to_html(report: dict) -> str:
     verdict = "passed" if report["passed"] else "FAILED"
     thresholds = ", ".join(f"{k}={v}" for k, v in report["thresholds"].items()) or "none"
     notes = "".join(f"<p class='note'>{html.escape(n)}</p>" for n in row_notes(report))
+    failed = failed_gates(report)
+    if failed:
+        notes += "<p class='FAILED'>Failed gates:</p><ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in failed) + "</ul>"
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>edgekit: {html.escape(str(report["model"]))}</title>
 <style>{STYLE}</style><script>{plotly.offline.get_plotlyjs()}</script></head><body>
 <h2>edgekit: {html.escape(str(report["model"]))} &mdash; gates <span class="{verdict}">{verdict}</span></h2>
@@ -125,6 +128,8 @@ def _hover(row: dict) -> str:
         ("accuracy", "accuracy", ".2f", "%"),
         ("drop", "drop_points", "+.2f", " pts"),
         ("top-1 agree", "top1_agreement", ".2f", "%"),
+        ("top-1 changed", "top1_flips", "d", ""),
+        ("largest margin changed", "flip_margin_max", ".3g", ""),
         ("p50", "p50_ms", ".3f", " ms"),
         ("p90", "p90_ms", ".3f", " ms"),
         ("speed-up", "speedup", ".2f", "x"),

@@ -55,13 +55,23 @@ def row_label(row: dict) -> str:
 
 
 def row_notes(report: dict) -> list[str]:
-    """One line per row whose int8 is not faster than fp32 where it was timed, and per row timed on an emulated board."""
-    notes = [f"{row_label(r)}: {r['speedup_note']}" for r in report["rows"] if r.get("speedup_note")]
-    return notes + [
+    """One line per row whose int8 is not faster than fp32 where it was timed, per row timed on an emulated board, and
+    per row whose top-1 answers changed (how many, and whether near-ties or answers the reference was sure of)."""
+    from edgekit.validate.compare import flips_text
+
+    rows = report["rows"]
+    notes = [f"{row_label(r)}: {r['speedup_note']}" for r in rows if r.get("speedup_note")]
+    notes += [
         f"{row_label(r)}: timed on an EMULATED CPU ({r['emulated']}): its accuracy is that CPU's, its latency is not"
-        for r in report["rows"]
+        for r in rows
         if r.get("emulated")
     ]
+    return notes + [f"{row_label(r)}: {flips_text(r)}" for r in rows if r.get("top1_flips")]
+
+
+def failed_gates(report: dict) -> list[str]:
+    """Why each failed gate failed (what a reader acts on), a line per gate: `onnx int8 on onnxruntime:cpu: reason`."""
+    return [f"{row_label(r)}: {g['reason']}" for r in report["rows"] for g in r.get("gates", []) if not g["passed"]]
 
 
 def machine_text(report: dict) -> str:
@@ -77,21 +87,14 @@ def to_markdown(report: dict) -> str:
     lines = [f"### edgekit: {report['model']} - gates {verdict}", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(c.replace("|", "/") for c in cells(r)) + " |" for r in report["rows"]]
     lines += [f"\n{note}" for note in row_notes(report)]
-    lines += _failed_gates(report)
+    failed = failed_gates(report)
+    lines += ["", "Failed gates:", *(f"- {line}" for line in failed)] if failed else []
     lines += [
         "",
         f"Thresholds: {', '.join(f'{k}={v}' for k, v in report['thresholds'].items()) or 'none'}. Measured on {machine_text(report)}.",
         "",
     ]
     return "\n".join(lines)
-
-
-def _failed_gates(report: dict) -> list[str]:
-    """Why each failed gate failed (what the PR comment's reader acts on), as a list under the table."""
-    failed = [(r, g) for r in report["rows"] for g in r.get("gates", []) if not g["passed"]]
-    if not failed:
-        return []
-    return ["", "Failed gates:", *(f"- {row_label(r)}: {g['reason']}" for r, g in failed)]
 
 
 def to_junit(report: dict) -> str:

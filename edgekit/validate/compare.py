@@ -128,6 +128,21 @@ def _flips(ref: np.ndarray, agree: np.ndarray) -> dict:
     }
 
 
+def flips_text(entry: dict) -> str:
+    """Which top-1 answers changed, as one clause: how many, the reference's largest margin among them (near-ties or
+    answers it was sure of) and the agreement where it was sure. `entry`: an output's fidelity or a summary row."""
+    flips, margin = entry.get("top1_flips"), entry.get("flip_margin_max")
+    sure, samples = entry.get("top1_agreement_confident"), entry.get("confident_samples")
+    parts = [] if flips is None else [f"{flips} top-1 answer{'' if flips == 1 else 's'} changed"]
+    if margin is not None:
+        parts.append(f"where the reference's top-1 led its top-2 by at most {margin:.3g} of probability")
+    text = " ".join(parts)
+    if sure is not None:
+        where = f"the {samples} samples" if samples is not None else "the samples"
+        text += ("; " if text else "") + f"{sure:.2f}% agree on {where} the reference gives >= {CONFIDENT:.0%}"
+    return text
+
+
 def _probabilities(rows: np.ndarray) -> np.ndarray:
     """Class scores as probabilities: as they are where they already are (non-negative rows summing to 1), else softmax."""
     if (rows >= 0).all() and np.allclose(rows.sum(1), 1.0, atol=1e-3):

@@ -117,9 +117,10 @@ def _interval_note(ci: list[float] | None, value: float, limit: float, samples: 
 def _flips_note(row: dict) -> str:
     """Which answers a missed agreement limit changed: near-ties (a small reference margin) or ones the reference was
     sure of, for the user to judge the miss by."""
-    margin, sure = row.get("flip_margin_max"), row.get("top1_agreement_confident")
-    note = "" if margin is None else f"; the flipped samples' largest reference margin (top-1 minus top-2 probability) is {margin:.3g}"
-    return note + ("" if sure is None else f"; {sure:.2f}% agree where the reference gives >= 50%")
+    from edgekit.validate.compare import flips_text
+
+    text = flips_text(row)
+    return f"; {text}" if text else ""
 
 
 def _why_missing(name: str, row: dict) -> str:

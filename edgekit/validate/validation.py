@@ -197,6 +197,8 @@ def summary_row(result: dict) -> dict:
         "top1_agreement": min(_present(fidelity, "top1_agreement"), default=None),
         "top1_agreement_confident": min(_present(fidelity, "top1_agreement_confident"), default=None),
         "flip_margin_max": max(_present(fidelity, "flip_margin_max"), default=None),
+        "top1_flips": sum(_present(fidelity, "top1_flips")) if _present(fidelity, "top1_flips") else None,
+        "confident_samples": min(_present(fidelity, "confident_samples"), default=None),
         "cosine": min((f["cosine_mean"] for f in fidelity), default=None),
         "snr_db": min((f["snr_db"] for f in fidelity), default=None),
         "nonfinite": sum(f.get("nonfinite", 0) for f in fidelity) if fidelity else None,

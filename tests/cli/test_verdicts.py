@@ -64,7 +64,7 @@ def test_default_gates_fail_garbage_without_thresholds(tmp_path, fashion_onnx, s
     # (every logit 0, class 0 always) flips answers fp32 gave with near certainty
     flips, garbage = data["fidelity"][0], json.loads(zero_report.read_text())["fidelity"][0]
     assert flips["top1_flips"] == round(2000 * (100 - flips["top1_agreement"]) / 100)  # 1 on x86-vnni
-    assert f"top-1 ({flips['name']}): {flips['top1_flips']} flipped" in honest.stdout
+    assert f"top-1 ({flips['name']}): {flips['top1_flips']} top-1 answer" in honest.stdout
     assert flips["confident_samples"] > 1500 and flips["top1_agreement_confident"] > 99.5
     assert (flips["flip_margin_max"] or 0) < 0.5 and garbage["flip_margin_max"] > 0.99
     assert garbage["confident_samples"] == flips["confident_samples"] and garbage["top1_agreement_confident"] < 20

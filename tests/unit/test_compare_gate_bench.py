@@ -168,10 +168,11 @@ def test_a_gate_says_when_its_interval_straddles_the_limit():
 
 
 def test_a_missed_agreement_limit_says_which_answers_changed():
-    row = _row(top1_agreement=96.33, flip_margin_max=0.049, top1_agreement_confident=100.0)
+    row = _row(top1_agreement=96.33, top1_flips=22, flip_margin_max=0.049, top1_agreement_confident=100.0, confident_samples=184)
     (missed,) = check_row(row, Thresholds(min_agreement=97))
     assert not missed.passed and missed.reason.endswith(
-        "the flipped samples' largest reference margin (top-1 minus top-2 probability) is 0.049; 100.00% agree where the reference gives >= 50%"
+        "; 22 top-1 answers changed where the reference's top-1 led its top-2 by at most 0.049 of probability; "
+        "100.00% agree on the 184 samples the reference gives >= 50%"
     )
     (met,) = check_row(row, Thresholds(min_agreement=96))
     assert met.passed and "margin" not in met.reason

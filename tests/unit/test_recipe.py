@@ -1,5 +1,6 @@
 """Recipes: validation errors with lines, the matrix run, caching, reports, gates and baselines."""
 
+import html
 import json
 import textwrap
 from pathlib import Path
@@ -82,14 +83,20 @@ def test_damaged_int8_fails_the_gate_and_junit_marks_exactly_it(damaged_run):
     assert report["schema_version"] and report["kind"] == "matrix" and not report["passed"]
     rows = {(r["format"], r["precision"]): r for r in report["rows"]}
     assert rows[("onnx", "int8")]["drop_points"] > 0.5 and rows[("onnx", "fp32")]["passed"]
-    assert "Plotly.newPlot" in (folder / "out" / "report.html").read_text()
     markdown = (folder / "out" / "report.md").read_text()
     failed_lines = [line for line in markdown.split("Failed gates:")[1].splitlines() if line.startswith("- ")]
     assert [line.split(": ")[1].split()[0] for line in failed_lines] == ["accuracy_drop", "top1_agreement"], markdown
     assert all(line.startswith("- onnx int8 on onnxruntime:cpu: ") for line in failed_lines)
     # the agreement gate's reason says the calibration damage changed answers the reference was sure of, not near-ties
-    margin = float(failed_lines[1].split("largest reference margin (top-1 minus top-2 probability) is ")[1].split(";")[0])
+    margin = float(failed_lines[1].split("led its top-2 by at most ")[1].split()[0])
     assert margin > 0.5, failed_lines[1]
+    # the notes under the table say so for the row too, and the HTML page carries the notes and the same reasons
+    flips = rows[("onnx", "int8")]["top1_flips"]
+    assert flips > 0 and f"onnx int8 on onnxruntime:cpu: {flips} top-1 answers changed" in markdown
+    page = (folder / "out" / "report.html").read_text()
+    assert "Plotly.newPlot" in page and "Failed gates:" in page
+    assert all(html.escape(line[2:]) in page for line in failed_lines)
+    assert html.escape(f"onnx int8 on onnxruntime:cpu: {flips} top-1 answers changed") in page
 
 
 def test_unchanged_recipe_reuses_artifacts(damaged_run):
