@@ -13,6 +13,7 @@ samples); the final artifact is validated again, and every step is recorded with
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -101,6 +102,19 @@ def check_top1(limit: Limit, shape) -> None:
             "holds no class scores",
             hint="hold it to the fp32 model's outputs with --min-cosine instead, e.g. --min-cosine 0.999",
         )
+
+
+def check_declared_top1(limit: Limit, model: Path) -> None:
+    """check_top1 before any calibration, on the first output's shape as the ONNX `model` declares it (dimension names
+    where dynamic); left to the validation run where the declaration cannot tell (no shape, or [N, dynamic])."""
+    import onnx
+
+    output = onnx.load(str(model), load_external_data=False).graph.output[0].type.tensor_type
+    if not output.HasField("shape"):
+        return
+    shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in output.shape.dim]
+    if len(shape) != 2 or isinstance(shape[1], int):
+        check_top1(limit, shape)
 
 
 def _logits(model, samples) -> np.ndarray:

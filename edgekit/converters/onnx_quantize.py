@@ -190,10 +190,12 @@ def _int8_dynamic(model: Path, out: Path, options: ConvertOptions, samples, spec
 
 
 def _int8_static(model: Path, out: Path, options: ConvertOptions, data: ConversionData, specs) -> dict:
-    from edgekit.converters.onnx_accuracy import Limit, accuracy_aware, on_target
+    from edgekit.converters.onnx_accuracy import Limit, accuracy_aware, check_declared_top1, on_target
 
     scheme = choose_scheme(options.for_target)
     control = None
+    if data.validation is not None:
+        check_declared_top1(Limit.of(options), model)  # a top-1 limit on a map or an embedding: refused before calibrating
     with tempfile.TemporaryDirectory(dir=Path(out).parent, prefix=".work-") as tmp, _stdout_to_log():  # swept after a kill
         pre, opset = _preprocessed(model, Path(tmp))
         quantizer = StaticQuantizer(pre, data.calibration, specs, options, scheme, Path(tmp))
