@@ -459,10 +459,12 @@ def print_run(result: dict, written) -> None:
         style = "" if row.get("passed") else "red"
         table.add_row(*map(escape, cells(row)), style=style)
     console.print(table)
-    from edgekit.recipe.reports import row_notes
+    from edgekit.recipe.reports import failed_gates, row_notes
 
     for note in row_notes(result):
         console.print(f"[yellow]{escape(note)}[/]")
+    for line in failed_gates(result):
+        console.print(f"[red]FAIL {escape(line)}[/]")
     if result["rows"]:
         from edgekit.recipe.reports import machine_text
 

@@ -56,7 +56,8 @@ def row_label(row: dict) -> str:
 
 def row_notes(report: dict) -> list[str]:
     """One line per row whose int8 is not faster than fp32 where it was timed, per row timed on an emulated board, and
-    per row whose top-1 answers changed (how many, and whether near-ties or answers the reference was sure of)."""
+    per row whose top-1 answers changed (how many, and whether near-ties or answers the reference was sure of) unless
+    its failed agreement gate says so."""
     from edgekit.validate.compare import flips_text
 
     rows = report["rows"]
@@ -66,7 +67,12 @@ def row_notes(report: dict) -> list[str]:
         for r in rows
         if r.get("emulated")
     ]
-    return notes + [f"{row_label(r)}: {flips_text(r)}" for r in rows if r.get("top1_flips")]
+    return notes + [f"{row_label(r)}: {flips_text(r)}" for r in rows if r.get("top1_flips") and not _agreement_failed(r)]
+
+
+def _agreement_failed(row: dict) -> bool:
+    """A failed top-1 agreement gate, whose reason already says which answers changed."""
+    return any(g["metric"] == "top1_agreement" and not g["passed"] for g in row.get("gates", []))
 
 
 def failed_gates(report: dict) -> list[str]:

@@ -4,6 +4,8 @@ apart, tick labels inside the page; a screenshot for review (also in $EDGEKIT_SC
 
 from __future__ import annotations
 
+import copy
+import html
 import json
 import os
 import shutil
@@ -69,6 +71,12 @@ def test_page_is_self_contained(recipe_run):
     assert "<script src" not in page and "<link" not in page  # nothing fetched: the page works offline
     assert [f'id="plot-{i}"' in page for i in range(3)] == [True] * 3
     assert page == to_html(report)  # `edgekit report -f html` renders the same page from the JSON
+    # a row whose top-1 answers changed is noted under the table: how many, and whether near-ties
+    flipped = copy.deepcopy(report)
+    row = next(r for r in flipped["rows"] if (r["format"], r["precision"]) == ("onnx", "int8"))
+    row.update(top1_flips=3, flip_margin_max=0.02, top1_agreement_confident=100.0, confident_samples=480)
+    note = "onnx int8 on onnxruntime:cpu: 3 top-1 answers changed where the reference's top-1 led its top-2 by at most 0.02"
+    assert html.escape(note) in to_html(flipped) and html.escape(note) not in page
 
 
 @needs_chromium
