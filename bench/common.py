@@ -77,7 +77,8 @@ def code_stamp() -> str:
 
 
 CONTROL_VALIDATION = (300, 4)  # accuracy control's --val: crops and seed (neither calibration, seed 0, nor a test set)
-CONTROL_LIMIT = 97.5  # the --min-agreement of the benches' accuracy-control rows
+CONTROL_LIMIT = 97.5  # the --min-agreement of the activations bench's accuracy-control row
+CONTROL_COSINE = 0.999  # the --min-cosine of the Lite0 table's accuracy-control rows (top-1 limits on 300 crops are unsteady)
 
 
 def artifact(
@@ -87,13 +88,14 @@ def artifact(
     calib_samples: int = 300,
     for_target: str | None = None,
     min_agreement: float | None = None,
+    min_cosine: float | None = None,
 ) -> Path:
     """The model converted to `fmt` at `precision` (int8 calibrated on real photos, with the scheme of
-    `for_target`'s ISA class: this host's by default; with `min_agreement`, accuracy control on CONTROL_VALIDATION's
-    crops), cached by name and by the code that made it."""
+    `for_target`'s ISA class: this host's by default; with `min_agreement` or `min_cosine`, accuracy control on
+    CONTROL_VALIDATION's crops), cached by name and by the code that made it."""
     scheme = f".{for_target or ISA_CLASS}" if precision == "int8" else ""
     inputs = ".raw" if model in RAW_INPUT else ""  # the model's input range is part of its identity
-    control = f".control{min_agreement}" if min_agreement else ""
+    control = f".control{min_agreement}" if min_agreement else f".cosine{min_cosine}" if min_cosine else ""
     out = CACHE / f"{model}{inputs}.{precision}{scheme}.{calib_samples}{control}.{code_stamp()}{SUFFIXES[fmt]}"
     if not out.exists():
         if model == PRUNED:
@@ -103,7 +105,7 @@ def artifact(
         int8 = precision == "int8"
         data = photo_calibration(calib_samples, model=model)
         calibration = CalibrationOptions(str(data), calib_samples) if int8 else CalibrationOptions()
-        validation = str(photo_calibration(*CONTROL_VALIDATION, model=model)) if min_agreement else None
+        validation = str(photo_calibration(*CONTROL_VALIDATION, model=model)) if min_agreement or min_cosine else None
         options = ConvertOptions(
             precision,
             inputs,
@@ -111,6 +113,7 @@ def artifact(
             for_target=for_target or "onnxruntime:cpu",
             validation_data=validation,
             min_agreement=min_agreement,
+            min_cosine=min_cosine,
         )
         convert(source, fmt, out, options)
     return out
