@@ -452,22 +452,18 @@ def _storage_cells(t: dict, bits: str) -> list[str]:
 
 
 def print_run(result: dict, written) -> None:
-    from edgekit.recipe.reports import COLUMNS, cells
+    from edgekit.recipe.reports import COLUMNS, cells, failed_gates, machine_text, row_notes
 
     table = Table(*COLUMNS, title=f"{result['model']}: gates {'passed' if result['passed'] else 'FAILED'}", title_justify="left")
     for row in result["rows"]:
         style = "" if row.get("passed") else "red"
         table.add_row(*map(escape, cells(row)), style=style)
     console.print(table)
-    from edgekit.recipe.reports import failed_gates, row_notes
-
     for note in row_notes(result):
         console.print(f"[yellow]{escape(note)}[/]")
     for line in failed_gates(result):
         console.print(f"[red]FAIL {escape(line)}[/]")
     if result["rows"]:
-        from edgekit.recipe.reports import machine_text
-
         console.print(f"[dim]measured on {machine_text(result)}; reports: {', '.join(str(p) for p in written)}[/]")
     published = [Path(r["published"]).parent for r in result["rows"] if r.get("published")]
     if published:
