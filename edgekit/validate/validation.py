@@ -181,6 +181,7 @@ def summary_row(result: dict) -> dict:
     fallback = fallback_of(provenance)
     size = result["latency"]["size_bytes"] if result.get("latency") else artifact.get("size_bytes", 0)
     reference = accuracy.get("reference")
+    top1 = _least_agreeing(fidelity)
     return {
         "format": artifact.get("format"),
         "precision": artifact.get("precision"),
@@ -191,14 +192,14 @@ def summary_row(result: dict) -> dict:
         "reference_accuracy": reference,
         "drop_points": accuracy.get("drop_points"),
         "drop_points_ci95": accuracy.get("drop_ci95"),
-        "top1_agreement_ci95": _worst_agreement_ci(fidelity),
+        "top1_agreement_ci95": top1.get("top1_agreement_ci95"),
         "samples": (result.get("data") or {}).get("samples"),
         "drop_relative": 100 * accuracy["drop_points"] / reference if reference else None,
-        "top1_agreement": min(_present(fidelity, "top1_agreement"), default=None),
-        "top1_agreement_confident": min(_present(fidelity, "top1_agreement_confident"), default=None),
-        "flip_margin_max": max(_present(fidelity, "flip_margin_max"), default=None),
-        "top1_flips": sum(_present(fidelity, "top1_flips")) if _present(fidelity, "top1_flips") else None,
-        "confident_samples": min(_present(fidelity, "confident_samples"), default=None),
+        "top1_agreement": top1.get("top1_agreement"),
+        "top1_agreement_confident": top1.get("top1_agreement_confident"),
+        "flip_margin_max": top1.get("flip_margin_max"),
+        "top1_flips": top1.get("top1_flips"),
+        "confident_samples": top1.get("confident_samples"),
         "cosine": min((f["cosine_mean"] for f in fidelity), default=None),
         "snr_db": min((f["snr_db"] for f in fidelity), default=None),
         "nonfinite": sum(f.get("nonfinite", 0) for f in fidelity) if fidelity else None,
@@ -226,14 +227,11 @@ def fallback_of(provenance: dict) -> dict | None:
     return {"percent": npu["cpu_fallback_percent"], "where": f"the {npu['device']} NPU"} if npu else None
 
 
-def _present(fidelity: list[dict], key: str) -> list:
-    """The outputs' values of `key`, where measured (top-1 figures exist for class scores only)."""
-    return [f[key] for f in fidelity if f.get(key) is not None]
-
-
-def _worst_agreement_ci(fidelity: list[dict]) -> list[float] | None:
+def _least_agreeing(fidelity: list[dict]) -> dict:
+    """The class-score output whose top-1 agrees least (top-1 figures exist for class scores only), or {}: a row's top-1
+    figures (agreement, its interval, the flips, their margin, the confident samples) all describe this one output."""
     rated = [f for f in fidelity if f.get("top1_agreement") is not None]
-    return min(rated, key=lambda f: f["top1_agreement"]).get("top1_agreement_ci95") if rated else None
+    return min(rated, key=lambda f: f["top1_agreement"]) if rated else {}
 
 
 def _samples(request: ValidationRequest, specs: list[TensorSpec]) -> Samples:

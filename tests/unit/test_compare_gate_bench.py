@@ -8,6 +8,7 @@ from edgekit.loaders import open_source
 from edgekit.validate.benchmark import BenchSettings, LatencyStats, bench, bench_in_process
 from edgekit.validate.compare import accuracy_percent, compare, compare_output
 from edgekit.validate.gate import DEFAULT_GATES, Thresholds, check_row, compare_latency, failures, fmt_against, with_default_gates
+from edgekit.validate.validation import summary_row
 
 
 def test_identical_outputs_are_perfect():
@@ -80,6 +81,19 @@ def test_flips_are_told_apart_from_near_ties_to_confident_answers():
     as_probabilities = compare_output("p", probabilities, art)
     assert as_probabilities.flip_margin_max == pytest.approx(0.61 - 0.2) and as_probabilities.confident_samples == 3
     assert compare_output("p", np.eye(3), np.eye(3)).flip_margin_max is None
+
+
+def test_a_row_takes_its_top1_figures_from_one_output():
+    # two class-score heads: one flips a near-tie of four, the other a sure answer of two; the row's sentence must
+    # not join one head's flip count to the other's margin
+    ref = np.array([[2.0, 1.9, 0.0], [5.0, 0.0, 0.0], [0.0, 6.0, 0.0], [1.0, 1.2, 0.0]])
+    near_tie = compare_output("a", ref, np.array([[1.9, 2.0, 0.0], [5.0, 0.0, 0.0], [0.0, 6.0, 0.0], [1.0, 1.3, 0.0]]))
+    sure = compare_output("b", ref[1:3], np.array([[5.0, 0.0, 0.0], [6.0, 0.0, 0.0]]))
+    row = summary_row({"fidelity": [near_tie.to_dict(), sure.to_dict()]})
+    assert (row["top1_agreement"], row["top1_flips"], row["confident_samples"]) == (50.0, 1, 2)
+    assert (row["flip_margin_max"], row["top1_agreement_confident"]) == (sure.flip_margin_max, 50.0)
+    assert row["top1_agreement_ci95"] == sure.top1_agreement_ci95
+    assert summary_row({"fidelity": [near_tie.to_dict()]})["flip_margin_max"] == near_tie.flip_margin_max < 0.05
 
 
 def test_compare_rejects_shape_changes():
