@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.converters import pair_safe
+from edgekit.loaders.onnx import node_attribute
 
 SAMPLES = 16  # calibration samples the input statistics are measured on
 POSITIONS = 1024  # output positions (patches) sampled per sample for a convolution's G
@@ -39,12 +40,6 @@ class LayerStats:
     rows: int = 0  # input rows (patches) G was summed over
 
 
-def _attribute(node, name: str, default):
-    from onnx import helper
-
-    return next((helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
-
-
 def _layers(model) -> list:
     """The Conv/Gemm/MatMul nodes of a float model whose weight is an initializer (2-D for Gemm/MatMul)."""
     inits = {i.name: i for i in model.graph.initializer}
@@ -53,7 +48,7 @@ def _layers(model) -> list:
         if node.op_type not in OPS or len(node.input) < 2 or node.input[1] not in inits:
             continue
         dims = inits[node.input[1]].dims
-        if node.op_type == "Conv" and len(dims) == 4 and _attribute(node, "group", 1) in (1, dims[0]):
+        if node.op_type == "Conv" and len(dims) == 4 and node_attribute(node, "group", 1) in (1, dims[0]):
             layers.append(node)
         elif node.op_type != "Conv" and len(dims) == 2:
             layers.append(node)
@@ -100,11 +95,11 @@ def _moments(node, x, weight_shape, positions: int, rng) -> tuple[np.ndarray, np
     top, left, bottom, right = _pads(node)
     padded = torch.nn.functional.pad(x, (left, right, top, bottom))
     patches = torch.nn.functional.unfold(
-        padded, weight_shape[2:], _attribute(node, "dilations", [1, 1]), 0, _attribute(node, "strides", [1, 1])
+        padded, weight_shape[2:], node_attribute(node, "dilations", [1, 1]), 0, node_attribute(node, "strides", [1, 1])
     )
     picked = torch.from_numpy(rng.choice(patches.shape[2], min(positions, patches.shape[2]), replace=False))
     patches = patches[:, :, picked]  # N, C*kh*kw, P (float32 products, summed in float64 across batches)
-    if _attribute(node, "group", 1) == 1:
+    if node_attribute(node, "group", 1) == 1:
         rows = patches.permute(0, 2, 1).reshape(-1, patches.shape[1])
         return (rows.T @ rows).double().numpy(), mean_sum, len(rows)
     channels, taps = x.shape[1], weight_shape[2] * weight_shape[3]  # depthwise: one G per channel
@@ -113,7 +108,7 @@ def _moments(node, x, weight_shape, positions: int, rng) -> tuple[np.ndarray, np
 
 
 def _pads(node) -> tuple[int, int, int, int]:
-    pads = _attribute(node, "pads", [0, 0, 0, 0])
+    pads = node_attribute(node, "pads", [0, 0, 0, 0])
     return pads[0], pads[1], pads[2], pads[3]
 
 
@@ -245,7 +240,9 @@ class _LayerEdit:
 
     def _limits(self, dtype, weight_shape) -> tuple[bool, tuple[int, int]]:
         """(pair limit on, code bounds) for this layer: converters.pair_safe's where the scheme asks for it."""
-        layer_kind = pair_safe.kind(self.node.op_type, weight_shape, _attribute(self.node, "group", 1)) if self.rounding.pair_safe else None
+        layer_kind = (
+            pair_safe.kind(self.node.op_type, weight_shape, node_attribute(self.node, "group", 1)) if self.rounding.pair_safe else None
+        )
         return layer_kind == "pairs", pair_safe.NARROW if layer_kind == "narrow" else _bounds(dtype)
 
     def _dequantize(self, index: int):
@@ -261,10 +258,10 @@ class _LayerEdit:
         if self.node.op_type == "Conv":
             natural = 0
         elif self.node.op_type == "Gemm":
-            natural = 0 if _attribute(self.node, "transB", 0) else 1
+            natural = 0 if node_attribute(self.node, "transB", 0) else 1
         else:
             natural = 1
-        axis = _attribute(dq, "axis", 1)
+        axis = node_attribute(dq, "axis", 1)
         scale = self.inits[dq.input[1]]
         per_tensor = len(scale.dims) == 0 or int(np.prod(scale.dims)) == 1
         return natural if per_tensor or axis % ndim == natural else None
@@ -278,9 +275,11 @@ class _LayerEdit:
             top, left, bottom, right = _pads(self.node)
             x = torch.nn.functional.pad(torch.from_numpy(mean[None].astype(np.float32)), (left, right, top, bottom))
             error = torch.from_numpy(error_rows.reshape(weight_shape).astype(np.float32))
-            strides, dilations = _attribute(self.node, "strides", [1, 1]), _attribute(self.node, "dilations", [1, 1])
+            strides, dilations = node_attribute(self.node, "strides", [1, 1]), node_attribute(self.node, "dilations", [1, 1])
             shift = (
-                torch.nn.functional.conv2d(x, error, None, strides, 0, dilations, _attribute(self.node, "group", 1)).mean((0, 2, 3)).numpy()
+                torch.nn.functional.conv2d(x, error, None, strides, 0, dilations, node_attribute(self.node, "group", 1))
+                .mean((0, 2, 3))
+                .numpy()
             )
         else:
             shift = error_rows @ mean.reshape(-1, mean.shape[-1]).mean(0)

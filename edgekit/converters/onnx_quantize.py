@@ -198,6 +198,7 @@ def _int8_static(model: Path, out: Path, options: ConvertOptions, data: Conversi
         check_declared_top1(Limit.of(options), model)  # a top-1 limit on a map or an embedding: refused before calibrating
     with tempfile.TemporaryDirectory(dir=Path(out).parent, prefix=".work-") as tmp, _stdout_to_log():  # swept after a kill
         pre, opset = _preprocessed(model, Path(tmp))
+        order = _channel_order(pre, scheme)
         quantizer = StaticQuantizer(pre, data.calibration, specs, options, scheme, Path(tmp))
         if data.validation is not None:
             logits = on_target(options.validate_on) if options.validate_on else None  # None: ONNX Runtime, in process
@@ -224,6 +225,8 @@ def _int8_static(model: Path, out: Path, options: ConvertOptions, data: Conversi
             **opset,
         }
     }
+    if order is not None:
+        notes["quantization"]["channel_order"] = order
     if quantizer.rounding_notes:
         notes["quantization"]["weight_rounding"] = quantizer.rounding_notes
     notes["quantization"].update(quantizer.ranges_notes)
@@ -234,6 +237,16 @@ def _int8_static(model: Path, out: Path, options: ConvertOptions, data: Conversi
 
         notes["tensorrt_checks"] = [f.to_dict() for f in check_for_tensorrt(out)]
     return notes
+
+
+def _channel_order(pre: Path, scheme: Int8Scheme) -> dict | None:
+    """For pair-safe weights, the pre-processed model's channels reordered in place (converters.channel_order); the
+    notes, or None where the scheme has no pairs to keep."""
+    if not scheme.pair_safe_weights:
+        return None
+    from edgekit.converters.channel_order import reorder
+
+    return reorder(pre, pre)
 
 
 def _all_int8(quantizer: StaticQuantizer, out: Path) -> dict:

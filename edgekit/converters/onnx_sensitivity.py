@@ -13,6 +13,7 @@ import numpy as np
 
 from edgekit.calibration.samples import Samples
 from edgekit.converters.sensitivity import SAMPLES, LayerSensitivity, WeightLayer, fake_quantize, rank
+from edgekit.loaders.onnx import node_attribute
 
 BATCH = 8
 
@@ -34,8 +35,7 @@ def _weight_of(node, inits) -> tuple[str | None, int]:
     if node.op_type in ("Conv", "ConvTranspose") and len(node.input) > 1 and node.input[1] in inits:
         return node.input[1], 0 if node.op_type == "Conv" else 1
     if node.op_type == "Gemm" and len(node.input) > 1 and node.input[1] in inits:
-        trans_b = next((a.i for a in node.attribute if a.name == "transB"), 0)
-        return node.input[1], 0 if trans_b else 1
+        return node.input[1], 0 if node_attribute(node, "transB", 0) else 1
     if node.op_type == "MatMul" and len(node.input) > 1 and node.input[1] in inits and len(inits[node.input[1]].dims) == 2:
         return node.input[1], 1
     return None, 0
@@ -93,7 +93,7 @@ def dequantized_layers(int8, pre) -> dict[str, dict[str, np.ndarray]]:
             if dq is None or dq.op_type != "DequantizeLinear" or dq.input[0] not in inits or len(float_node.input) <= index:
                 continue
             arrays = [numpy_helper.to_array(inits[name]) for name in dq.input[1:3] if name in inits]
-            axis = next((a.i for a in dq.attribute if a.name == "axis"), 1)
+            axis = node_attribute(dq, "axis", 1)
             values[float_node.input[index]] = _dequantize(numpy_helper.to_array(inits[dq.input[0]]), *arrays, axis=axis)
         if layer.weight in values and all(name in floats for name in values):
             layers[layer.name] = {name: value.astype(numpy_helper.to_array(floats[name]).dtype) for name, value in values.items()}

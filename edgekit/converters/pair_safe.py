@@ -79,14 +79,16 @@ def _pair_sums(rows: np.ndarray) -> np.ndarray:
 
 def overrides(model, per_tensor: bool) -> dict:
     """ONNX Runtime TensorQuantOverrides: the weight scales (zero point 0) of every layer that needs them."""
-    from onnx import helper, numpy_helper
+    from onnx import numpy_helper
+
+    from edgekit.loaders.onnx import node_attribute
 
     inits = {i.name: i for i in model.graph.initializer}
     result = {}
     for node in model.graph.node:
         if len(node.input) < 2 or node.input[1] not in inits:
             continue
-        group = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "group"), 1)
+        group = node_attribute(node, "group", 1)
         weight = numpy_helper.to_array(inits[node.input[1]])
         layer_kind = kind(node.op_type, weight.shape, group)
         if layer_kind is None:
@@ -106,6 +108,7 @@ def _channel_axis(node) -> int:
     if node.op_type == "Conv":
         return 0
     if node.op_type == "Gemm":
-        trans_b = next((a.i for a in node.attribute if a.name == "transB"), 0)
-        return 0 if trans_b else 1
+        from edgekit.loaders.onnx import node_attribute
+
+        return 0 if node_attribute(node, "transB", 0) else 1
     return 1  # MatMul: (K, N)

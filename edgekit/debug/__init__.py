@@ -51,7 +51,8 @@ def debug(request: DebugRequest) -> dict:
             f"{request.artifact.spec} and {request.reference.spec} share no intermediate tensor names",
             hint="debug an artifact against the model it was converted from, in a format pair edgekit can match (docs/debug.md)",
         )
-    stats = compare(reference, artifact, matched, ref_samples, samples, unmatched)
+    orders = (_channel_orders(request.reference), _channel_orders(request.artifact))
+    stats = compare(reference, artifact, matched, ref_samples, samples, unmatched, orders)
     matched = [pair for pair in matched if pair[0].key in stats]
     rows = table_rows(matched, stats)
     jump = first_jump(rows, request.jump_db, request.floor_db)
@@ -155,8 +156,11 @@ def _pair_by_order(reference: list[TensorRef], artifact: list[TensorRef], pairs:
                 used.add(art.key)
 
 
-def compare(reference, artifact, pairs, ref_samples, samples, unmatched: dict) -> dict[str, ErrorStats]:
-    """Error statistics per reference tensor over all samples; pairs of different shapes go to unmatched['skipped']."""
+def compare(
+    reference, artifact, pairs, ref_samples, samples, unmatched: dict, orders: tuple[dict, dict] = ({}, {})
+) -> dict[str, ErrorStats]:
+    """Error statistics per reference tensor over all samples; pairs of different shapes go to unmatched['skipped'].
+    `orders`: the reference's and the artifact's reordered channels ({tensor name: order}), compared in the source's order."""
     stats: dict[str, ErrorStats] = {}
     dropped: set[str] = set()
     for i in range(len(samples)):
@@ -171,13 +175,31 @@ def compare(reference, artifact, pairs, ref_samples, samples, unmatched: dict) -
                 stats.pop(ref.key, None)
                 unmatched["skipped"].append({"tensor": ref.key, "artifact_tensor": art.key, "why": why})
                 continue
-            stats.setdefault(ref.key, ErrorStats()).add(ref_values[ref.key], art_values[art.key])
+            ref_value, art_value = _source_order(ref_values[ref.key], ref, orders[0]), _source_order(art_values[art.key], art, orders[1])
+            stats.setdefault(ref.key, ErrorStats()).add(ref_value, art_value)
     if not stats:
         raise InputMismatchError(
             "no tensor shared by name has the same shape in both models",
             hint="debug an artifact against the model it was converted from (layouts must agree: NCHW vs NCHW)",
         )
     return stats
+
+
+def _channel_orders(source: ModelSource) -> dict[str, list[int]]:
+    """The tensors whose channels a conversion reordered (pair-safe int8: converters.channel_order), by name."""
+    from edgekit.converters.channel_order import orders_by_tensor
+    from edgekit.converters.pipeline import read_provenance
+
+    provenance = (read_provenance(source.path) if source.path else None) or {}
+    return orders_by_tensor((provenance.get("quantization") or {}).get("channel_order"))
+
+
+def _source_order(value: np.ndarray, tensor: TensorRef, orders: dict[str, list[int]]) -> np.ndarray:
+    """A tensor's value with its channels back in the order of the model it was converted from."""
+    from edgekit.converters.channel_order import restore
+
+    order = next((orders[n] for n in tensor.names if n in orders), None)
+    return value if order is None or value.ndim < 2 or value.shape[1] != len(order) else restore(value, order)
 
 
 def _unfit(ref: np.ndarray | None, art: np.ndarray | None) -> str:

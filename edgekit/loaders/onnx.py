@@ -34,6 +34,13 @@ def read_onnx(path: Path, load_weights: bool = True):
     return model
 
 
+def node_attribute(node, name: str, default):
+    """An ONNX node's attribute value by name, or `default` where the node does not set it."""
+    from onnx import helper
+
+    return next((helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
+
+
 def check_external_data(model, path: Path) -> None:
     """Every external data file the ONNX names exists next to it."""
     missing = sorted(loc for loc in _external_locations(model) if not (Path(path).parent / loc).is_file())

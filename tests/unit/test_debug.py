@@ -67,6 +67,21 @@ def test_onnx_int8_vs_fp32(fashion_onnx, small_test_npz):
     assert _row(rows, "relu")["shape"] == [1, 32, 28, 28]
 
 
+def test_reordered_channels_are_compared_in_the_source_order(fashion_onnx, demo_data, small_test_npz, tmp_path):
+    """Pair-safe int8 (x86-avx2) reorders the hidden layer's channels (converters.channel_order): compared channel by
+    channel with the fp32 model's, its tensors would look broken (cosine about 0.5); put back in order they do not."""
+    options = ConvertOptions("int8", (), CalibrationOptions(str(demo_data[1]), 300), for_target="x86-avx2")
+    avx2 = convert(open_source(str(fashion_onnx["fp32"])), "onnx", tmp_path / "avx2.onnx", options)
+    (space,) = avx2.meta["provenance"]["quantization"]["channel_order"]["spaces"]
+    assert space["tensors"] == ["linear", "relu_3"]
+    report = _debug(avx2.path, fashion_onnx["fp32"], small_test_npz)
+    hidden = _row(report["rows"], "relu_3")
+    assert hidden["shape"] == [1, 128] and hidden["cosine"] > 0.99 and hidden["sqnr_db"] > 25
+    assert report["first_jump"] is None and _row(report["rows"], "output")["cosine"] > 0.99
+    info = run_cli("info", str(avx2.path))
+    assert "channels reordered in 1 place so that weight pairs hold one large weight and one small" in info.stdout
+
+
 def test_torch_vs_onnx_by_module_scopes(fashion_onnx, small_test_npz):
     report = debug(DebugRequest(open_source(str(fashion_onnx["fp32"])), open_source("zoo:fashion-cnn"), str(small_test_npz), 4))
     rows = report["rows"]
