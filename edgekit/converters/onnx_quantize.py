@@ -22,6 +22,7 @@ from edgekit.converters.int8_rounding import WeightRounding
 from edgekit.errors import ConversionError, EdgekitError
 
 log = logging.getLogger("edgekit")
+ORDER_TOLERANCE = 1e-4  # the largest change of the float outputs, relative to their range, that a channel reordering may make
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,7 @@ def _int8_static(model: Path, out: Path, options: ConvertOptions, data: Conversi
         check_declared_top1(Limit.of(options), model)  # a top-1 limit on a map or an embedding: refused before calibrating
     with tempfile.TemporaryDirectory(dir=Path(out).parent, prefix=".work-") as tmp, _stdout_to_log():  # swept after a kill
         pre, opset = _preprocessed(model, Path(tmp))
-        order = _channel_order(pre, scheme)
+        order = _channel_order(pre, scheme, data.calibration)
         quantizer = StaticQuantizer(pre, data.calibration, specs, options, scheme, Path(tmp))
         if data.validation is not None:
             logits = on_target(options.validate_on) if options.validate_on else None  # None: ONNX Runtime, in process
@@ -239,14 +240,28 @@ def _int8_static(model: Path, out: Path, options: ConvertOptions, data: Conversi
     return notes
 
 
-def _channel_order(pre: Path, scheme: Int8Scheme) -> dict | None:
-    """For pair-safe weights, the pre-processed model's channels reordered in place (converters.channel_order); the
-    notes, or None where the scheme has no pairs to keep."""
+def _channel_order(pre: Path, scheme: Int8Scheme, samples) -> dict | None:
+    """For pair-safe weights, the pre-processed model's channels reordered in place (converters.channel_order), kept
+    only where the float outputs on a few calibration samples stay what they were; the notes, or None where the scheme
+    has no pairs to keep."""
     if not scheme.pair_safe_weights:
         return None
-    from edgekit.converters.channel_order import reorder
+    import numpy as np
 
-    return reorder(pre, pre)
+    from edgekit.calibration.samples import Samples
+    from edgekit.converters.channel_order import reorder
+    from edgekit.converters.onnx_sensitivity import outputs
+
+    ordered = pre.with_name("ordered.onnx")
+    notes = reorder(pre, ordered)
+    probe = Samples({k: v[:4] for k, v in samples.arrays.items()})
+    before, after = outputs(pre, probe), outputs(ordered, probe)
+    moved = max(float(np.abs(a - b).max() / max(np.abs(a).max(), 1e-12)) for a, b in zip(before, after, strict=True))
+    if moved > ORDER_TOLERANCE:
+        log.warning("reordering the channels changed the float outputs (by %.2g of their range): quantizing the model as it is", moved)
+        return {"spaces": [], "note": f"reordering changed the float outputs by {moved:.2g} of their range: left as it was"}
+    ordered.replace(pre)
+    return notes
 
 
 def _all_int8(quantizer: StaticQuantizer, out: Path) -> dict:

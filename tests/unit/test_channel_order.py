@@ -89,3 +89,27 @@ def test_ops_that_cannot_follow_leave_their_space_as_it_is(tmp_path):
     np.testing.assert_allclose(_outputs(out, x), _outputs(source, x), rtol=1e-4, atol=1e-4)
     old, new = _weights(source), _weights(out)
     assert all(np.array_equal(old[k], new[k]) for k in ("c.w", "shared"))
+
+
+def test_a_reordering_that_changed_the_outputs_is_not_kept(fashion_onnx, demo_data, small_test_npz, tmp_path, monkeypatch):
+    """Fault injected: the readers' inputs left in the old order (a rule that missed an op would do the same). The
+    conversion checks the float outputs on calibration samples and quantizes the model as it was."""
+    from edgekit.converters import CalibrationOptions, ConvertOptions, channel_order
+    from edgekit.converters.pipeline import convert
+    from edgekit.loaders import open_source
+
+    real_apply = channel_order._apply
+
+    def writers_only(space, order, weights):
+        space.readers = []
+        real_apply(space, order, weights)
+
+    monkeypatch.setattr(channel_order, "_apply", writers_only)
+    options = ConvertOptions("int8", (), CalibrationOptions(str(demo_data[1]), 300), for_target="x86-avx2")
+    result = convert(open_source(str(fashion_onnx["fp32"])), "onnx", tmp_path / "avx2.onnx", options)
+    notes = result.meta["provenance"]["quantization"]["channel_order"]
+    assert notes["spaces"] == [] and "left as it was" in notes["note"]
+    with np.load(small_test_npz) as data:
+        images = data["image"][:500]
+    agree = np.mean(_outputs(result.path, images).argmax(1) == _outputs(fashion_onnx["fp32"], images).argmax(1))
+    assert agree >= 0.99  # written from the model as it was, not from the broken reordering
