@@ -28,6 +28,7 @@ PHOTO_FORMATS = ("onnx", "openvino", "tflite", "executorch")
 CONTROLLED_FORMATS = ("onnx", "openvino")
 CONTROLLED = f"int8, --val, --min-cosine {CONTROL_COSINE}"
 CROPS = 600
+TEST_SEEDS = (1, 2, 3)  # the Lite0 table's crop sets: seed 1 is its own columns, all three pooled the steadier agreement
 _PHOTO_NOTES = (
     "EfficientNet-Lite0 takes RGB in [0, 1] and normalises inside ((x*255-127)/128, as its TF weights were trained). Every "
     "int8 row is edgekit's default path (--calib-method auto: each backend's best measured range estimator). ONNX Runtime: "
@@ -76,18 +77,23 @@ def run_photos(rounds: int = 3) -> None:
             "runtime",
             "precision",
             f"top-1 agreement, all {CROPS} crops",
+            f"top-1 agreement, {CROPS * len(TEST_SEEDS)} crops of {len(TEST_SEEDS)} sets",
             "top-1 agreement, crops fp32 is >50% sure of",
             "mean cosine",
             "largest fp32 margin among the flipped crops",
             "p50 ratio, 1 thread",
             "p50 ratio, 2 threads",
-            "meets issue 17's accuracy targets",
+            f"meets issue 17's accuracy targets ({CROPS} crops / {CROPS * len(TEST_SEEDS)})",
         ],
         _photo_rows(rounds),
         [
             f"{CROPS} crops/flips of 14 scikit-image photos (seed 1), other crops than the 300 calibration crops (seed 0); "
             "agreement on all crops with its 95% bootstrap interval in square brackets; largest fp32 margin among the "
             "flipped crops: fp32's top-1 minus top-2 probability, the largest among the crops whose top-1 changed.",
+            f"{CROPS * len(TEST_SEEDS)} crops: those and {CROPS} more of each of seeds "
+            f"{', '.join(map(str, TEST_SEEDS[1:]))}, pooled: on crops this rich in near-ties one set's agreement moves by a "
+            "point or two with the crops (docs/int8-schemes.md), so the pooled figure is the steadier one; the last column "
+            "judges the targets on both.",
             f"p50 ratio = int8 p50 / fp32 p50 of the same runtime, median over {rounds} interleaved rounds (each artifact in a "
             "fresh process, 10 warm-up + 60 timed runs, batch 1); range in brackets.",
             *_PHOTO_NOTES,
@@ -95,7 +101,7 @@ def run_photos(rounds: int = 3) -> None:
     )
 
 
-def run_seeds(seeds: tuple[int, ...] = (1, 2, 3), calib_samples: int = 300) -> None:
+def run_seeds(seeds: tuple[int, ...] = TEST_SEEDS, calib_samples: int = 300) -> None:
     """EfficientNet-Lite0 int8 (each backend's default) on several sets of crops, agreement and cosine only, printed, not
     published (`python -c "from bench.accuracy import run_seeds; run_seeds()"`; `calib_samples=1000` calibrates on more)."""
     paths = {
@@ -117,7 +123,7 @@ def run_seeds(seeds: tuple[int, ...] = (1, 2, 3), calib_samples: int = 300) -> N
 NOISE_STEPS = (0.1, 0.2, 0.3, 0.5)  # the input noise of run_noise_floor, in 8-bit pixel steps (1/255)
 
 
-def run_noise_floor(seeds: tuple[int, ...] = (1, 2, 3)) -> None:
+def run_noise_floor(seeds: tuple[int, ...] = TEST_SEEDS) -> None:
     """How much top-1 agreement these crops allow (`python -c "from bench.accuracy import run_noise_floor;
     run_noise_floor()"`, about 3 minutes): EfficientNet-Lite0 fp32 on ONNX Runtime against itself with Gaussian noise of
     a fraction of one 8-bit pixel step added to its input (the crops are 8-bit pixels), beside the default int8, all
@@ -193,11 +199,11 @@ def _logits(path, samples, fmt: str, target: str | None = None):
 def _photo_rows(rounds: int) -> list[list]:
     """Per runtime and precision: agreement with its fp32 (all / confident crops), cosine, p50 ratios, targets met; then,
     where a backend has accuracy control, the int8 that --val with --min-cosine CONTROL_COSINE writes."""
-    samples = load_samples(str(photo_calibration(CROPS, seed=1, model="efficientnet_lite0")))
+    samples = [load_samples(str(photo_calibration(CROPS, seed=seed, model="efficientnet_lite0"))) for seed in TEST_SEEDS]
     rows = []
     for fmt in PHOTO_FORMATS:
         fp32_path = artifact("efficientnet_lite0", "fp32", fmt)
-        fp32 = _logits(fp32_path, samples, fmt)
+        fp32 = [_logits(fp32_path, s, fmt) for s in samples]
         variants = {p: artifact("efficientnet_lite0", p, fmt) for p in (("fp16", "int8") if fmt == "onnx" else ("int8",))}
         for precision, path in variants.items():
             rows.append([DEFAULT_TARGET[fmt], precision, *_photo_scores(path, fp32_path, fp32, samples, fmt, rounds)])
@@ -213,14 +219,20 @@ def _controlled_scores(fmt: str, fp32_path, fp32, samples, rounds: int) -> list:
     try:
         path = artifact("efficientnet_lite0", "int8", fmt, min_cosine=CONTROL_COSINE)
     except EdgekitError as exc:
-        return [f"missed on the validation crops: {str(exc).split(';')[0]}", "-", "-", "-", "-", "-", "no"]
+        return [f"missed on the validation crops: {str(exc).split(';')[0]}", "-", "-", "-", "-", "-", "-", "no"]
     return _photo_scores(path, fp32_path, fp32, samples, fmt, rounds)
 
 
-def _photo_scores(path, fp32_path, fp32, samples, fmt: str, rounds: int) -> list:
-    cells, met = fidelity_cells(fp32, _logits(path, samples, fmt))
+def _photo_scores(path, fp32_path, fp32: list, samples: list, fmt: str, rounds: int) -> list:
+    """The cells of one artifact: on the first crop set, then the agreement on all sets pooled, the p50 ratios and the
+    targets on both."""
+    import numpy as np
+
+    out = [_logits(path, s, fmt) for s in samples]
+    cells, met = fidelity_cells(fp32[0], out[0])
+    pooled, pooled_met = fidelity_cells(np.concatenate(fp32), np.concatenate(out))
     ratios = [ratio_text(_p50_ratios(path, fp32_path, threads, rounds)) for threads in (1, 2)]
-    return [*cells, *ratios, "yes" if met else "no"]
+    return [cells[0], pooled[0], *cells[1:], *ratios, f"{'yes' if met else 'no'} / {'yes' if pooled_met else 'no'}"]
 
 
 def _p50_ratios(path, fp32_path, threads: int, rounds: int) -> dict:

@@ -69,8 +69,8 @@ CLASSES = {
             "x86 with AVX2, no AVX-512 or VNNI (Haswell to Coffee Lake, Zen 1-3)",
             "uint8",
             "int8",
-            "no VNNI: VPMADDUBSW sums u8 x s8 pairs in a saturating int16, so adjacent weight codes keep |w| + |w'| <= 128, "
-            "channels reordered to pair large weights with small (EfficientNet-Lite0 95-96% agreement, 0.74x fp32; u8 x u8 3.4x fp32)",
+            "no VNNI: VPMADDUBSW sums u8 x s8 pairs in a saturating int16, so adjacent weight codes keep |w| + |w'| <= 128 "
+            "(EfficientNet-Lite0 0.74x fp32's latency; u8 x u8 3.4x)",
             True,
             True,
         ),

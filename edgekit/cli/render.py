@@ -144,8 +144,8 @@ def _channel_order_text(spaces: list[dict]) -> str:
     """How many channel spaces pair-safe int8 reordered, and how much finer their weight steps got."""
     before, after = (sorted(s["pair_ratio_median"][i] for s in spaces) for i in (0, 1))
     return (
-        f"channels reordered in {len(spaces)} place{'' if len(spaces) == 1 else 's'} so that weight pairs hold one large weight and one small: largest pair / "
-        f"largest weight, median {before[len(before) // 2]:.2f} -> {after[len(after) // 2]:.2f} (1: as fine as plain 8-bit)"
+        f"channels reordered in {len(spaces)} place{'' if len(spaces) == 1 else 's'} to pair large weights with small: largest pair / "
+        f"largest weight, median {before[len(before) // 2]:.2f} -> {after[len(after) // 2]:.2f} (1: plain 8-bit)"
     )
 
 

@@ -79,7 +79,7 @@ def test_reordered_channels_are_compared_in_the_source_order(fashion_onnx, demo_
     assert hidden["shape"] == [1, 128] and hidden["cosine"] > 0.99 and hidden["sqnr_db"] > 25
     assert report["first_jump"] is None and _row(report["rows"], "output")["cosine"] > 0.99
     info = run_cli("info", str(avx2.path))
-    assert "channels reordered in 1 place so that weight pairs hold one large weight and one small" in info.stdout
+    assert "channels reordered in 1 place to pair large weights with small: largest pair / largest weight" in info.stdout
 
 
 def test_torch_vs_onnx_by_module_scopes(fashion_onnx, small_test_npz):
