@@ -186,13 +186,13 @@ def _spaces(model, weights: _Weights) -> list[Space]:
         parent[root(a)] = root(b)
 
     shapes = _shapes(model)
-    roles: list[tuple[str, str, object]] = []  # (tensor, role, node)
+    roles: list[tuple[str, str, object]] = []  # (tensor, the Space list its node goes to, node)
     pinned: set[str] = {v.name for v in (*model.graph.input, *model.graph.output)}
     for node in model.graph.node:
         activations = [t for t in node.input if t and weights.value(t) is None]
         role = _role(node, weights, shapes)
         if role == "layer":
-            roles += [(node.input[0], "reader", node), (node.output[0], "writer", node)]
+            roles += [(node.input[0], "readers", node), (node.output[0], "writers", node)]
         elif role == "channelwise":
             union(node.input[0], node.output[0])
             roles.append((node.output[0], "channelwise", node))
@@ -207,7 +207,7 @@ def _spaces(model, weights: _Weights) -> list[Space]:
     for t in parent:
         spaces.setdefault(root(t), Space()).tensors.append(t)
     for t, role, node in roles:
-        getattr(spaces[root(t)], {"reader": "readers", "writer": "writers", "channelwise": "channelwise"}[role]).append(node)
+        getattr(spaces[root(t)], role).append(node)
     for t in pinned:
         if t in parent:
             spaces[root(t)].pinned = True
