@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit.converters import pair_safe
 from edgekit.loaders.onnx import node_attribute
 
 ELEMENTWISE = {
@@ -124,9 +125,7 @@ def _pair_ratios(rows: np.ndarray) -> np.ndarray:
     """Per row, its largest adjacent pair sum of |w| over its largest |w|: how much coarser than plain 8-bit pair-safe
     steps are (1: as fine, 2: as coarse as 7-bit)."""
     a = np.abs(np.asarray(rows, np.float64))
-    if a.shape[1] % 2:
-        a = np.concatenate([a, np.zeros((a.shape[0], 1))], 1)
-    return (a[:, 0::2] + a[:, 1::2]).max(1) / np.maximum(a.max(1), np.finfo(np.float64).tiny)
+    return pair_safe.pair_sums(a).max(1) / np.maximum(a.max(1), np.finfo(np.float64).tiny)
 
 
 class _Weights:
@@ -288,8 +287,8 @@ def _vector_bias(node, weights: _Weights) -> bool:
 
 
 def _pairs_reader(node, weights: _Weights) -> bool:
-    """A reader whose input channels pair up in pair-safe weights: a Gemm, or a 1x1 Conv."""
-    return node.op_type == "Gemm" or all(k == 1 for k in weights.get(node.input[1]).shape[2:])
+    """A reader whose input channels pair up in pair-safe weights (converters.pair_safe.kind: a Gemm, or a 1x1 Conv)."""
+    return pair_safe.kind(node.op_type, weights.get(node.input[1]).shape, node_attribute(node, "group", 1)) == "pairs"
 
 
 def _reader_rows(space: Space, weights: _Weights) -> np.ndarray:

@@ -38,7 +38,7 @@ def scales(rows: np.ndarray, layer_kind: str) -> np.ndarray:
     (one step of headroom for rounding), or the largest weight over 64 for 7-bit codes."""
     rows = np.abs(np.asarray(rows, np.float64))
     if layer_kind == "pairs":
-        largest = _pair_sums(rows).max(1) / (LIMIT - 1)
+        largest = pair_sums(rows).max(1) / (LIMIT - 1)
     else:
         largest = rows.max(1) / NARROW[1]
     return np.maximum(largest, np.finfo(np.float32).tiny)
@@ -68,10 +68,11 @@ def partner_magnitude(codes: np.ndarray) -> np.ndarray:
 
 def worst_pair(codes: np.ndarray) -> int:
     """The largest |w_2j| + |w_2j+1| in the codes (C x K)."""
-    return int(_pair_sums(np.abs(codes.astype(np.int64))).max(initial=0))
+    return int(pair_sums(np.abs(codes.astype(np.int64))).max(initial=0))
 
 
-def _pair_sums(rows: np.ndarray) -> np.ndarray:
+def pair_sums(rows: np.ndarray) -> np.ndarray:
+    """Per row, the sums of adjacent pairs along K (k = 2j, 2j+1; an odd last column alone)."""
     even, odd = rows[:, 0::2], np.zeros_like(rows[:, 0::2])
     odd[:, : rows.shape[1] // 2] = rows[:, 1::2]
     return even + odd
