@@ -51,7 +51,8 @@ def debug(request: DebugRequest) -> dict:
             f"{request.artifact.spec} and {request.reference.spec} share no intermediate tensor names",
             hint="debug an artifact against the model it was converted from, in a format pair edgekit can match (docs/debug.md)",
         )
-    orders = (_channel_orders(request.reference), _channel_orders(request.artifact))
+    provenance = (_provenance(request.reference), _provenance(request.artifact))
+    orders = (_channel_orders(provenance[0]), _channel_orders(provenance[1]))
     stats = compare(reference, artifact, matched, ref_samples, samples, unmatched, orders)
     matched = [pair for pair in matched if pair[0].key in stats]
     rows = table_rows(matched, stats)
@@ -68,19 +69,16 @@ def debug(request: DebugRequest) -> dict:
         worst=worst(rows),
         matched=len(rows),
         unmatched=unmatched,
-        advice=_naming_advice(request, len(rows), unmatched),
+        advice=_naming_advice(request, provenance[1], len(rows), unmatched),
     )
     return report
 
 
-def _naming_advice(request: DebugRequest, matched: int, unmatched: dict) -> str | None:
+def _naming_advice(request: DebugRequest, provenance: dict, matched: int, unmatched: dict) -> str | None:
     """What to compare an OpenVINO int8 IR made through ONNX (a CNN for x86: ONNX Runtime's QDQ route) with, when it shares few
-    tensor names with an IR made straight from PyTorch."""
-    from edgekit.converters.pipeline import read_provenance
-
+    tensor names with an IR made straight from PyTorch; `provenance`: the artifact's."""
     if {request.artifact.format, request.reference.format} != {"openvino"} or matched >= len(unmatched["reference_only"]):
         return None
-    provenance = read_provenance(request.artifact.path) or {}
     if (provenance.get("quantization") or {}).get("tool") != "onnxruntime":
         return None
     origin = provenance.get("source") or {}
@@ -185,12 +183,17 @@ def compare(
     return stats
 
 
-def _channel_orders(source: ModelSource) -> dict[str, list[int]]:
-    """The tensors whose channels a conversion reordered (pair-safe int8: converters.channel_order), by name."""
-    from edgekit.converters.channel_order import orders_by_tensor
+def _provenance(source: ModelSource) -> dict:
+    """What edgekit wrote beside a model it converted ({} for any other model)."""
     from edgekit.converters.pipeline import read_provenance
 
-    provenance = (read_provenance(source.path) if source.path else None) or {}
+    return (read_provenance(source.path) if source.path else None) or {}
+
+
+def _channel_orders(provenance: dict) -> dict[str, list[int]]:
+    """The tensors whose channels a conversion reordered (pair-safe int8: converters.channel_order), by name."""
+    from edgekit.converters.channel_order import orders_by_tensor
+
     return orders_by_tensor((provenance.get("quantization") or {}).get("channel_order"))
 
 
