@@ -116,6 +116,11 @@ def print_how_made(prov: dict) -> None:
     layout = (prov.get("tflite") or {}).get("layout_transposes")
     if layout:
         console.print(f"  layout: {'; '.join(layout)}")
+    folded = (prov.get("tflite") or {}).get("pads_folded")
+    if folded:
+        console.print(
+            f"  pads: {folded} explicit zero pad(s) folded into the SAME padding of the convolution reading each (converters.tflite_pads)"
+        )
     calib = prov.get("calibration")
     if calib:
         console.print(

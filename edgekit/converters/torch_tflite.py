@@ -12,6 +12,7 @@ import logging
 from pathlib import Path
 
 from edgekit.converters import ConversionData, Converter, ConvertOptions
+from edgekit.converters.tflite_pads import fold_same_pads
 from edgekit.errors import ConversionError, EdgekitError
 from edgekit.native import stderr_silenced
 
@@ -60,8 +61,9 @@ class TorchToTflite(Converter):
                 return _converted(lambda: _int8_static(module, args, options, data, specs, notes, keep_float))
 
             notes["accuracy_control"] = accuracy_controlled(model, specs, data, options, build, out)
-            return {"tflite": notes}
-        export(_converted(lambda: _convert(module, args, options, data, specs, notes)), out)
+        else:
+            export(_converted(lambda: _convert(module, args, options, data, specs, notes)), out)
+        notes["pads_folded"] = fold_same_pads(out)  # int8 keeps explicit pads in NCHW between transposes
         return {"tflite": notes}
 
 
