@@ -124,3 +124,20 @@ def test_convert_folds_them_and_says_so(unfolded, tmp_path):
     info = run_cli("info", out)
     assert "2 explicit zero pad(s) folded" in " ".join(info.stdout.split())
     assert _ops(out)["PAD"] == 1
+
+
+def test_a_graph_the_pass_cannot_read_stays_as_converted(unfolded, tmp_path, monkeypatch, caplog):
+    """A failure inside the rewrite (here injected) leaves the converted file as it was, with a warning, not an error."""
+    import edgekit.converters.tflite_pads as tflite_pads
+
+    original, _ = unfolded
+    copy = tmp_path / "copy.tflite"
+    shutil.copyfile(original, copy)
+
+    def broken(self, index):
+        raise KeyError("an operator this pass does not know")
+
+    monkeypatch.setattr(tflite_pads._Graph, "fold", broken)
+    assert tflite_pads.fold_same_pads(copy) == 0
+    assert copy.read_bytes() == original.read_bytes()
+    assert "pads not folded" in caplog.text
