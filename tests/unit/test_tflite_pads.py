@@ -4,6 +4,7 @@ stays, and a fold that would change the outputs is refused."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 
 import numpy as np
@@ -138,6 +139,7 @@ def test_a_graph_the_pass_cannot_read_stays_as_converted(unfolded, tmp_path, mon
         raise KeyError("an operator this pass does not know")
 
     monkeypatch.setattr(tflite_pads._Graph, "fold", broken)
-    assert tflite_pads.fold_same_pads(copy) == 0
+    with caplog.at_level(logging.WARNING, logger="edgekit"):  # an earlier CLI run in this worker may have quietened it
+        assert tflite_pads.fold_same_pads(copy) == 0
     assert copy.read_bytes() == original.read_bytes()
     assert "pads not folded" in caplog.text
