@@ -30,16 +30,21 @@ def fold_same_pads(path: Path) -> int:
     try:
         graph = _Graph(schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(original, 0)), schema)
         folded = sum(graph.fold(index) for index in range(len(graph.ops)))
-        rewritten = graph.packed() if folded else original
+        rewritten = graph.packed() if folded else None
     except Exception as exc:  # a flatbuffer this pass does not know: the model stays as litert-torch wrote it, and says so
         log.warning("pads not folded into their convolutions: %s", str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
         return 0
-    if not folded:
+    if rewritten is None:
         return 0
-    if not _same_outputs(original, rewritten, Path(path)):
-        log.warning("folding %d pads into their convolutions changed the outputs: the .tflite is kept as converted", folded)
-        return 0
-    Path(path).write_bytes(rewritten)
+    probe = Path(path).with_name(f".{Path(path).stem}.folded.tflite")
+    try:
+        probe.write_bytes(rewritten)
+        if not _same_outputs(Path(path), probe):
+            log.warning("folding %d pads into their convolutions changed the outputs: the .tflite is kept as converted", folded)
+            return 0
+        probe.replace(path)
+    finally:
+        probe.unlink(missing_ok=True)
     return folded
 
 
@@ -50,10 +55,14 @@ class _Graph:
         self.model, self.schema = model, schema
         self.graph = model.subgraphs[0]
         self.ops = self.graph.operators
+        self.names = {number: name for name, number in vars(schema.BuiltinOperator).items() if not name.startswith("_")}
         self.readers: dict[int, list[int]] = {}
+        self.writer: dict[int, int] = {}
         for index, op in enumerate(self.ops):
             for tensor in op.inputs if op.inputs is not None else ():
                 self.readers.setdefault(int(tensor), []).append(index)
+            for tensor in op.outputs if op.outputs is not None else ():
+                self.writer[int(tensor)] = index
         self.outputs = {int(t) for t in self.graph.outputs}
         self.removed: set[int] = set()
 
@@ -69,14 +78,15 @@ class _Graph:
             return False
         if before is not None and self._name(before) == "TRANSPOSE" and self._perm(before) == TO_NCHW:  # NHWC -> NCHW, pad, back
             unpadded = int(self.ops[before].inputs[0])
-            if not self._same_quantization(unpadded, int(self.ops[after].outputs[0])) or not self._pads_are_same(index, conv, unpadded):
+            nhwc = [int(d) for d in self.graph.tensors[unpadded].shape]
+            if not self._same_quantization(unpadded, int(self.ops[after].outputs[0])) or not self._pads_are_same(index, conv, nhwc):
                 return False
             self._read(conv, unpadded)
             self.removed |= {before, index, after}
         else:  # a pad on an NCHW tensor (the graph input), then its transpose to NHWC
             unpadded, transposed = int(self.ops[index].inputs[0]), int(self.ops[after].outputs[0])
             nhwc = [int(d) for d in np.asarray(self.graph.tensors[unpadded].shape)[TO_NHWC]]
-            if not self._same_quantization(unpadded, transposed) or not self._pads_are_same(index, conv, None, nhwc):
+            if not self._same_quantization(unpadded, transposed) or not self._pads_are_same(index, conv, nhwc):
                 return False
             self.ops[after].inputs = [unpadded, int(self.ops[after].inputs[1])]
             self._reshape(transposed, nhwc)
@@ -94,8 +104,7 @@ class _Graph:
 
     def _name(self, index: int) -> str:
         code = self.model.operatorCodes[self.ops[index].opcodeIndex]
-        number = max(code.builtinCode, code.deprecatedBuiltinCode)
-        return next((k for k, v in vars(self.schema.BuiltinOperator).items() if v == number), "")
+        return self.names.get(max(code.builtinCode, code.deprecatedBuiltinCode), "")
 
     def _single_reader(self, index: int) -> int | None:
         """The one op that reads op `index`'s output, where that output is read once and is no graph output."""
@@ -105,8 +114,7 @@ class _Graph:
 
     def _only_reader_of_input(self, index: int) -> int | None:
         """The op that writes op `index`'s first input, where op `index` is its only reader."""
-        tensor = int(self.ops[index].inputs[0])
-        writer = next((i for i, op in enumerate(self.ops) if tensor in [int(t) for t in op.outputs]), None)
+        writer = self.writer.get(int(self.ops[index].inputs[0]))
         return writer if writer is not None and self._single_reader(writer) == index else None
 
     def _constant(self, tensor: int) -> np.ndarray | None:
@@ -127,10 +135,9 @@ class _Graph:
         zeros = [None if q is None or q.zeroPoint is None else np.asarray(q.zeroPoint).tolist() for q in (qa, qb)]
         return scales[0] == scales[1] and zeros[0] == zeros[1]
 
-    def _pads_are_same(self, pad: int, conv: int, nhwc_tensor: int | None, nhwc_shape: list[int] | None = None) -> bool:
-        """Whether the NCHW widths of `pad` are exactly SAME padding for `conv` on the unpadded NHWC input."""
+    def _pads_are_same(self, pad: int, conv: int, shape: list[int]) -> bool:
+        """Whether the NCHW widths of `pad` are exactly SAME padding for `conv` on the unpadded input of NHWC `shape`."""
         widths = self._constant(int(self.ops[pad].inputs[1]))
-        shape = nhwc_shape or [int(d) for d in self.graph.tensors[nhwc_tensor].shape]
         signature = self.graph.tensors[int(self.ops[pad].inputs[0])].shapeSignature
         if widths is None or widths.shape != (4, 2) or len(shape) != 4 or (signature is not None and -1 in list(signature)[1:]):
             return False
@@ -160,23 +167,18 @@ def _same(size: int, kernel: int, stride: int, dilation: int) -> list[int]:
     return [total // 2, total - total // 2]
 
 
-def _same_outputs(original: bytes, rewritten: bytes, path: Path) -> bool:
-    """Whether both models give the same outputs on one probe input (exact for int8; float to rounding)."""
-    from edgekit.loaders.tflite import _interpreter
+def _same_outputs(original: Path, rewritten: Path) -> bool:
+    """Whether both models give the same outputs on one random sample (exact for int8; float to rounding)."""
+    a, b = _probe_outputs(original), _probe_outputs(rewritten)
+    return all(np.allclose(x, y, rtol=1e-5, atol=1e-6 * max(np.abs(x).max(), 1e-12)) for x, y in zip(a, b, strict=True))
 
-    results = []
-    for index, content in enumerate((original, rewritten)):
-        probe = path.with_name(f".{path.stem}.probe{index}.tflite")
-        probe.write_bytes(content)
-        try:
-            model = _interpreter(probe)
-            rng = np.random.default_rng(0)
-            for detail in model.get_input_details():
-                shape, dtype = detail["shape"], detail["dtype"]
-                value = rng.uniform(0, 1, shape) if np.issubdtype(dtype, np.floating) else rng.integers(-100, 100, shape)
-                model.set_tensor(detail["index"], value.astype(dtype))
-            model.invoke()
-            results.append([model.get_tensor(d["index"]).astype(np.float64) for d in model.get_output_details()])
-        finally:
-            probe.unlink(missing_ok=True)
-    return all(np.allclose(a, b, rtol=1e-5, atol=1e-6 * max(np.abs(a).max(), 1e-12)) for a, b in zip(*results, strict=True))
+
+def _probe_outputs(path: Path) -> list[np.ndarray]:
+    """The .tflite's outputs on LiteRT for one random sample, the probe pipeline.verify_written runs."""
+    from edgekit.calibration import random_samples
+    from edgekit.loaders import open_source
+    from edgekit.targets import make_runner
+
+    runner = make_runner(open_source(str(path)), None, 1)
+    runner.load()
+    return [np.asarray(out, dtype=np.float64) for out in runner.infer(next(random_samples(runner.inputs, 1).batches(1)))]
