@@ -144,7 +144,8 @@ def ratio_text(s: dict) -> str:
 def fidelity_cells(reference: np.ndarray, out: np.ndarray) -> tuple[list[str], bool]:
     """Table cells for int8 logits against fp32's: top-1 agreement on all samples, on those fp32 is confident of (top
     probability >= 0.5, compare.CONFIDENT; most photo crops are far from ImageNet, so near-ties flip easily), mean cosine,
-    the largest fp32 margin (top-1 minus top-2 probability) among the flipped samples; and whether
+    the largest fp32 margin (top-1 minus top-2 probability) among the flipped samples, the top-1 points the changes are
+    expected to cost by fp32's own probabilities (compare.expected_top1_drop); and whether
     issue 17's accuracy targets hold (>= 97%, >= 99%, cosine >= 0.995). The agreement on all samples carries its 95%
     bootstrap interval in square brackets: on a few hundred crops rich in near-ties it spans about three points."""
     from edgekit.validate.compare import compare_output
@@ -158,6 +159,7 @@ def fidelity_cells(reference: np.ndarray, out: np.ndarray) -> tuple[list[str], b
         f"{sure:.2f}% (of {fidelity.confident_samples})",
         f"{fidelity.cosine_mean:.4f}",
         "-" if fidelity.flip_margin_max is None else f"{fidelity.flip_margin_max:.3f}",
+        f"{fidelity.expected_top1_drop:.3f}",
     ]
     return cells, met
 

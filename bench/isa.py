@@ -95,7 +95,17 @@ def run_arm_lite0(crops: int = 600, seeds: tuple[int, ...] = (1, 2, 3)) -> None:
     publish(
         "isa-arm-lite0",
         "EfficientNet-Lite0 int8 on ONNX Runtime's and LiteRT's Arm kernels, emulated",
-        ["crops (seed)", "runtime", "run on", "agreement", "confident crops", "mean cosine", "logits = the A76's"],
+        [
+            "crops (seed)",
+            "runtime",
+            "run on",
+            "agreement",
+            "confident crops",
+            "mean cosine",
+            "largest fp32 margin among the flips",
+            "expected top-1 cost (pts)",
+            "logits = the A76's",
+        ],
         rows,
         [
             f"{crops} crops of real photos per seed, against the same runtime's fp32 run on this host (arm64 fp32 matches it to 1e-5); "

@@ -116,6 +116,7 @@ class Fidelity(Record):
     flip_margin_max: float | None = None
     confident_samples: int | None = None
     top1_agreement_confident: float | None = None
+    expected_top1_drop: float | None = None
 
 
 @dataclass

@@ -29,6 +29,7 @@ class OutputFidelity:
     flip_margin_max: float | None = None  # the largest reference top-1 minus top-2 probability among them
     confident_samples: int | None = None  # samples whose reference top class has probability >= CONFIDENT
     top1_agreement_confident: float | None = None  # percent, over those
+    expected_top1_drop: float | None = None  # points of top-1 the changes cost if labels followed the reference's probabilities
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -89,7 +90,7 @@ def compare_output(name: str, ref: np.ndarray, art: np.ndarray, classification: 
         int(broken.sum()),
         int((~np.isfinite(ref64)).sum()),
         None if agree is None else bootstrap_ci95(agree * 100.0),
-        **({} if agree is None else _flips(ref_v, agree)),
+        **({} if agree is None else _flips(ref_v, art_v, agree, broken.any(1))),
     )
 
 
@@ -113,11 +114,13 @@ def _agreement(ref: np.ndarray, art: np.ndarray, broken: np.ndarray) -> np.ndarr
     return ((ref.argmax(1) == art.argmax(1)) & ~broken).astype(np.float64)
 
 
-def _flips(ref: np.ndarray, agree: np.ndarray) -> dict:
+def _flips(ref: np.ndarray, art: np.ndarray, agree: np.ndarray, broken: np.ndarray) -> dict:
     """Where the top-1 answers changed: how many, the largest reference margin (top-1 minus top-2 probability) among
-    them (small when every flip is a near-tie, which any change of the input flips too: docs/int8-schemes.md), and the
-    agreement on the samples the reference is sure of (its top class at probability >= CONFIDENT)."""
-    top2 = np.sort(_probabilities(ref), axis=1)[:, -2:]
+    them (small when every flip is a near-tie, which any change of the input flips too: docs/int8-schemes.md), the
+    agreement on the samples the reference is sure of (its top class at probability >= CONFIDENT), and what the changes
+    are expected to cost (`expected_top1_drop`)."""
+    probabilities = _probabilities(ref)
+    top2 = np.sort(probabilities, axis=1)[:, -2:]
     flipped, confident = agree == 0, top2[:, 1] >= CONFIDENT
     margins = (top2[:, 1] - top2[:, 0])[flipped]
     return {
@@ -125,7 +128,18 @@ def _flips(ref: np.ndarray, agree: np.ndarray) -> dict:
         "flip_margin_max": float(margins.max()) if margins.size else None,
         "confident_samples": int(confident.sum()),
         "top1_agreement_confident": float(agree[confident].mean() * 100) if confident.any() else None,
+        "expected_top1_drop": expected_top1_drop(probabilities, art.argmax(1), broken),
     }
+
+
+def expected_top1_drop(probabilities: np.ndarray, answers: np.ndarray, broken: np.ndarray) -> float:
+    """The top-1 accuracy, in points, that answering `answers` instead of the reference's top-1 costs if each sample's
+    label were drawn from the reference's `probabilities`: the mean of p(reference's top-1) - p(answer), a broken
+    sample's answer worth nothing. Without labels this weighs each change by what it risks: a flipped near-tie costs
+    its margin, a flipped sure answer most of a point per sample. It is as good as the reference's calibration."""
+    rows = np.arange(len(probabilities))
+    credit = np.where(broken, 0.0, probabilities[rows, answers])
+    return float((probabilities.max(1) - credit).mean() * 100)
 
 
 def flips_text(entry: dict) -> str:
@@ -137,6 +151,8 @@ def flips_text(entry: dict) -> str:
     if margin is not None:
         parts.append(f"where the reference's top-1 led its top-2 by at most {margin:.3g} of probability")
     text = " ".join(parts)
+    if flips and entry.get("expected_top1_drop") is not None:
+        text += f", an expected {entry['expected_top1_drop']:.2g} points of top-1 by the reference's own probabilities"
     if sure is not None:
         where = f"the {samples} samples" if samples is not None else "the samples"
         text += ("; " if text else "") + f"{sure:.2f}% agree on {where} the reference gives >= {CONFIDENT:.0%}"

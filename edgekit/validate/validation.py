@@ -198,6 +198,7 @@ def summary_row(result: dict) -> dict:
         "top1_agreement": top1.get("top1_agreement"),
         "top1_agreement_confident": top1.get("top1_agreement_confident"),
         "flip_margin_max": top1.get("flip_margin_max"),
+        "expected_top1_drop": top1.get("expected_top1_drop"),
         "top1_flips": top1.get("top1_flips"),
         "confident_samples": top1.get("confident_samples"),
         "cosine": min((f["cosine_mean"] for f in fidelity), default=None),

@@ -83,6 +83,22 @@ def test_flips_are_told_apart_from_near_ties_to_confident_answers():
     assert compare_output("p", np.eye(3), np.eye(3)).flip_margin_max is None
 
 
+def test_the_expected_top1_drop_weighs_each_change_by_the_reference_probabilities():
+    ref = np.array([[2.0, 1.9, 0.0], [5.0, 0.0, 0.0], [0.0, 6.0, 0.0], [1.0, 1.2, 0.0]])
+    art = np.array([[1.9, 2.0, 0.0], [5.0, 0.0, 0.0], [6.0, 0.0, 0.0], [1.0, 1.3, 0.0]])
+    p = np.exp(ref) / np.exp(ref).sum(1, keepdims=True)
+    near_tie, sure = p[0, 0] - p[0, 1], p[2, 1] - p[2, 0]
+    f = compare_output("logits", ref, art)
+    assert f.expected_top1_drop == pytest.approx((near_tie + sure) / 4 * 100)
+    near_tie_only = compare_output("logits", ref[:2], art[:2]).expected_top1_drop
+    assert near_tie_only == pytest.approx(near_tie / 2 * 100) and near_tie_only < 2.5  # a flipped near-tie costs its margin
+    assert compare_output("logits", ref, ref).expected_top1_drop == 0.0
+    broken = art.copy()
+    broken[1, 2] = np.nan  # a broken answer is worth nothing: its sample costs the reference's whole top probability
+    assert compare_output("logits", ref, broken).expected_top1_drop == pytest.approx((near_tie + sure + p[1, 0]) / 4 * 100)
+    assert compare_output("x", ref[:, :1], art[:, :1]).expected_top1_drop is None  # not class scores
+
+
 def test_a_row_takes_its_top1_figures_from_one_output():
     # two class-score heads: one flips a near-tie of four, the other a sure answer of two; the row's sentence must
     # not join one head's flip count to the other's margin
@@ -190,6 +206,8 @@ def test_a_missed_agreement_limit_says_which_answers_changed():
     )
     (met,) = check_row(row, Thresholds(min_agreement=96))
     assert met.passed and "margin" not in met.reason
+    (priced,) = check_row({**row, "expected_top1_drop": 0.044}, Thresholds(min_agreement=97))
+    assert "0.049 of probability, an expected 0.044 points of top-1 by the reference's own probabilities; 100.00%" in priced.reason
 
 
 def test_p99_is_reported_for_what_it_is():
