@@ -151,8 +151,10 @@ def flips_text(entry: dict) -> str:
     if margin is not None:
         parts.append(f"where the reference's top-1 led its top-2 by at most {margin:.3g} of probability")
     text = " ".join(parts)
-    if flips and entry.get("expected_top1_drop") is not None:
-        text += f", an expected {entry['expected_top1_drop']:.2g} points of top-1 by the reference's own probabilities"
+    cost = entry.get("expected_top1_drop")
+    if flips and cost is not None:
+        points = "under 0.001" if cost < 0.0005 else f"{cost:.3f}"
+        text += f", an expected {points} points of top-1 by the reference's own probabilities"
     if sure is not None:
         where = f"the {samples} samples" if samples is not None else "the samples"
         text += ("; " if text else "") + f"{sure:.2f}% agree on {where} the reference gives >= {CONFIDENT:.0%}"

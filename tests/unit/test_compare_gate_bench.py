@@ -208,6 +208,8 @@ def test_a_missed_agreement_limit_says_which_answers_changed():
     assert met.passed and "margin" not in met.reason
     (priced,) = check_row({**row, "expected_top1_drop": 0.044}, Thresholds(min_agreement=97))
     assert "0.049 of probability, an expected 0.044 points of top-1 by the reference's own probabilities; 100.00%" in priced.reason
+    (tiny,) = check_row({**row, "expected_top1_drop": 2.8e-6}, Thresholds(min_agreement=97))
+    assert "an expected under 0.001 points of top-1" in tiny.reason
 
 
 def test_p99_is_reported_for_what_it_is():
