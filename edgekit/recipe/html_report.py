@@ -130,7 +130,7 @@ def _hover(row: dict) -> str:
         ("top-1 agree", "top1_agreement", ".2f", "%"),
         ("top-1 changed", "top1_flips", "d", ""),
         ("largest margin changed", "flip_margin_max", ".3g", ""),
-        ("expected top-1 cost", "expected_top1_drop", ".2g", " pts"),
+        ("expected top-1 cost", "expected_top1_drop", ".3f", " pts"),
         ("p50", "p50_ms", ".3f", " ms"),
         ("p90", "p90_ms", ".3f", " ms"),
         ("speed-up", "speedup", ".2f", "x"),
