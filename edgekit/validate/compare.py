@@ -136,7 +136,7 @@ def expected_top1_drop(probabilities: np.ndarray, answers: np.ndarray, broken: n
     """The top-1 accuracy, in points, that answering `answers` instead of the reference's top-1 costs if each sample's
     label were drawn from the reference's `probabilities`: the mean of p(reference's top-1) - p(answer), a broken
     sample's answer worth nothing. Without labels this weighs each change by what it risks: a flipped near-tie costs
-    its margin, a flipped sure answer most of a point per sample. It is as good as the reference's calibration."""
+    its margin, a flipped sure answer nearly a whole sample. It is as good as the reference's calibration."""
     rows = np.arange(len(probabilities))
     credit = np.where(broken, 0.0, probabilities[rows, answers])
     return float((probabilities.max(1) - credit).mean() * 100)
@@ -144,7 +144,8 @@ def expected_top1_drop(probabilities: np.ndarray, answers: np.ndarray, broken: n
 
 def flips_text(entry: dict) -> str:
     """Which top-1 answers changed, as one clause: how many, the reference's largest margin among them (near-ties or
-    answers it was sure of) and the agreement where it was sure. `entry`: an output's fidelity or a summary row."""
+    answers it was sure of), what they are expected to cost and the agreement where it was sure. `entry`: an output's
+    fidelity or a summary row."""
     flips, margin = entry.get("top1_flips"), entry.get("flip_margin_max")
     sure, samples = entry.get("top1_agreement_confident"), entry.get("confident_samples")
     parts = [] if flips is None else [f"{flips} top-1 answer{'' if flips == 1 else 's'} changed"]
