@@ -231,15 +231,17 @@ def _controlled_scores(fmt: str, fp32_path, fp32, samples, rounds: int) -> list:
 
 
 def _photo_scores(path, fp32_path, fp32: list, samples: list, fmt: str, rounds: int) -> list:
-    """The cells of one artifact: on the first crop set, then the agreement on all sets pooled, the p50 ratios and the
-    targets on both."""
+    """The cells of one artifact: agreement on the first crop set and on all sets pooled; confident crops, cosine and
+    largest flipped margin on the first set; the expected top-1 cost on all sets pooled; the p50 ratios and the targets
+    on both."""
     import numpy as np
 
     out = [_logits(path, s, fmt) for s in samples]
-    cells, met = fidelity_cells(fp32[0], out[0])
-    pooled, pooled_met = fidelity_cells(np.concatenate(fp32), np.concatenate(out))
+    (agreement, confident, cosine, margin, _), met = fidelity_cells(fp32[0], out[0])
+    (pooled_agreement, *_, pooled_cost), pooled_met = fidelity_cells(np.concatenate(fp32), np.concatenate(out))
     ratios = [ratio_text(_p50_ratios(path, fp32_path, threads, rounds)) for threads in (1, 2)]
-    return [cells[0], pooled[0], *cells[1:4], pooled[4], *ratios, f"{'yes' if met else 'no'} / {'yes' if pooled_met else 'no'}"]
+    targets = f"{'yes' if met else 'no'} / {'yes' if pooled_met else 'no'}"
+    return [agreement, pooled_agreement, confident, cosine, margin, pooled_cost, *ratios, targets]
 
 
 def _p50_ratios(path, fp32_path, threads: int, rounds: int) -> dict:
