@@ -164,6 +164,17 @@ def fidelity_cells(reference: np.ndarray, out: np.ndarray) -> tuple[list[str], b
     return cells, met
 
 
+def labelled_cell(reference: np.ndarray, out: np.ndarray, labels: np.ndarray) -> str:
+    """'int8 % / fp32 % (drop [95% interval])': top-1 of both against `labels` ([N, classes] boolean label sets,
+    zoo.photos.crop_labels), on the samples that have one."""
+    from edgekit.validate.compare import paired_accuracy
+
+    labelled = labels.any(1)
+    accuracy = paired_accuracy(reference[labelled], out[labelled], labels[labelled])
+    low, high = accuracy["drop_ci95"]
+    return f"{accuracy['artifact']:.2f}% / {accuracy['reference']:.2f}% (drop {accuracy['drop_points']:+.2f} [{low:+.1f}, {high:+.1f}])"
+
+
 def publish(name: str, title: str, columns: list[str], rows: list[list], notes: list[str] = ()) -> str:
     """Write bench/results/NAME.json and NAME.md with machine and versions; print and return the Markdown."""
     report = new_report(f"bench:{name}", ("torch", "onnxruntime", "onnx"))

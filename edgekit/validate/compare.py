@@ -183,9 +183,9 @@ def bootstrap_ci95(per_sample: np.ndarray, resamples: int = 4000, seed: int = 0)
 
 
 def paired_accuracy(ref_logits: np.ndarray, art_logits: np.ndarray, labels: np.ndarray) -> dict:
-    """Accuracy of both on the same labelled samples, the drop in points and its paired 95% interval."""
-    labels = labels.reshape(-1)
-    ref_ok, art_ok = ref_logits.argmax(1) == labels, art_logits.argmax(1) == labels
+    """Accuracy of both on the same labelled samples, the drop in points and its paired 95% interval. `labels`: a class
+    per sample, or an [N, C] boolean array of the classes each sample accepts (ImageNet-ReaL-style label sets)."""
+    ref_ok, art_ok = _top1_hits(ref_logits, labels), _top1_hits(art_logits, labels)
     ref, art = float(ref_ok.mean() * 100), float(art_ok.mean() * 100)
     changed = int((ref_ok != art_ok).sum())
     return {
@@ -193,9 +193,17 @@ def paired_accuracy(ref_logits: np.ndarray, art_logits: np.ndarray, labels: np.n
         "artifact": art,
         "drop_points": ref - art,
         "drop_ci95": bootstrap_ci95((ref_ok.astype(np.float64) - art_ok) * 100),
-        "samples": int(len(labels)),
+        "samples": int(len(ref_ok)),
         "discordant": changed,  # samples right on one side only: all the drop rests on these
     }
+
+
+def _top1_hits(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Whether each sample's top-1 is its label (or one of its label set, where `labels` is [N, C] boolean)."""
+    top1 = logits.argmax(1)
+    if labels.ndim == 2 and labels.dtype == bool:
+        return labels[np.arange(len(top1)), top1]
+    return top1 == labels.reshape(-1)
 
 
 def is_classifier_output(output: np.ndarray) -> bool:
@@ -210,7 +218,7 @@ def is_classifier_shape(shape) -> bool:
 
 def accuracy_percent(logits: np.ndarray, labels: np.ndarray) -> float:
     """Top-1 accuracy in percent."""
-    return float((logits.argmax(1) == labels.reshape(-1)).mean() * 100)
+    return float(_top1_hits(logits, labels).mean() * 100)
 
 
 def compare(

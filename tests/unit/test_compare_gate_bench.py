@@ -189,6 +189,17 @@ def test_accuracy_drop_and_agreement_carry_a_paired_interval():
     assert agree.top1_agreement == 98.0 and agree.top1_agreement_ci95[0] < 98.0 < agree.top1_agreement_ci95[1]
 
 
+def test_label_sets_count_any_of_their_classes_as_right():
+    from edgekit.validate.compare import accuracy_percent, paired_accuracy
+
+    sets = np.zeros((4, 5), bool)
+    sets[0, [1, 2]] = sets[1, 3] = sets[2, [0, 4]] = sets[3, 2] = True  # ImageNet-ReaL-style: several classes may be right
+    ref, art = np.eye(5)[[2, 3, 1, 2]], np.eye(5)[[1, 0, 4, 2]]  # ref: right, right, wrong, right; art: right, wrong, right, right
+    acc = paired_accuracy(ref, art, sets)
+    assert (acc["reference"], acc["artifact"], acc["drop_points"], acc["discordant"], acc["samples"]) == (75.0, 75.0, 0.0, 2, 4)
+    assert accuracy_percent(art, sets) == 75.0 and accuracy_percent(art, np.array([1, 0, 0, 2])) == 75.0  # one class each
+
+
 def test_a_gate_says_when_its_interval_straddles_the_limit():
     row = _row(drop_points=0.4, drop_points_ci95=[0.1, 0.7], samples=2000)
     (result,) = check_row(row, Thresholds(max_drop=0.5))

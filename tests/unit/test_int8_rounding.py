@@ -10,6 +10,7 @@ from edgekit.converters.int8_rounding import best_codes, output_error
 
 pytest.importorskip("onnxruntime")
 AGREEMENT, COSINE = 93.0, 0.997  # on the 120 crops below; both failed before the fitted weights and L2 ranges (see the test)
+LABELLED_FP32 = 70.0  # fp32's top-1 against the photos' label sets (zoo.photos.PHOTO_CLASSES): it names 5 of their 6
 LITE0_LIMIT = 97.0  # top-1 agreement asked of EfficientNet-Lite0's int8 on 100 validation crops
 
 
@@ -56,7 +57,8 @@ def test_efficientnet_lite0_all_int8_agrees_with_fp32_on_photo_crops(lite0_int8)
     with L2-optimal ranges (the default, --calib-method auto) 97.5% / 0.9977 (x86-vnni EPYC Zen 5)."""
     from edgekit.loaders import open_source
     from edgekit.targets import make_runner
-    from edgekit.validate.compare import compare_output, run_batches
+    from edgekit.validate.compare import compare_output, paired_accuracy, run_batches
+    from edgekit.zoo.photos import crop_labels
 
     samples = lite0_int8["test"]
     outputs = {p: run_batches(make_runner(open_source(str(lite0_int8[p]))), samples, 40)[0] for p in ("fp32", "int8")}
@@ -65,6 +67,10 @@ def test_efficientnet_lite0_all_int8_agrees_with_fp32_on_photo_crops(lite0_int8)
     assert quant["excluded"] == [] and quant["weight_rounding"]["layers"] == 50 and quant["method"] == "histogram"
     assert quant["weight_rounding"]["output_error_vs_round_to_nearest"] < 0.8
     assert score.top1_agreement >= AGREEMENT and score.cosine_mean >= COSINE
+    labels = crop_labels(len(outputs["fp32"]))  # the crops of the photos an ImageNet class names: top-1 against labels
+    labelled = labels.any(1)
+    accuracy = paired_accuracy(outputs["fp32"][labelled], outputs["int8"][labelled], labels[labelled])
+    assert accuracy["samples"] == 52 and accuracy["reference"] >= LABELLED_FP32 and accuracy["drop_points"] <= 2.0
 
 
 @pytest.mark.e2e
