@@ -169,8 +169,7 @@ def labelled_cell(reference: np.ndarray, out: np.ndarray, labels: np.ndarray) ->
     zoo.photos.crop_labels), on the samples that have one."""
     from edgekit.validate.compare import paired_accuracy
 
-    labelled = labels.any(1)
-    accuracy = paired_accuracy(reference[labelled], out[labelled], labels[labelled])
+    accuracy = paired_accuracy(reference, out, labels)
     low, high = accuracy["drop_ci95"]
     return f"{accuracy['artifact']:.2f}% / {accuracy['reference']:.2f}% (drop {accuracy['drop_points']:+.2f} [{low:+.1f}, {high:+.1f}])"
 

@@ -19,10 +19,23 @@ LABEL_KEYS = ("labels", "label", "y")
 FEW_SAMPLES = 100
 
 
+def checked_labels(labels: np.ndarray, where: str) -> np.ndarray:
+    """Labels as edgekit scores them: a class per sample ([N] or [N, 1], as int64), or label sets ([N, classes] of 0/1, as
+    bool): a sample is right when its top-1 is any of its classes, as ImageNet-ReaL scores ImageNet."""
+    if labels.ndim == 1 or (labels.ndim == 2 and labels.shape[1] == 1):
+        return labels.reshape(-1).astype(np.int64)
+    if labels.ndim == 2 and np.isin(labels, (0, 1)).all() and labels.any():
+        return labels.astype(bool)
+    raise InputMismatchError(
+        f"labels in {where} have shape {list(labels.shape)}: neither a class per sample nor 0/1 label sets naming a class",
+        hint="give [N] class indices, or an [N, classes] array of 0/1 marking every class that counts as right",
+    )
+
+
 @dataclass
 class Samples:
     """N samples: `arrays` maps input names to [N, ...] arrays (sample-major, whatever the model's layout);
-    `labels` is [N] or None; `specs` (set by bind) put each batch in the model's layout."""
+    `labels` is None, [N] classes or [N, classes] boolean label sets (checked_labels); `specs` (set by bind) put each batch in the model's layout."""
 
     arrays: dict[str, np.ndarray]
     labels: np.ndarray | None = None

@@ -9,7 +9,7 @@ import numpy as np
 
 from edgekit.artifact import TensorSpec
 from edgekit.calibration.preprocess import Preprocess
-from edgekit.calibration.samples import LABEL_KEYS, Samples, choose
+from edgekit.calibration.samples import LABEL_KEYS, Samples, checked_labels, choose
 from edgekit.errors import EdgekitError, InputMismatchError
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff"}
@@ -31,7 +31,9 @@ def numpy_file(path: Path, limit: int | None, seed: int) -> Samples:
         )
     index = choose(counts.pop() if counts else 0, limit, seed)
     provenance = {"kind": "numpy", "unnamed": path.suffix == ".npy"}
-    return Samples({k: v[index] for k, v in arrays.items()}, None if labels is None else labels[index].astype(np.int64), provenance)
+    return Samples(
+        {k: v[index] for k, v in arrays.items()}, None if labels is None else checked_labels(labels[index], path.name), provenance
+    )
 
 
 NUMPY_MAGIC = (b"PK\x03\x04", b"PK\x05\x06", b"\x93NUMPY")
@@ -107,7 +109,7 @@ def from_callable(spec: str, limit: int | None, specs: list[TensorSpec] | None) 
             break
     arrays = {k: np.concatenate(v)[:limit] for k, v in chunks.items()}
     labels = next((arrays.pop(k) for k in LABEL_KEYS if k in arrays), None)
-    return Samples(arrays, labels, {"kind": "callable"})
+    return Samples(arrays, None if labels is None else checked_labels(labels, "what the data callable gave"), {"kind": "callable"})
 
 
 def _only_name(specs: list[TensorSpec] | None) -> str:

@@ -120,8 +120,7 @@ def surgery_finetune(model, samples: Samples, options: PruneOptions, batch: int 
     """Train `model` with DNS masks, then with the final (exact-sparsity) mask; returns (weights spliced back at least once, final masks)."""
     import torch
 
-    if samples.labels is None:
-        raise EdgekitError("fine-tuning needs labels", hint="add a `labels` array to the --finetune data")
+    class_labels(samples)
     layers = dict(prunable(model))
     masks = magnitude_masks(model, options.sparsity * (1 - (1 - 1 / options.epochs) ** 3), options.scope)
     returned = {n: torch.zeros_like(m) for n, m in masks.items()}
@@ -236,15 +235,25 @@ def recalibrate_batchnorm(model, samples: Samples, batch: int = 64) -> None:
     model.eval()
 
 
+def class_labels(samples: Samples) -> np.ndarray:
+    """The class of each fine-tuning sample; refused where there are none, or label sets (they score, they cannot train)."""
+    if samples.labels is None:
+        raise EdgekitError("fine-tuning needs labels", hint="add a `labels` array to the --finetune data")
+    if samples.labels.dtype == bool:
+        raise EdgekitError(
+            "fine-tuning needs one class per sample; these labels are label sets ([N, classes])",
+            hint="give --finetune data with [N] class indices; label sets only score accuracy (--data, --val)",
+        )
+    return samples.labels.astype(np.int64)
+
+
 def labelled_batches(samples: Samples, epochs: int, seed: int, batch: int = 128):
     """(epoch, inputs, labels) mini-batches for fine-tuning, shuffled per epoch by a seeded generator (epochs count from 1)."""
     import torch
 
-    if samples.labels is None:
-        raise EdgekitError("fine-tuning needs labels", hint="add a `labels` array to the --finetune data")
     generator = torch.Generator().manual_seed(seed)
     inputs = torch.from_numpy(next(iter(samples.arrays.values())))
-    labels = torch.from_numpy(samples.labels.astype(np.int64))
+    labels = torch.from_numpy(class_labels(samples))
     for epoch in range(1, epochs + 1):
         order = torch.randperm(len(inputs), generator=generator)
         for start in range(0, len(inputs), batch):

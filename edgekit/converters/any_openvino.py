@@ -497,11 +497,13 @@ def _content_key(feeds: dict) -> bytes:
 
 def _top1_validation(compiled_model, items) -> tuple[float, list[float]]:
     """NNCF's validation_fn: (top-1 accuracy as a fraction, per-item correctness)."""
+    from edgekit.validate.compare import top1_hits
+
     correct = []
     output = compiled_model.output(0)
     for feeds, label in items:
         logits = compiled_model(feeds)[output]
-        correct.append(float(logits.reshape(len(label), -1).argmax(1)[0] == label[0]))
+        correct.append(float(top1_hits(logits.reshape(len(label), -1), label)[0]))
     return (sum(correct) / len(correct) if correct else 0.0), correct
 
 

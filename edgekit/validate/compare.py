@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from edgekit.calibration import Samples
+from edgekit.errors import InputMismatchError
 
 CONFIDENT = 0.5  # a reference top-class probability at or above this makes a sample one the reference is sure of
 
@@ -184,8 +185,10 @@ def bootstrap_ci95(per_sample: np.ndarray, resamples: int = 4000, seed: int = 0)
 
 def paired_accuracy(ref_logits: np.ndarray, art_logits: np.ndarray, labels: np.ndarray) -> dict:
     """Accuracy of both on the same labelled samples, the drop in points and its paired 95% interval. `labels`: a class
-    per sample, or an [N, C] boolean array of the classes each sample accepts (ImageNet-ReaL-style label sets)."""
-    ref_ok, art_ok = _top1_hits(ref_logits, labels), _top1_hits(art_logits, labels)
+    per sample, or an [N, C] boolean array of the classes each sample accepts (ImageNet-ReaL-style label sets; a sample
+    with an empty set is left out, as ReaL leaves out the images none of its classes names)."""
+    keep = labelled(labels)
+    ref_ok, art_ok = top1_hits(ref_logits[keep], labels[keep]), top1_hits(art_logits[keep], labels[keep])
     ref, art = float(ref_ok.mean() * 100), float(art_ok.mean() * 100)
     changed = int((ref_ok != art_ok).sum())
     return {
@@ -198,10 +201,20 @@ def paired_accuracy(ref_logits: np.ndarray, art_logits: np.ndarray, labels: np.n
     }
 
 
-def _top1_hits(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
+def labelled(labels: np.ndarray) -> np.ndarray:
+    """The samples that carry a label: all of them, or those whose label set names a class."""
+    return labels.any(1) if labels.dtype == bool else np.ones(len(labels), bool)
+
+
+def top1_hits(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """Whether each sample's top-1 is its label (or one of its label set, where `labels` is [N, C] boolean)."""
     top1 = logits.argmax(1)
     if labels.ndim == 2 and labels.dtype == bool:
+        if labels.shape[1] != logits.shape[1]:
+            raise InputMismatchError(
+                f"the label sets name {labels.shape[1]} classes, the model's output scores {logits.shape[1]}",
+                hint="give each sample's label set as a row as wide as the model's class scores",
+            )
         return labels[np.arange(len(top1)), top1]
     return top1 == labels.reshape(-1)
 
@@ -218,7 +231,8 @@ def is_classifier_shape(shape) -> bool:
 
 def accuracy_percent(logits: np.ndarray, labels: np.ndarray) -> float:
     """Top-1 accuracy in percent."""
-    return float(_top1_hits(logits, labels).mean() * 100)
+    keep = labelled(labels)
+    return float(top1_hits(logits[keep], labels[keep]).mean() * 100)
 
 
 def compare(

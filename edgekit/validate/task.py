@@ -42,6 +42,13 @@ def resolve_task(given: str | None, outputs: list[np.ndarray], names: list[str],
     return Task(name, True, why)
 
 
+def _labels_fit(labels: np.ndarray, classes: int) -> bool:
+    """Class indices below `classes`, or label sets as wide as the class scores."""
+    if labels.dtype == bool:
+        return labels.shape[1] == classes
+    return len(labels) > 0 and labels.min() >= 0 and labels.max() < classes
+
+
 def _task_from_shape(output: np.ndarray, labels: np.ndarray | None) -> tuple[str, str]:
     shape = "x".join(map(str, output.shape[1:]))
     if output.ndim == 4 and output.shape[2] > 1 and output.shape[3] > 1:
@@ -50,7 +57,7 @@ def _task_from_shape(output: np.ndarray, labels: np.ndarray | None) -> tuple[str
         return "embedding", f"the first output is [N, {shape}] (a vector per token)"
     if output.ndim != 2 or output.shape[1] == 1:
         return "regression", f"the first output is [N, {shape or 1}] (values, not class scores)"
-    if labels is not None and labels.min() >= 0 and labels.max() < output.shape[1]:
+    if labels is not None and _labels_fit(labels, output.shape[1]):
         return "classification", f"[N, {shape}] scores and class labels below {output.shape[1]}"
     norms = np.linalg.norm(output.reshape(len(output), -1).astype(np.float64), axis=1)
     if len(norms) and np.allclose(norms, 1.0, atol=1e-3) and not np.allclose(output.sum(1), 1.0, atol=1e-3):

@@ -119,6 +119,29 @@ def test_convert_and_validate_with_labels(tmp_path, weights_path, small_test_npz
     assert data["data"]["random"] is False and data["gate"]["passed"] is True
 
 
+def test_label_sets_score_the_samples_that_carry_one(tmp_path, fashion_onnx, small_test_npz):
+    """ImageNet-ReaL-style labels ([N, classes] of 0/1): one class each on the first 500 samples, none on the next 500 (left
+    out), scores exactly what plain labels of those 500 score; more right classes raise both sides."""
+    with np.load(small_test_npz) as npz:
+        image, labels = npz["image"][:1000], npz["labels"][:1000]
+    sets = np.eye(10, dtype=np.uint8)[labels]
+    sets[500:] = 0
+    np.savez(tmp_path / "sets.npz", image=image, labels=sets)
+    np.savez(tmp_path / "plain.npz", image=image[:500], labels=labels[:500])
+    wider = sets.copy()
+    wider[:500, [0, 2, 4, 6]] = 1  # any top (T-shirt, pullover, coat, shirt), where the model errs most
+    np.savez(tmp_path / "wider.npz", image=image, labels=wider)
+    accuracy = {}
+    for name in ("sets", "plain", "wider"):
+        report = tmp_path / f"{name}.json"
+        args = ("validate", fashion_onnx["int8"], "-r", fashion_onnx["fp32"], "-d", tmp_path / f"{name}.npz", "--runs", "3")
+        result = run_cli(*args, "--report", report)
+        assert result.code == 0, result.stderr
+        accuracy[name] = json.loads(report.read_text())["accuracy"]
+    assert accuracy["sets"] == accuracy["plain"] and accuracy["sets"]["samples"] == 500 and accuracy["sets"]["reference"] > 80
+    assert accuracy["wider"]["reference"] > accuracy["sets"]["reference"] and accuracy["wider"]["artifact"] > accuracy["sets"]["artifact"]
+
+
 def test_validate_without_data_says_so_loudly(tmp_path, fashion_onnx, weights_path):
     report = tmp_path / "r.json"
     result = run_cli("validate", fashion_onnx["fp32"], "-r", FACTORY, "--weights", weights_path, "--runs", "5", "--report", report)

@@ -127,6 +127,8 @@ def write_corpus(d: Path) -> Path:
     np.savez(d / "inf.npz", image=np.where(image > 0.9, np.inf, image).astype(np.float32))
     np.savez(d / "nan.npz", image=np.where(image > 0.9, np.nan, image).astype(np.float32), labels=labels)
     np.savez(d / "scalar.npz", image=np.float32(3.0))
+    np.savez(d / "labels3d.npz", image=image, labels=np.ones((8, 3, 2), np.int64))
+    np.savez(d / "wide-sets.npz", image=image, labels=np.eye(5, dtype=bool)[np.arange(8) % 5])  # label sets of 5 classes
     (d / "evil.pt").write_bytes(pickle.dumps(_Evil(str(d / "PWNED"))))
     (d / "factory.py").write_text(
         "import torch\n\ndef make():\n    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))\n"
@@ -207,6 +209,8 @@ def _data_cases() -> list[Case]:
         Case("NaN in validation data", (*validate, "{d}/nan.npz"), ("nan.npz", "non-finite")),
         Case("a scalar where a batch of images is expected", (*validate, "{d}/scalar.npz"), ("scalar.npz",)),
         Case("data file missing", (*validate, "{d}/missing.npz"), ("missing.npz",)),
+        Case("labels neither a class per sample nor label sets", (*validate, "{d}/labels3d.npz"), ("labels3d.npz", "[8, 3, 2]")),
+        Case("label sets wider than the class scores", (*validate, "{d}/wide-sets.npz"), ("5 classes", "scores 3")),
     ]
 
 

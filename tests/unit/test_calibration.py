@@ -20,6 +20,22 @@ def test_npz_sampling_is_deterministic_and_keeps_labels(small_test_npz):
     np.testing.assert_array_equal(a.arrays["image"], b.arrays["image"])
 
 
+def test_labels_are_a_class_each_or_label_sets(tmp_path):
+    image = np.zeros((4, 1, 28, 28), np.float32)
+    np.savez(tmp_path / "column.npz", image=image, labels=np.array([[3], [1], [0], [9]], np.uint8))
+    column = load_samples(str(tmp_path / "column.npz"), specs=SPEC).labels
+    assert column.dtype == np.int64 and column.tolist() == [3, 1, 0, 9]
+    sets = np.zeros((4, 10), np.uint8)
+    sets[0, [2, 5]] = sets[1, 7] = 1  # ImageNet-ReaL-style: several classes right, or none (left out of accuracy)
+    np.savez(tmp_path / "sets.npz", image=image, labels=sets)
+    loaded = load_samples(str(tmp_path / "sets.npz"), specs=SPEC).labels
+    assert loaded.dtype == bool and loaded.sum(1).tolist() == [2, 1, 0, 0]
+    for name, labels in (("cube", np.ones((4, 3, 2))), ("counts", sets * 2), ("none", np.zeros((4, 10)))):
+        np.savez(tmp_path / f"{name}.npz", image=image, labels=labels)
+        with pytest.raises(InputMismatchError, match=f"labels in {name}.npz have shape"):
+            load_samples(str(tmp_path / f"{name}.npz"), specs=SPEC)
+
+
 def test_wrong_shape_and_dtype_name_the_input(tmp_path):
     np.savez(tmp_path / "bad.npz", image=np.zeros((4, 3, 28, 28), np.float32))
     with pytest.raises(InputMismatchError, match="input 'image': data shape 4x3x28x28"):

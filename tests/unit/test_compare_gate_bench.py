@@ -4,6 +4,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from edgekit.errors import InputMismatchError
 from edgekit.loaders import open_source
 from edgekit.validate.benchmark import BenchSettings, LatencyStats, bench, bench_in_process
 from edgekit.validate.compare import accuracy_percent, compare, compare_output
@@ -192,12 +193,14 @@ def test_accuracy_drop_and_agreement_carry_a_paired_interval():
 def test_label_sets_count_any_of_their_classes_as_right():
     from edgekit.validate.compare import accuracy_percent, paired_accuracy
 
-    sets = np.zeros((4, 5), bool)
+    sets = np.zeros((5, 5), bool)
     sets[0, [1, 2]] = sets[1, 3] = sets[2, [0, 4]] = sets[3, 2] = True  # ImageNet-ReaL-style: several classes may be right
-    ref, art = np.eye(5)[[2, 3, 1, 2]], np.eye(5)[[1, 0, 4, 2]]  # ref: right, right, wrong, right; art: right, wrong, right, right
-    acc = paired_accuracy(ref, art, sets)
+    ref, art = np.eye(5)[[2, 3, 1, 2, 0]], np.eye(5)[[1, 0, 4, 2, 0]]  # ref: right, right, wrong, right; art: right, wrong, right, right
+    acc = paired_accuracy(ref, art, sets)  # the 5th sample's set is empty: left out, as ReaL leaves out unlabelled images
     assert (acc["reference"], acc["artifact"], acc["drop_points"], acc["discordant"], acc["samples"]) == (75.0, 75.0, 0.0, 2, 4)
-    assert accuracy_percent(art, sets) == 75.0 and accuracy_percent(art, np.array([1, 0, 0, 2])) == 75.0  # one class each
+    assert accuracy_percent(art, sets) == 75.0 and accuracy_percent(art[:4], np.array([1, 0, 0, 2])) == 75.0  # one class each
+    with pytest.raises(InputMismatchError, match="the label sets name 5 classes, the model's output scores 3"):
+        paired_accuracy(ref[:, :3], art[:, :3], sets)
 
 
 def test_a_gate_says_when_its_interval_straddles_the_limit():

@@ -115,4 +115,10 @@ def test_bad_method_and_finetune_without_labels(tmp_path, fashion_source, demo_d
         prune(fashion_source, PruneOptions("quantum"), tmp_path / "x.pt2", list(INPUTS))
     with pytest.raises(EdgekitError, match="--finetune"):
         prune(fashion_source, PruneOptions("magnitude", epochs=1), tmp_path / "x.pt2", list(INPUTS))
+    with np.load(demo_data[0]) as npz:  # label sets score accuracy; training needs a class per sample
+        np.savez(tmp_path / "sets.npz", image=npz["image"][:64], labels=np.eye(10, dtype=bool)[npz["labels"][:64]])
+    with pytest.raises(EdgekitError, match="fine-tuning needs one class per sample"):
+        prune(
+            fashion_source, PruneOptions("magnitude", epochs=1), tmp_path / "x.pt2", list(INPUTS), finetune_data=str(tmp_path / "sets.npz")
+        )
     assert not (tmp_path / "x.pt2").exists()
