@@ -30,10 +30,13 @@ def nncf_dataset(samples: Samples, batch: int = 1):
 
 
 def nncf_validation(samples: Samples):
-    """An nncf.Dataset of (feeds, labels) items, one sample each, for accuracy control."""
+    """An nncf.Dataset of (feeds, labels) items, one sample each, for accuracy control: the samples that carry a label."""
     import nncf
 
-    items = [(feeds, samples.labels[i : i + 1]) for i, feeds in enumerate(samples.batches(1))]
+    from edgekit.calibration.samples import labelled
+
+    keep = labelled(samples.labels)
+    items = [(feeds, samples.labels[i : i + 1]) for i, feeds in enumerate(samples.batches(1)) if keep[i]]
     return nncf.Dataset(items, lambda item: item[0])
 
 

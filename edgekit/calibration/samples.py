@@ -32,6 +32,12 @@ def checked_labels(labels: np.ndarray, where: str) -> np.ndarray:
     )
 
 
+def labelled(labels: np.ndarray) -> np.ndarray:
+    """Which samples carry a label: all of them, or those whose label set names a class (the others are left out of
+    accuracy, as ImageNet-ReaL leaves out the images none of its classes names)."""
+    return labels.any(1) if labels.dtype == bool else np.ones(len(labels), bool)
+
+
 @dataclass
 class Samples:
     """N samples: `arrays` maps input names to [N, ...] arrays (sample-major, whatever the model's layout);

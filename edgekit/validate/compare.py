@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from edgekit.calibration import Samples
+from edgekit.calibration.samples import labelled
 from edgekit.errors import InputMismatchError
 
 CONFIDENT = 0.5  # a reference top-class probability at or above this makes a sample one the reference is sure of
@@ -199,11 +200,6 @@ def paired_accuracy(ref_logits: np.ndarray, art_logits: np.ndarray, labels: np.n
         "samples": int(len(ref_ok)),
         "discordant": changed,  # samples right on one side only: all the drop rests on these
     }
-
-
-def labelled(labels: np.ndarray) -> np.ndarray:
-    """The samples that carry a label: all of them, or those whose label set names a class."""
-    return labels.any(1) if labels.dtype == bool else np.ones(len(labels), bool)
 
 
 def top1_hits(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:

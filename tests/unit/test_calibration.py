@@ -36,6 +36,19 @@ def test_labels_are_a_class_each_or_label_sets(tmp_path):
             load_samples(str(tmp_path / f"{name}.npz"), specs=SPEC)
 
 
+def test_nncf_accuracy_control_sees_the_samples_that_carry_a_label():
+    pytest.importorskip("nncf")
+    from edgekit.calibration import Samples
+    from edgekit.calibration.adapters import nncf_validation
+
+    sets = np.zeros((5, 10), bool)
+    sets[[0, 3], 4] = True
+    image = np.arange(5, dtype=np.float32).reshape(5, 1, 1, 1)  # sample i holds the value i
+    samples = Samples({"image": image}, sets).bind([TensorSpec("image", ("batch", 1, 1, 1), "float32")])
+    items = list(nncf_validation(samples).get_data())
+    assert [float(feeds["image"][0, 0, 0, 0]) for feeds, _ in items] == [0.0, 3.0] and items[0][1].shape == (1, 10)
+
+
 def test_wrong_shape_and_dtype_name_the_input(tmp_path):
     np.savez(tmp_path / "bad.npz", image=np.zeros((4, 3, 28, 28), np.float32))
     with pytest.raises(InputMismatchError, match="input 'image': data shape 4x3x28x28"):
