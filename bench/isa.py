@@ -12,10 +12,23 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import CACHE, ISA_CLASS, artifact, code_stamp, fidelity_cells, p50, photo_calibration, publish, ratio_text, spread
+from bench.common import (
+    CACHE,
+    ISA_CLASS,
+    artifact,
+    code_stamp,
+    fidelity_cells,
+    labelled_cell,
+    p50,
+    photo_calibration,
+    publish,
+    ratio_text,
+    spread,
+)
 from edgekit.artifact import TensorSpec
 from edgekit.emulation import ARM_CPUS, SYSROOT, arm_python, run_json, sysroot_missing
 from edgekit.isa import CLASSES
+from edgekit.zoo.photos import crop_labels
 
 # One class per distinct ONNX Runtime scheme: its name picks the scheme through --for-target.
 SCHEMES = {"x86-vnni": "u8 x s8", "x86-avx2": "u8 x s8, pair-safe weights", "other": "u8 x u8", "arm64": "s8 x s8"}
@@ -69,6 +82,7 @@ def run_arm_lite0(crops: int = 600, seeds: tuple[int, ...] = (1, 2, 3)) -> None:
     onnx = {p: artifact("efficientnet_lite0", p, for_target="arm64" if p == "int8" else None) for p in ("fp32", "int8")}
     tflite = {p: artifact("efficientnet_lite0", p, "tflite") for p in ("fp32", "int8")}
     data = {seed: {"photos": photo_calibration(crops, seed=seed, model="efficientnet_lite0")} for seed in seeds}
+    labels = crop_labels(crops)
     jobs = [(seeds[0], "onnx", c) for c in ARM_CPUS] + [(seed, "onnx", "arm64-dotprod") for seed in seeds[1:]]
     jobs.append((seeds[0], "tflite", "arm64-dotprod"))
 
@@ -88,10 +102,19 @@ def run_arm_lite0(crops: int = 600, seeds: tuple[int, ...] = (1, 2, 3)) -> None:
             if (s, f) == (seed, fmt):
                 same = "yes" if np.array_equal(out, a76) else "no"
                 where = f"qemu-aarch64 {ARM_CPUS[isa_class].qemu_cpu} ({isa_class})"
-                rows.append([seed, runtime[fmt], where, *fidelity_cells(reference, out)[0], same])
+                rows.append([seed, runtime[fmt], where, *fidelity_cells(reference, out)[0], labelled_cell(reference, out, labels), same])
         native = _outputs(models["int8"], data[seed], crops, batch)
         same = "yes" if np.array_equal(native, a76) else f"no: up to {np.abs(native - a76).max():.2f} apart"
-        rows.append([seed, runtime[fmt], f"this host ({ISA_CLASS})", *fidelity_cells(reference, native)[0], same])
+        rows.append(
+            [
+                seed,
+                runtime[fmt],
+                f"this host ({ISA_CLASS})",
+                *fidelity_cells(reference, native)[0],
+                labelled_cell(reference, native, labels),
+                same,
+            ]
+        )
     publish(
         "isa-arm-lite0",
         "EfficientNet-Lite0 int8 on ONNX Runtime's and LiteRT's Arm kernels, emulated",
@@ -104,6 +127,7 @@ def run_arm_lite0(crops: int = 600, seeds: tuple[int, ...] = (1, 2, 3)) -> None:
             "mean cosine",
             "largest fp32 margin among the flips",
             "expected top-1 cost (pts)",
+            f"top-1 on the {int(labels.any(1).sum())} hand-labelled crops, int8 / fp32 (drop, 95% interval)",
             "logits = the A76's",
         ],
         rows,
@@ -112,6 +136,8 @@ def run_arm_lite0(crops: int = 600, seeds: tuple[int, ...] = (1, 2, 3)) -> None:
             "calibration on 300 others (seed 0). ONNX Runtime: the Arm scheme (s8 x s8 QDQ); LiteRT: PT2E int8 TFLite, batch 1.",
             "Emulated: the aarch64 wheels (onnxruntime, ai-edge-litert 1.4.0: 2.x has no aarch64 Linux wheel) under qemu-aarch64, "
             "each CPU's /proc/cpuinfo served (edgekit.emulation); numerics only. One thread.",
+            "Hand-labelled crops: those of the photos an ImageNet class names, each with every class that names its main "
+            "object, as ImageNet-ReaL labels (zoo.photos.PHOTO_CLASSES; bench/results/*/accuracy-lite0.md).",
         ],
     )
 
