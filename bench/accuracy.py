@@ -250,9 +250,12 @@ def _photo_scores(path, fp32_path, fp32: list, samples: list, fmt: str, rounds: 
     import numpy as np
 
     out = [_logits(path, s, fmt) for s in samples]
+    pooled_fp32, pooled_out = np.concatenate(fp32), np.concatenate(out)
     (agreement, confident, cosine, margin, _), met = fidelity_cells(fp32[0], out[0])
-    (pooled_agreement, *_, pooled_cost), pooled_met = fidelity_cells(np.concatenate(fp32), np.concatenate(out))
-    labelled = labelled_cell(np.concatenate(fp32), np.concatenate(out), np.concatenate([crop_labels(CROPS)] * len(samples)))
+    (pooled_agreement, *_, pooled_cost), pooled_met = fidelity_cells(pooled_fp32, pooled_out)
+    labelled = labelled_cell(
+        pooled_fp32, pooled_out, np.concatenate([crop_labels(CROPS)] * len(samples))
+    )  # per set: crop i of photo i % 14
     ratios = [ratio_text(_p50_ratios(path, fp32_path, threads, rounds)) for threads in (1, 2)]
     targets = f"{'yes' if met else 'no'} / {'yes' if pooled_met else 'no'}"
     return [agreement, pooled_agreement, confident, cosine, margin, pooled_cost, labelled, *ratios, targets]

@@ -102,19 +102,10 @@ def run_arm_lite0(crops: int = 600, seeds: tuple[int, ...] = (1, 2, 3)) -> None:
             if (s, f) == (seed, fmt):
                 same = "yes" if np.array_equal(out, a76) else "no"
                 where = f"qemu-aarch64 {ARM_CPUS[isa_class].qemu_cpu} ({isa_class})"
-                rows.append([seed, runtime[fmt], where, *fidelity_cells(reference, out)[0], labelled_cell(reference, out, labels), same])
+                rows.append([seed, runtime[fmt], where, *_scores(reference, out, labels), same])
         native = _outputs(models["int8"], data[seed], crops, batch)
         same = "yes" if np.array_equal(native, a76) else f"no: up to {np.abs(native - a76).max():.2f} apart"
-        rows.append(
-            [
-                seed,
-                runtime[fmt],
-                f"this host ({ISA_CLASS})",
-                *fidelity_cells(reference, native)[0],
-                labelled_cell(reference, native, labels),
-                same,
-            ]
-        )
+        rows.append([seed, runtime[fmt], f"this host ({ISA_CLASS})", *_scores(reference, native, labels), same])
     publish(
         "isa-arm-lite0",
         "EfficientNet-Lite0 int8 on ONNX Runtime's and LiteRT's Arm kernels, emulated",
@@ -140,6 +131,11 @@ def run_arm_lite0(crops: int = 600, seeds: tuple[int, ...] = (1, 2, 3)) -> None:
             "object, as ImageNet-ReaL labels (zoo.photos.PHOTO_CLASSES; bench/results/*/accuracy-lite0.md).",
         ],
     )
+
+
+def _scores(reference: np.ndarray, out: np.ndarray, labels: np.ndarray) -> list[str]:
+    """An Arm Lite0 row's cells against fp32: fidelity_cells, then top-1 against the crops' label sets."""
+    return [*fidelity_cells(reference, out)[0], labelled_cell(reference, out, labels)]
 
 
 def _fashion_data() -> tuple[Path, Path]:

@@ -120,7 +120,7 @@ def surgery_finetune(model, samples: Samples, options: PruneOptions, batch: int 
     """Train `model` with DNS masks, then with the final (exact-sparsity) mask; returns (weights spliced back at least once, final masks)."""
     import torch
 
-    class_labels(samples)
+    batches = labelled_batches(samples, options.epochs, options.seed, batch)  # refuses missing labels or label sets first
     layers = dict(prunable(model))
     masks = magnitude_masks(model, options.sparsity * (1 - (1 - 1 / options.epochs) ** 3), options.scope)
     returned = {n: torch.zeros_like(m) for n, m in masks.items()}
@@ -128,7 +128,7 @@ def surgery_finetune(model, samples: Samples, options: PruneOptions, batch: int 
     steps_per_epoch = -(-len(samples) // batch)
     surgery_steps, final = int(SURGERY_SHARE * options.epochs * steps_per_epoch), None
     model.train()
-    for step, (epoch, inputs, labels) in enumerate(labelled_batches(samples, options.epochs, options.seed, batch)):
+    for step, (epoch, inputs, labels) in enumerate(batches):
         if step == surgery_steps:  # t = 0 from here on: exactly the target sparsity, trained as plain masked fine-tuning
             final = magnitude_masks(model, options.sparsity, options.scope)
             apply_masks(model, final)
@@ -248,12 +248,18 @@ def class_labels(samples: Samples) -> np.ndarray:
 
 
 def labelled_batches(samples: Samples, epochs: int, seed: int, batch: int = 128):
-    """(epoch, inputs, labels) mini-batches for fine-tuning, shuffled per epoch by a seeded generator (epochs count from 1)."""
+    """(epoch, inputs, labels) mini-batches for fine-tuning, shuffled per epoch by a seeded generator (epochs count from 1).
+    The labels are checked when it is called (class_labels), not at the first batch."""
+    import torch
+
+    labels = torch.from_numpy(class_labels(samples))
+    return _shuffled_batches(torch.from_numpy(next(iter(samples.arrays.values()))), labels, epochs, seed, batch)
+
+
+def _shuffled_batches(inputs, labels, epochs: int, seed: int, batch: int):
     import torch
 
     generator = torch.Generator().manual_seed(seed)
-    inputs = torch.from_numpy(next(iter(samples.arrays.values())))
-    labels = torch.from_numpy(class_labels(samples))
     for epoch in range(1, epochs + 1):
         order = torch.randperm(len(inputs), generator=generator)
         for start in range(0, len(inputs), batch):

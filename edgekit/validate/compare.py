@@ -188,8 +188,7 @@ def paired_accuracy(ref_logits: np.ndarray, art_logits: np.ndarray, labels: np.n
     """Accuracy of both on the same labelled samples, the drop in points and its paired 95% interval. `labels`: a class
     per sample, or an [N, C] boolean array of the classes each sample accepts (ImageNet-ReaL-style label sets; a sample
     with an empty set is left out, as ReaL leaves out the images none of its classes names)."""
-    keep = labelled(labels)
-    ref_ok, art_ok = top1_hits(ref_logits[keep], labels[keep]), top1_hits(art_logits[keep], labels[keep])
+    ref_ok, art_ok = _labelled_hits(ref_logits, labels), _labelled_hits(art_logits, labels)
     ref, art = float(ref_ok.mean() * 100), float(art_ok.mean() * 100)
     changed = int((ref_ok != art_ok).sum())
     return {
@@ -215,6 +214,12 @@ def top1_hits(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return top1 == labels.reshape(-1)
 
 
+def _labelled_hits(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """top1_hits on the samples that carry a label (calibration.samples.labelled)."""
+    keep = labelled(labels)
+    return top1_hits(logits[keep], labels[keep])
+
+
 def is_classifier_output(output: np.ndarray) -> bool:
     """[N, C] with several classes: treat it as logits/probabilities."""
     return is_classifier_shape(output.shape)
@@ -227,8 +232,7 @@ def is_classifier_shape(shape) -> bool:
 
 def accuracy_percent(logits: np.ndarray, labels: np.ndarray) -> float:
     """Top-1 accuracy in percent."""
-    keep = labelled(labels)
-    return float(top1_hits(logits[keep], labels[keep]).mean() * 100)
+    return float(_labelled_hits(logits, labels).mean() * 100)
 
 
 def compare(
