@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import zipfile
 from pathlib import Path
 
@@ -13,6 +14,11 @@ from edgekit.calibration.samples import LABEL_KEYS, Samples, checked_labels, cho
 from edgekit.errors import EdgekitError, InputMismatchError
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff"}
+LABELS_FILE = "labels.json"
+LABELS_FILE_HINT = (
+    f"give {LABELS_FILE} an object mapping each image's path in the folder (as a/b.jpg) to a class index or a list of class "
+    "indices ([] where no class names the image), or a list of those in sorted path order (as ImageNet-ReaL's real.json)"
+)
 
 
 def numpy_file(path: Path, limit: int | None, seed: int) -> Samples:
@@ -63,22 +69,78 @@ def _read_numpy(path: Path) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
 
 
 def image_folder(path: Path, limit: int | None, seed: int, preprocess: str | None, specs: list[TensorSpec] | None) -> Samples:
-    """Images under `path`; class subfolders (sorted) give integer labels."""
+    """Images under `path`, labelled by a labels.json at its root (folder_labels) or else by class subfolders (sorted)."""
     files = sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
     if not files:
         raise EdgekitError(
-            f"no images in {path}", hint=f"put {', '.join(sorted(IMAGE_SUFFIXES))} files there (class subfolders give labels)"
+            f"no images in {path}",
+            hint=f"put {', '.join(sorted(IMAGE_SUFFIXES))} files there (class subfolders or a {LABELS_FILE} give labels)",
         )
     if not specs or len(specs) != 1:
         raise EdgekitError(
             "an image folder feeds a model with exactly one image input", hint="use an .npz keyed by input name for other models"
         )
     recipe = Preprocess.parse(preprocess, specs[0])
-    chosen = [files[i] for i in choose(len(files), limit, seed)]
-    images = np.stack([recipe.apply(_read_image(f)) for f in chosen])
+    labels, provenance = folder_labels(path, files)
+    index = choose(len(files), limit, seed)
+    images = np.stack([recipe.apply(_read_image(files[i])) for i in index])
+    return Samples(
+        {specs[0].name: images},
+        None if labels is None else labels[index],
+        {"kind": "images", "preprocess": recipe.describe(), **provenance},
+    )
+
+
+def folder_labels(path: Path, files: list[Path]) -> tuple[np.ndarray | None, dict]:
+    """The labels of every image in `files` and where they came from: the folder's labels.json when it has one (a class
+    or a label set per image), else the index of each image's class subfolder among the sorted names (none where an
+    image lies at the top of the folder)."""
+    listed = path / LABELS_FILE
+    if listed.is_file():
+        return _listed_labels(listed, [f.relative_to(path).as_posix() for f in files]), {"labels": LABELS_FILE}
     classes = sorted({f.parent.name for f in files if f.parent != path})
-    labels = np.array([classes.index(f.parent.name) for f in chosen]) if classes and all(f.parent != path for f in chosen) else None
-    return Samples({specs[0].name: images}, labels, {"kind": "images", "preprocess": recipe.describe(), "classes": classes})
+    if not classes or any(f.parent == path for f in files):
+        return None, {"classes": classes}
+    return np.array([classes.index(f.parent.name) for f in files]), {"labels": "class subfolders", "classes": classes}
+
+
+def _listed_labels(listed: Path, names: list[str]) -> np.ndarray:
+    """labels.json read for the images `names` (paths relative to the folder, sorted): [N] classes where every image has
+    one, else [N, largest class + 1] boolean label sets."""
+    try:
+        entries = json.loads(listed.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise EdgekitError(f"cannot read {listed}: {exc}", hint=LABELS_FILE_HINT) from None
+    if isinstance(entries, dict):
+        missing = [n for n in names if n not in entries]
+        if missing:
+            raise InputMismatchError(
+                f"{listed} gives no label for {len(missing)} of the {len(names)} images (the first: {missing[0]})",
+                hint=LABELS_FILE_HINT,
+            )
+        entries = [entries[n] for n in names]
+    elif not isinstance(entries, list) or len(entries) != len(names):
+        found = f"{len(entries)} entries" if isinstance(entries, list) else f"a JSON {type(entries).__name__}"
+        raise InputMismatchError(f"{listed} holds {found} for the folder's {len(names)} images", hint=LABELS_FILE_HINT)
+    sets = [_label_set(entry, name, listed) for entry, name in zip(entries, names, strict=True)]
+    if all(len(s) == 1 for s in sets):
+        return np.array([s[0] for s in sets], np.int64)
+    if not any(sets):
+        raise InputMismatchError(f"{listed} names no class for any image: nothing could be scored", hint=LABELS_FILE_HINT)
+    marked = np.zeros((len(sets), 1 + max(max(s) for s in sets if s)), bool)
+    for row, classes in enumerate(sets):
+        marked[row, classes] = True
+    return marked
+
+
+def _label_set(entry, name: str, listed: Path) -> list[int]:
+    """One image's classes: a class index, or a list of them."""
+    classes = entry if isinstance(entry, list) else [entry]
+    if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in classes):
+        raise InputMismatchError(
+            f"the label of {name} in {listed} is {json.dumps(entry)}: neither a class index nor a list of them", hint=LABELS_FILE_HINT
+        )
+    return sorted(set(classes))
 
 
 def _read_image(path: Path):

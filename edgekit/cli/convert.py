@@ -19,7 +19,9 @@ PRECISION = typer.Option(
     "fp32", "--precision", "-p", help=f"One of {', '.join(PRECISIONS)}. int8 needs --calib (a zoo: model brings its own)."
 )
 CALIB = typer.Option(
-    None, "--calib", help="Calibration data: .npz/.npy, a folder of images (class subfolders), module:function or a zoo: data name."
+    None,
+    "--calib",
+    help="Calibration data: .npz/.npy, a folder of images (labels: class subfolders or a labels.json), module:function or a zoo: data name.",
 )
 CALIB_SAMPLES = typer.Option(300, "--calib-samples", help="Samples drawn (deterministically, --seed) from the calibration data.")
 CALIB_METHOD = typer.Option(

@@ -15,7 +15,7 @@ version: 1
 model:
   path: {model}{weights}
 {inputs}
-# Calibration data for int8: .npz keyed by input name, a folder of images (class subfolders), module:function
+# Calibration data for int8: .npz keyed by input name, a folder of images (class subfolders or a labels.json), module:function
 # or a zoo: data name. A few hundred real samples; never the test set. Not needed without int8: delete the section.
 calibration:
   path: {calib}

@@ -202,15 +202,17 @@ def paired_accuracy(ref_logits: np.ndarray, art_logits: np.ndarray, labels: np.n
 
 
 def top1_hits(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """Whether each sample's top-1 is its label (or one of its label set, where `labels` is [N, C] boolean)."""
+    """Whether each sample's top-1 is its label (or one of its label set, where `labels` is [N, C] boolean). A set
+    narrower than the class scores reads as a class index does: the classes past its width are never right."""
     top1 = logits.argmax(1)
     if labels.ndim == 2 and labels.dtype == bool:
-        if labels.shape[1] != logits.shape[1]:
+        if labels.shape[1] > logits.shape[1]:
             raise InputMismatchError(
                 f"the label sets name {labels.shape[1]} classes, the model's output scores {logits.shape[1]}",
-                hint="give each sample's label set as a row as wide as the model's class scores",
+                hint="give each sample's label set as a row no wider than the model's class scores",
             )
-        return labels[np.arange(len(top1)), top1]
+        inside = top1 < labels.shape[1]
+        return inside & labels[np.arange(len(top1)), np.where(inside, top1, 0)]
     return top1 == labels.reshape(-1)
 
 

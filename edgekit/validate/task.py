@@ -43,9 +43,9 @@ def resolve_task(given: str | None, outputs: list[np.ndarray], names: list[str],
 
 
 def _labels_fit(labels: np.ndarray, classes: int) -> bool:
-    """Class indices below `classes`, or label sets as wide as the class scores."""
+    """Class indices below `classes`, or label sets no wider than the class scores."""
     if labels.dtype == bool:
-        return labels.shape[1] == classes
+        return labels.shape[1] <= classes
     return len(labels) > 0 and labels.min() >= 0 and labels.max() < classes
 
 

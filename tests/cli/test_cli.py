@@ -142,6 +142,31 @@ def test_label_sets_score_the_samples_that_carry_one(tmp_path, fashion_onnx, sma
     assert accuracy["wider"]["reference"] > accuracy["sets"]["reference"] and accuracy["wider"]["artifact"] > accuracy["sets"]["artifact"]
 
 
+def test_an_image_folder_takes_its_labels_from_labels_json(tmp_path, fashion_onnx, small_test_npz):
+    """300 real test images as PNGs in a flat folder: a labels.json giving the first 150 their class and the rest none
+    scores exactly what an .npz of those 150 with their labels scores."""
+    from PIL import Image
+
+    with np.load(small_test_npz) as npz:
+        image, labels = npz["image"][:300], npz["labels"][:300]
+    folder = tmp_path / "shop"
+    folder.mkdir()
+    names = [f"item_{i:03d}.png" for i in range(300)]
+    for name, pixels in zip(names, image, strict=True):
+        Image.fromarray(np.rint(pixels[0] * 255).astype(np.uint8)).save(folder / name)
+    sets = {name: [int(c)] if i < 150 else [] for i, (name, c) in enumerate(zip(names, labels, strict=True))}
+    (folder / "labels.json").write_text(json.dumps(sets))
+    np.savez(tmp_path / "plain.npz", image=image[:150], labels=labels[:150])
+    accuracy = {}
+    for name, data in (("folder", folder), ("plain", tmp_path / "plain.npz")):
+        report = tmp_path / f"{name}.json"
+        args = ("validate", fashion_onnx["int8"], "-r", fashion_onnx["fp32"], "-d", data, "--runs", "3", "--report", report)
+        result = run_cli(*args)
+        assert result.code == 0, result.stderr
+        accuracy[name] = json.loads(report.read_text())["accuracy"]
+    assert accuracy["folder"] == accuracy["plain"] and accuracy["folder"]["samples"] == 150 and accuracy["folder"]["reference"] > 80
+
+
 def test_validate_without_data_says_so_loudly(tmp_path, fashion_onnx, weights_path):
     report = tmp_path / "r.json"
     result = run_cli("validate", fashion_onnx["fp32"], "-r", FACTORY, "--weights", weights_path, "--runs", "5", "--report", report)

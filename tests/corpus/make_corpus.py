@@ -129,6 +129,7 @@ def write_corpus(d: Path) -> Path:
     np.savez(d / "scalar.npz", image=np.float32(3.0))
     np.savez(d / "labels3d.npz", image=image, labels=np.ones((8, 3, 2), np.int64))
     np.savez(d / "wide-sets.npz", image=image, labels=np.eye(5, dtype=bool)[np.arange(8) % 5])  # label sets of 5 classes
+    _shelf(d / "shelf", image)
     (d / "evil.pt").write_bytes(pickle.dumps(_Evil(str(d / "PWNED"))))
     (d / "factory.py").write_text(
         "import torch\n\ndef make():\n    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))\n"
@@ -145,6 +146,16 @@ def write_corpus(d: Path) -> Path:
     (d / "recipe-list.yaml").write_text("- a\n- b\n")
     _recipe(d / "unknown-format.yaml", "", formats="[onnx, caffe]")
     return d
+
+
+def _shelf(folder: Path, image: np.ndarray) -> None:
+    """A folder of 3 images whose labels.json labels only the first."""
+    from PIL import Image
+
+    folder.mkdir(exist_ok=True)
+    for i in range(3):
+        Image.fromarray((image[i, 0] * 255).astype(np.uint8)).save(folder / f"{i}.png")
+    (folder / "labels.json").write_text(json.dumps({"0.png": 1}))
 
 
 def _recipe(path: Path, extra: str, formats: str = "[onnx]") -> None:
@@ -211,6 +222,7 @@ def _data_cases() -> list[Case]:
         Case("data file missing", (*validate, "{d}/missing.npz"), ("missing.npz",)),
         Case("labels neither a class per sample nor label sets", (*validate, "{d}/labels3d.npz"), ("labels3d.npz", "[8, 3, 2]")),
         Case("label sets wider than the class scores", (*validate, "{d}/wide-sets.npz"), ("5 classes", "scores 3")),
+        Case("an image folder whose labels.json misses images", (*validate, "{d}/shelf"), ("labels.json", "2 of the 3 images")),
     ]
 
 

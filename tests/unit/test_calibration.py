@@ -1,3 +1,5 @@
+import json
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -82,6 +84,56 @@ def test_image_folder_gives_labels_from_subfolders_and_preprocesses(tmp_path):
     assert sorted(samples.labels.tolist()) == [0, 0, 0, 1, 1, 1]
     assert samples.arrays["x"].min() >= -1.0 and samples.arrays["x"].max() <= 1.0
     assert samples.provenance["classes"] == ["cat", "dog"]
+
+
+def _write_shades(folder, count=6):
+    """A flat folder of one-colour images, image i of shade 10 * i, named so that sorted order is i's."""
+    folder.mkdir()
+    for i in range(count):
+        Image.fromarray(np.full((32, 32, 3), 10 * i, np.uint8)).save(folder / f"img_{i:02d}.png")
+    return [f"img_{i:02d}.png" for i in range(count)]
+
+
+def _shades(samples) -> list[int]:
+    return np.rint(samples.arrays["x"][:, 0, 0, 0] * 255 / 10).astype(int).tolist()
+
+
+def test_labels_json_labels_a_folder_by_path_or_in_sorted_order(tmp_path):
+    names = _write_shades(tmp_path / "flat")
+    labels = tmp_path / "flat" / "labels.json"
+    labels.write_text(json.dumps({name: 9 - i for i, name in enumerate(reversed(names))}))  # image i: class 4 + i
+    chosen = load_samples(str(tmp_path / "flat"), 3, seed=1, specs=RGB)
+    assert chosen.labels.dtype == np.int64 and chosen.labels.tolist() == [4 + i for i in _shades(chosen)]
+    assert chosen.provenance["labels"] == "labels.json"
+    labels.write_text(json.dumps([[2, 7], 3, [], [1, 1], [0], [5, 2]]))  # ImageNet-ReaL's real.json: a list in sorted order
+    sets = load_samples(str(tmp_path / "flat"), specs=RGB).labels
+    assert sets.dtype == bool and sets.shape == (6, 8)
+    assert [np.flatnonzero(row).tolist() for row in sets] == [[2, 7], [3], [], [1], [0], [2, 5]]
+    (tmp_path / "flat" / "shoes").mkdir()  # a labels.json outranks class subfolders
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "flat" / "shoes" / "a.png")
+    labels.write_text(json.dumps({**{name: 1 for name in names}, "shoes/a.png": [4, 6]}))
+    assert load_samples(str(tmp_path / "flat"), specs=RGB).labels.shape == (7, 7)
+    labels.write_text(json.dumps([[0], [], [0], [0], [0], [0], [0]]))  # class 0 or none: sets one class wide, not classes
+    assert load_samples(str(tmp_path / "flat"), specs=RGB).labels.tolist() == [[True], [False], *[[True]] * 5]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "cannot read .*labels.json"),
+        ('{"img_00.png": 1}', "labels.json gives no label for 5 of the 6 images \\(the first: img_01.png\\)"),
+        ("[1, 2, 3]", "labels.json holds 3 entries for the folder's 6 images"),
+        ('"cat"', "labels.json holds a JSON str for the folder's 6 images"),
+        ('[0, 1, 2, "cat", 4, 5]', 'the label of img_03.png in .*labels.json is "cat": neither a class index nor a list of them'),
+        ("[0, 1, 2, [3, -1], 4, 5]", "the label of img_03.png in .*labels.json is \\[3, -1\\]"),
+        ("[[], [], [], [], [], []]", "labels.json names no class for any image"),
+    ],
+)
+def test_a_bad_labels_json_is_one_error(tmp_path, content, message):
+    _write_shades(tmp_path / "flat")
+    (tmp_path / "flat" / "labels.json").write_text(content)
+    with pytest.raises(EdgekitError, match=message):
+        load_samples(str(tmp_path / "flat"), specs=RGB)
 
 
 def test_preprocess_resize_crop_layout_order():

@@ -201,6 +201,8 @@ def test_label_sets_count_any_of_their_classes_as_right():
     assert accuracy_percent(art, sets) == 75.0 and accuracy_percent(art[:4], np.array([1, 0, 0, 2])) == 75.0  # one class each
     with pytest.raises(InputMismatchError, match="the label sets name 5 classes, the model's output scores 3"):
         paired_accuracy(ref[:, :3], art[:, :3], sets)
+    narrow = sets[:, :3]  # as a class index below the class count: the classes past its width are never right
+    assert accuracy_percent(art, narrow) == accuracy_percent(art, np.pad(narrow, ((0, 0), (0, 2)))) == pytest.approx(200 / 3)
 
 
 def test_a_gate_says_when_its_interval_straddles_the_limit():
