@@ -21,6 +21,7 @@ def debug(
     data: str = typer.Option(..., "--data", "-d", help=".npz keyed by input name, .npy, image folder, module:function or zoo: data."),
     samples: int = typer.Option(8, "--samples", "-n", help="Samples compared (drawn deterministically with --seed)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the sample draw."),
+    preprocess: str = options.PREPROCESS,
     weights: str = options.WEIGHTS,
     allow_pickle: bool = options.ALLOW_PICKLE,
     jump_db: float = typer.Option(10.0, "--jump-db", help="First jump: SQNR this many dB below the tensor before it (capped at 40 dB)."),
@@ -39,7 +40,8 @@ def debug(
     for path, option in ((json_out, "--json"), (html, "--html")):
         if path is not None:
             check_output_path(path, option, "debug.json" if option == "--json" else "debug.html")
-    request = DebugRequest(open_source(artifact), open_source(reference, weights, allow_pickle), data, samples, seed, jump_db, floor_db)
+    sources = (open_source(artifact), open_source(reference, weights, allow_pickle))
+    request = DebugRequest(*sources, data, samples, seed, jump_db, floor_db, preprocess)
     report = run_debug(request)
     print_debug(report, rows)
     if json_out is not None:

@@ -543,7 +543,7 @@ def print_debug(report: dict, rows_shown: int | None = None) -> None:
         )
     if report["worst"]:
         console.print(
-            "worst: " + ", ".join(f"#{r['depth']} {escape(r['tensor'])} ({r['op']}) {r['sqnr_db']:.1f} dB" for r in report["worst"])
+            "worst: " + ", ".join(f"#{r['depth']} {escape(r['layer'])} ({r['op']}) {r['sqnr_db']:.1f} dB" for r in report["worst"])
         )
     for row in (r for r in report["rows"] if r.get("notes")):
         for note in row["notes"]:

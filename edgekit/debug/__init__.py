@@ -32,6 +32,7 @@ class DebugRequest:
     seed: int = 0
     jump_db: float = JUMP_DB
     floor_db: float = FLOOR_DB
+    preprocess: str | None = None  # an image folder's (calibration.preprocess)
 
 
 def debug(request: DebugRequest) -> dict:
@@ -42,7 +43,7 @@ def debug(request: DebugRequest) -> dict:
 
     artifact = capture(request.artifact)
     reference = capture(request.reference, partner=artifact)
-    samples = load_samples(request.data, request.samples, request.seed, specs=artifact.inputs)
+    samples = load_samples(request.data, request.samples, request.seed, request.preprocess, artifact.inputs)
     ref_samples, alignment = align_inputs(samples, artifact.inputs, reference.inputs)
     by_order = getattr(reference, "ops_kept", False) and getattr(artifact, "ops_kept", False)
     matched, unmatched = match(reference.tensors, artifact.tensors, by_order)

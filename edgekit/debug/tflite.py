@@ -7,6 +7,8 @@ dequantized with their scale and zero-point; a QUANTIZE/DEQUANTIZE op's output i
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +16,30 @@ import numpy as np
 from edgekit.debug.metrics import TensorRef
 
 CONVERSION_OPS = ("QUANTIZE", "DEQUANTIZE")
+SCOPE = re.compile(r"^(?:[\w]+\.)+_*[A-Za-z0-9]+_(\w+)$")  # litert-torch's scope: module.path.Class_attribute
+
+
+def module_layer(name: str) -> str | None:
+    """The PyTorch modules a litert-torch tensor name records, as `features.0.{0,1,2}` (a conv fused with its batch norm
+    and ReLU); None for other converters' names, or a name of the root module only.
+
+    litert-torch names a tensor by the scopes of the modules that made it, `Root/pkg.Class_attr/...`, fused ops joined
+    by ';;', an output index after ';'. A ModuleList that is not called (EfficientNet's `_blocks`) leaves no scope."""
+    paths = set()
+    for part in name.split(";;"):
+        scopes = re.sub(r";\d*$", "", part).split("/")[1:]
+        attributes = [SCOPE.match(scope) for scope in scopes]
+        if not all(attributes):
+            return None
+        if attributes:
+            paths.add(".".join(a.group(1) for a in attributes))
+    if not paths:
+        return None
+    if len(paths) == 1:
+        return paths.pop()
+    prefix = ".".join(os.path.commonprefix([p.split(".")[:-1] for p in paths]))  # each path keeps a name of its own
+    leaves = sorted(p[len(prefix) + 1 :] if prefix else p for p in paths)
+    return f"{prefix}.{{{','.join(leaves)}}}" if prefix else " + ".join(leaves)
 
 
 class TfliteCapture:
@@ -48,7 +74,7 @@ class TfliteCapture:
                     continue
                 if name not in rows:
                     index[name] = tensor
-                    rows[name] = [op["op_name"], f"#{op['index']} {op['op_name']}", []]
+                    rows[name] = [op["op_name"], module_layer(name) or f"#{op['index']} {op['op_name']}", []]
         return [TensorRef(name, op, layer, tuple(aliases)) for name, (op, layer, aliases) in rows.items()], index
 
     def _activation(self, tensor: int) -> bool:

@@ -179,6 +179,23 @@ def test_cli_json_html_and_data_that_does_not_fit(tmp_path, damaged_onnx, fashio
     assert_clean_error(run_cli("debug", path, "-r", fashion_onnx["fp32"], "-d", tmp_path / "nhwc.npz"), "does not match")
 
 
+def test_cli_reads_an_image_folder_with_its_preprocessing(tmp_path, damaged_onnx, fashion_onnx, small_test_npz):
+    from PIL import Image
+
+    path, damaged_tensor = damaged_onnx
+    (tmp_path / "shop").mkdir()
+    with np.load(small_test_npz) as npz:
+        for i, pixels in enumerate(npz["image"][:4]):
+            Image.fromarray(np.rint(pixels[0] * 255).astype(np.uint8)).resize((56, 56)).save(tmp_path / "shop" / f"{i}.png")
+    out = tmp_path / "d.json"
+    args = ("-d", tmp_path / "shop", "--preprocess", "resize=28,mean=0.1,std=0.9", "-n", "2", "--json", out)
+    result = run_cli("debug", path, "-r", fashion_onnx["fp32"], *args)
+    assert result.code == 0, result.stderr
+    report = json.loads(out.read_text())
+    assert report["data"]["preprocess"]["resize"] == 28 and report["data"]["preprocess"]["mean"] == [0.1]
+    assert report["data"]["samples"] == 2 and report["first_jump"]["tensor"] == damaged_tensor
+
+
 def test_info_says_which_ops_xnnpack_leaves_and_why(keras_tflite):
     from edgekit.loaders.tflite import tflite_summary
 
@@ -202,3 +219,17 @@ def test_tflite_pairs_by_op_type_and_order_where_names_differ():
     assert [(r.key, a.key) for r, a in pairs] == [("conv_fp32", "conv_int8")]  # same name, other op: not a pair
     assert unmatched["reference_only"] == ["a;1", "x", "y"]  # 2 ADDs against 1: not paired by order
     assert [(r.key, a.key) for r, a in match(fp32, int8)[0]] == [("a;1", "a;1")]  # by name only (ONNX, OpenVINO)
+
+
+def test_tflite_layers_are_named_by_the_modules_litert_torch_records():
+    from edgekit.debug.tflite import module_layer
+
+    root = "edgekit.zoo.models.FashionCNN"
+    block = f"{root}/torch.nn.modules.container.Sequential_features/torch.nn.modules.container.Sequential_0"
+    fused = ";;".join(f"{block}/torch.nn.modules.{kind}" for kind in ("activation.ReLU_2", "batchnorm.BatchNorm2d_1", "conv.Conv2d_0"))
+    assert module_layer(fused + ";1") == "features.0.{0,1,2}"  # names as litert-torch writes them (FashionCNN, fp32)
+    assert module_layer(f"{root}/torch.nn.modules.container.Sequential_features/torch.nn.modules.pooling.MaxPool2d_1;") == "features.1"
+    stem = "efficientnet_lite_pytorch.utils.Conv2dStaticSamePadding__conv_stem"  # an attribute with a leading underscore
+    assert module_layer(f"Lite/efficientnet_lite_pytorch.model.EfficientNet_net/{stem};1") == "net._conv_stem"
+    for other in (f"{root};3", f"{root};;{root};", "sequential/conv2d/Relu;sequential/conv2d/BiasAdd", "serving_default_output_0"):
+        assert module_layer(other) is None  # the root module only, or another converter's names: the op's index names it
