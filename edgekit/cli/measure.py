@@ -28,7 +28,8 @@ def validate(
         None,
         "--data",
         "-d",
-        help=".npz keyed by input name (+ optional `labels`), .npy, image folder, module:function or zoo: name "
+        help=".npz keyed by input name (+ optional `labels`), .npy, image folder (labels: class subfolders or a labels.json), "
+        "module:function or zoo: name "
         "(default: a zoo reference's validation set).",
     ),
     target: str = options.TARGET,
