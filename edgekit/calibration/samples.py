@@ -47,6 +47,7 @@ class Samples:
     labels: np.ndarray | None = None
     provenance: dict = field(default_factory=dict)
     specs: dict[str, TensorSpec] = field(default_factory=dict)
+    ids: list[str] | None = None  # each sample's name in its source (an image's path in its folder, file.npz[row])
 
     def __len__(self) -> int:
         return len(next(iter(self.arrays.values()))) if self.arrays else 0
@@ -82,7 +83,7 @@ class Samples:
         bound = {s.name: arrays[s.name] for s in specs}
         nonfinite = _check_finite(bound, source, self.provenance.get("nonfinite", "error"))
         provenance = {**self.provenance, "sha256": content_hash(bound, self.labels), "nonfinite_values": nonfinite}
-        return Samples(bound, self.labels, provenance, {s.name: s for s in specs})
+        return Samples(bound, self.labels, provenance, {s.name: s for s in specs}, self.ids)
 
 
 def _check_finite(arrays: dict[str, np.ndarray], source: str, policy: str) -> int:

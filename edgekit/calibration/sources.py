@@ -37,9 +37,8 @@ def numpy_file(path: Path, limit: int | None, seed: int) -> Samples:
         )
     index = choose(counts.pop() if counts else 0, limit, seed)
     provenance = {"kind": "numpy", "unnamed": path.suffix == ".npy"}
-    return Samples(
-        {k: v[index] for k, v in arrays.items()}, None if labels is None else checked_labels(labels[index], path.name), provenance
-    )
+    labels = None if labels is None else checked_labels(labels[index], path.name)
+    return Samples({k: v[index] for k, v in arrays.items()}, labels, provenance, ids=[f"{path.name}[{i}]" for i in index])
 
 
 NUMPY_MAGIC = (b"PK\x03\x04", b"PK\x05\x06", b"\x93NUMPY")
@@ -88,6 +87,7 @@ def image_folder(path: Path, limit: int | None, seed: int, preprocess: str | Non
         {specs[0].name: images},
         None if labels is None else labels[index],
         {"kind": "images", "preprocess": recipe.describe(), **provenance},
+        ids=[files[i].relative_to(path).as_posix() for i in index],
     )
 
 

@@ -11,6 +11,7 @@ from edgekit.calibration.samples import labelled
 from edgekit.errors import InputMismatchError
 
 CONFIDENT = 0.5  # a reference top-class probability at or above this makes a sample one the reference is sure of
+CHANGES_LISTED = 20  # the changed top-1 answers a report lists, the reference's surest first
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class OutputFidelity:
     confident_samples: int | None = None  # samples whose reference top class has probability >= CONFIDENT
     top1_agreement_confident: float | None = None  # percent, over those
     expected_top1_drop: float | None = None  # points of top-1 the changes cost if labels followed the reference's probabilities
+    top1_changes: list[dict] | None = None  # the changed answers, surest first (changed_answers)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -131,7 +133,18 @@ def _flips(ref: np.ndarray, art: np.ndarray, agree: np.ndarray, broken: np.ndarr
         "confident_samples": int(confident.sum()),
         "top1_agreement_confident": float(agree[confident].mean() * 100) if confident.any() else None,
         "expected_top1_drop": expected_top1_drop(probabilities, art.argmax(1), broken),
+        "top1_changes": changed_answers(ref.argmax(1), art.argmax(1), top2[:, 1] - top2[:, 0], flipped),
     }
+
+
+def changed_answers(ref_top1: np.ndarray, art_top1: np.ndarray, margins: np.ndarray, flipped: np.ndarray) -> list[dict]:
+    """The samples whose top-1 changed, the reference's surest first (its top-1 minus top-2 probability), at most
+    CHANGES_LISTED: where to look first, as the near-ties at the end of the list flip under any change of the input."""
+    order = np.flatnonzero(flipped)[np.argsort(-margins[flipped], kind="stable")][:CHANGES_LISTED]
+    return [
+        {"sample": int(i), "reference_top1": int(ref_top1[i]), "artifact_top1": int(art_top1[i]), "reference_margin": float(margins[i])}
+        for i in order
+    ]
 
 
 def expected_top1_drop(probabilities: np.ndarray, answers: np.ndarray, broken: np.ndarray) -> float:

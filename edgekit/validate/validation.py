@@ -77,7 +77,7 @@ def evaluate(request: ValidationRequest) -> tuple[dict, dict[str, np.ndarray] | 
         data=samples.provenance,
         task=task.to_dict(),
         output_pairing=pairing,
-        fidelity=[{**f.to_dict(), "reference_name": p["reference"]} for f, p in zip(fidelity, pairing, strict=True)],
+        fidelity=[_named(f.to_dict(), samples.ids) | {"reference_name": p["reference"]} for f, p in zip(fidelity, pairing, strict=True)],
         accuracy=_accuracy(ref_out[0], art_out[0], samples.labels) if classification else None,
     )
     report["input_alignment"] = alignment
@@ -233,6 +233,13 @@ def _least_agreeing(fidelity: list[dict]) -> dict:
     figures (agreement, its interval, the flips, their margin, the confident samples) all describe this one output."""
     rated = [f for f in fidelity if f.get("top1_agreement") is not None]
     return min(rated, key=lambda f: f["top1_agreement"]) if rated else {}
+
+
+def _named(fidelity: dict, ids: list[str] | None) -> dict:
+    """An output's changed top-1 answers, each with its sample's name in the data (an image's path, file.npz[row])."""
+    for change in fidelity.get("top1_changes") or []:
+        change["id"] = ids[change["sample"]] if ids else None
+    return fidelity
 
 
 def _samples(request: ValidationRequest, specs: list[TensorSpec]) -> Samples:

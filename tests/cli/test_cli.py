@@ -145,15 +145,10 @@ def test_label_sets_score_the_samples_that_carry_one(tmp_path, fashion_onnx, sma
 def test_an_image_folder_takes_its_labels_from_labels_json(tmp_path, fashion_onnx, small_test_npz):
     """300 real test images as PNGs in a flat folder: a labels.json giving the first 150 their class and the rest none
     scores exactly what an .npz of those 150 with their labels scores."""
-    from PIL import Image
-
     with np.load(small_test_npz) as npz:
         image, labels = npz["image"][:300], npz["labels"][:300]
     folder = tmp_path / "shop"
-    folder.mkdir()
-    names = [f"item_{i:03d}.png" for i in range(300)]
-    for name, pixels in zip(names, image, strict=True):
-        Image.fromarray(np.rint(pixels[0] * 255).astype(np.uint8)).save(folder / name)
+    names = _png_folder(folder, image)
     sets = {name: [int(c)] if i < 150 else [] for i, (name, c) in enumerate(zip(names, labels, strict=True))}
     (folder / "labels.json").write_text(json.dumps(sets))
     np.savez(tmp_path / "plain.npz", image=image[:150], labels=labels[:150])
@@ -165,6 +160,38 @@ def test_an_image_folder_takes_its_labels_from_labels_json(tmp_path, fashion_onn
         assert result.code == 0, result.stderr
         accuracy[name] = json.loads(report.read_text())["accuracy"]
     assert accuracy["folder"] == accuracy["plain"] and accuracy["folder"]["samples"] == 150 and accuracy["folder"]["reference"] > 80
+
+
+def _png_folder(folder: Path, images: np.ndarray) -> list[str]:
+    """Fashion-MNIST images ([N, 1, 28, 28] in [0, 1]) as 8-bit PNGs, lossless; their names in sorted order."""
+    from PIL import Image
+
+    folder.mkdir()
+    names = [f"item_{i:03d}.png" for i in range(len(images))]
+    for name, pixels in zip(names, images, strict=True):
+        Image.fromarray(np.rint(pixels[0] * 255).astype(np.uint8)).save(folder / name)
+    return names
+
+
+def test_validate_names_the_changed_answers_surest_first(tmp_path, fashion_onnx, small_test_npz):
+    """An int8 calibrated on images 100x too dark changes many answers: the report lists them by file, the reference's
+    surest first, and the CLI prints the first."""
+    with np.load(small_test_npz) as npz:
+        image = npz["image"][:200]
+    np.savez(tmp_path / "dark.npz", image=image * 0.01)
+    damaged = tmp_path / "damaged.onnx"
+    assert run_cli("quantize", fashion_onnx["fp32"], "-o", damaged, "--calib", tmp_path / "dark.npz", "--calib-samples", "200").code == 0
+    names = _png_folder(tmp_path / "shop", image)
+    report = tmp_path / "r.json"
+    result = run_cli("validate", damaged, "-r", fashion_onnx["fp32"], "-d", tmp_path / "shop", "--runs", "3", "--report", report)
+    assert result.code == 2 and "GATE FAILED" in result.stdout, result.stderr  # the default SNR floor: a damaged model
+    (fidelity,) = json.loads(report.read_text())["fidelity"]
+    changes = fidelity["top1_changes"]
+    assert fidelity["top1_flips"] > 20 and len(changes) == 20 and changes[0]["reference_margin"] == fidelity["flip_margin_max"]
+    margins = [c["reference_margin"] for c in changes]
+    assert margins == sorted(margins, reverse=True) and all(c["reference_top1"] != c["artifact_top1"] for c in changes)
+    assert [c["id"] for c in changes] == [names[c["sample"]] for c in changes]
+    assert f"surest changes: {changes[0]['id']} class {changes[0]['reference_top1']} -> {changes[0]['artifact_top1']}" in result.stdout
 
 
 def test_validate_without_data_says_so_loudly(tmp_path, fashion_onnx, weights_path):

@@ -76,12 +76,17 @@ def test_flips_are_told_apart_from_near_ties_to_confident_answers():
     assert (f.top1_agreement, f.top1_flips, f.confident_samples, f.top1_agreement_confident) == (50.0, 2, 2, 50.0)
     sure = np.exp(ref[2]) / np.exp(ref[2]).sum()
     assert f.flip_margin_max == pytest.approx(sure[1] - sure[0])  # the sure answer's margin, not the near-tie's
+    assert [(c["sample"], c["reference_top1"], c["artifact_top1"]) for c in f.top1_changes] == [(2, 1, 0), (0, 0, 1)]  # surest first
+    assert f.top1_changes[0]["reference_margin"] == f.flip_margin_max > f.top1_changes[1]["reference_margin"]
     near_tie_only = compare_output("logits", ref[:2], art[:2])
     assert near_tie_only.top1_flips == 1 and near_tie_only.flip_margin_max < 0.05
     probabilities = np.array([[0.2, 0.19, 0.61], [0.5, 0.25, 0.25], [0.2, 0.6, 0.2], [0.3, 0.4, 0.3]])  # read as they are
     as_probabilities = compare_output("p", probabilities, art)
     assert as_probabilities.flip_margin_max == pytest.approx(0.61 - 0.2) and as_probabilities.confident_samples == 3
     assert compare_output("p", np.eye(3), np.eye(3)).flip_margin_max is None
+    sure = np.eye(30)[np.arange(60) % 30] * np.arange(1, 61)[:, None] / 10  # the higher the sample, the surer the reference
+    many = compare_output("p", sure, np.eye(30)[(np.arange(60) + 1) % 30])
+    assert many.top1_flips == 60 and [c["sample"] for c in many.top1_changes] == list(range(59, 39, -1))  # the 20 surest
 
 
 def test_the_expected_top1_drop_weighs_each_change_by_the_reference_probabilities():
