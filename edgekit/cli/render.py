@@ -13,7 +13,6 @@ from edgekit.validate.report import fmt, fmt_size
 
 # Logs and CI are not terminals: keep tables whole rather than squeezing them to 80 columns.
 console = Console(highlight=False, width=None if Console().is_terminal else 200)
-SURE_CHANGES_SHOWN = 3  # the changed answers `validate` prints; the JSON lists up to compare.CHANGES_LISTED
 
 
 def machine_line(report: dict, threads: int | None = None) -> str:
@@ -245,20 +244,13 @@ def print_validation(report: dict) -> None:
 def _flips_text(f: dict) -> str:
     """Where a classifier output's top-1 answers changed: near-ties (a small reference margin) or confident answers; then
     the samples whose change the reference was surest of (their names in the data, where it has them)."""
-    from edgekit.validate.compare import flips_text
+    from edgekit.validate.compare import changes_text, flips_text
 
     text = f"  top-1 ({escape(f['name'])}): {flips_text(f)}"
-    changes = f.get("top1_changes") or []
-    if changes:
-        shown = ", ".join(map(_change_text, changes[:SURE_CHANGES_SHOWN]))
-        text += f"\n    surest changes: {shown} (top1_changes in the JSON lists {len(changes)})"
+    surest = changes_text(f)
+    if surest:
+        text += f"\n    {escape(surest)} (top1_changes in the JSON lists {len(f['top1_changes'])})"
     return text
-
-
-def _change_text(change: dict) -> str:
-    sample = change.get("id") or f"sample {change['sample']}"
-    classes = f"class {change['reference_top1']} -> {change['artifact_top1']}"
-    return f"{escape(sample)} {classes} (margin {change['reference_margin']:.3g})"
 
 
 def _print_fallback(provenance: dict) -> None:

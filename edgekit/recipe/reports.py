@@ -58,7 +58,7 @@ def row_notes(report: dict) -> list[str]:
     """One line per row whose int8 is not faster than fp32 where it was timed, per row timed on an emulated board, and
     per row whose top-1 answers changed (how many, and whether near-ties or answers the reference was sure of) unless
     its failed agreement gate says so."""
-    from edgekit.validate.compare import flips_text
+    from edgekit.validate.compare import changes_text, flips_text
 
     rows = report["rows"]
     notes = [f"{row_label(r)}: {r['speedup_note']}" for r in rows if r.get("speedup_note")]
@@ -67,7 +67,8 @@ def row_notes(report: dict) -> list[str]:
         for r in rows
         if r.get("emulated")
     ]
-    return notes + [f"{row_label(r)}: {flips_text(r)}" for r in rows if r.get("top1_flips") and not _agreement_failed(r)]
+    changed = [r for r in rows if r.get("top1_flips") and not _agreement_failed(r)]
+    return notes + [f"{row_label(r)}: {'; '.join(filter(None, (flips_text(r), changes_text(r))))}" for r in changed]
 
 
 def _agreement_failed(row: dict) -> bool:

@@ -12,6 +12,7 @@ from edgekit.errors import InputMismatchError
 
 CONFIDENT = 0.5  # a reference top-class probability at or above this makes a sample one the reference is sure of
 CHANGES_LISTED = 20  # the changed top-1 answers a report lists, the reference's surest first
+CHANGES_SHOWN = 3  # of those, the ones the console and the Markdown/HTML notes name
 
 
 @dataclass(frozen=True)
@@ -175,6 +176,18 @@ def flips_text(entry: dict) -> str:
         where = f"the {samples} samples" if samples is not None else "the samples"
         text += ("; " if text else "") + f"{sure:.2f}% agree on {where} the reference gives >= {CONFIDENT:.0%}"
     return text
+
+
+def changes_text(entry: dict) -> str:
+    """The changed answers the reference was surest of, as one clause naming each sample (its id in the data where it
+    has one); '' where none changed. `entry`: an output's fidelity or a summary row."""
+    changes = (entry.get("top1_changes") or [])[:CHANGES_SHOWN]
+    return f"surest changes: {', '.join(map(_change_text, changes))}" if changes else ""
+
+
+def _change_text(change: dict) -> str:
+    sample = change.get("id") or f"sample {change['sample']}"
+    return f"{sample} class {change['reference_top1']} -> {change['artifact_top1']} (margin {change['reference_margin']:.3g})"
 
 
 def _probabilities(rows: np.ndarray) -> np.ndarray:

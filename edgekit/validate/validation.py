@@ -13,7 +13,7 @@ from edgekit.calibration import Samples, load_samples, random_samples
 from edgekit.loaders import ModelSource
 from edgekit.targets import make_runner
 from edgekit.validate.benchmark import BenchSettings, bench
-from edgekit.validate.compare import compare, is_classifier_output, paired_accuracy, run_batches
+from edgekit.validate.compare import CHANGES_SHOWN, compare, is_classifier_output, paired_accuracy, run_batches
 from edgekit.validate.gate import Thresholds, check_row, failures, with_default_gates
 from edgekit.validate.report import new_report
 from edgekit.validate.task import pair_outputs, resolve_task
@@ -200,6 +200,7 @@ def summary_row(result: dict) -> dict:
         "flip_margin_max": top1.get("flip_margin_max"),
         "expected_top1_drop": top1.get("expected_top1_drop"),
         "top1_flips": top1.get("top1_flips"),
+        "top1_changes": (top1.get("top1_changes") or [])[:CHANGES_SHOWN],
         "confident_samples": top1.get("confident_samples"),
         "cosine": min((f["cosine_mean"] for f in fidelity), default=None),
         "snr_db": min((f["snr_db"] for f in fidelity), default=None),

@@ -75,12 +75,17 @@ def test_page_is_self_contained(recipe_run):
     flipped = copy.deepcopy(report)
     row = next(r for r in flipped["rows"] if (r["format"], r["precision"]) == ("onnx", "int8"))
     row.update(top1_flips=3, flip_margin_max=0.02, top1_agreement_confident=100.0, confident_samples=480, expected_top1_drop=0.004)
+    row["top1_changes"] = [{"sample": 7, "id": "test.npz[7]", "reference_top1": 6, "artifact_top1": 0, "reference_margin": 0.02}]
     note = (
         "onnx int8 on onnxruntime:cpu: 3 top-1 answers changed where the reference's top-1 led its top-2 by at most 0.02 of probability, "
         "an expected 0.004 points of top-1 by the reference's own probabilities"
     )
     flipped_page = to_html(flipped)
     assert html.escape(note) in flipped_page and html.escape(note) not in page
+    assert (
+        html.escape("agree on the 480 samples the reference gives >= 50%; surest changes: test.npz[7] class 6 -> 0 (margin 0.02)")
+        in flipped_page
+    )
     assert "expected top-1 cost: 0.004 pts" in flipped_page  # the row's hover in the plots
 
 
