@@ -237,6 +237,10 @@ def print_validation(report: dict) -> None:
             + (f" (95% CI {acc['drop_ci95'][0]:+.2f} to {acc['drop_ci95'][1]:+.2f}, paired)" if acc.get("drop_ci95") else "")
             + f" on {acc['samples']} labelled samples"
         )
+        if acc.get("classes_lost"):
+            from edgekit.validate.compare import classes_lost_text
+
+            console.print(f"  {classes_lost_text(acc)}")
     _print_latency_rows([report["latency"]], report)
     _print_gate(report["gate"])
 

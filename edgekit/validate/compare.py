@@ -13,6 +13,7 @@ from edgekit.errors import InputMismatchError
 CONFIDENT = 0.5  # a reference top-class probability at or above this makes a sample one the reference is sure of
 CHANGES_LISTED = 20  # the changed top-1 answers a report lists, the reference's surest first
 CHANGES_SHOWN = 3  # of those, the ones the console and the Markdown/HTML notes name
+CLASSES_LISTED = 5  # the classes that lost the most samples, in a report's accuracy
 
 
 @dataclass(frozen=True)
@@ -224,7 +225,49 @@ def paired_accuracy(ref_logits: np.ndarray, art_logits: np.ndarray, labels: np.n
         "drop_ci95": bootstrap_ci95((ref_ok.astype(np.float64) - art_ok) * 100),
         "samples": int(len(ref_ok)),
         "discordant": changed,  # samples right on one side only: all the drop rests on these
+        "classes_lost": None if labels.dtype == bool else classes_lost(labels.reshape(-1), ref_ok, art_ok),
     }
+
+
+def classes_lost(labels: np.ndarray, ref_ok: np.ndarray, art_ok: np.ndarray) -> list[dict]:
+    """The classes whose samples the artifact lost most (right -> wrong minus wrong -> right), at most CLASSES_LISTED,
+    each with its accuracy on both sides: where int8 loses, by class. A class with as many gained as lost is not listed;
+    a negative label names no class."""
+    keep = labels >= 0
+    labels, ref_ok, art_ok = labels[keep], ref_ok[keep], art_ok[keep]
+    if not len(labels):
+        return []
+    count = int(labels.max()) + 1
+    per_class = [np.bincount(labels, weights=w, minlength=count) for w in (np.ones(len(labels)), ref_ok, art_ok, ref_ok & ~art_ok)]
+    samples, ref_right, art_right, lost = per_class
+    net = ref_right - art_right
+    order = [c for c in np.argsort(-net, kind="stable") if net[c] > 0][:CLASSES_LISTED]
+    return [
+        {
+            "class": int(c),
+            "samples": int(samples[c]),
+            "reference": float(ref_right[c] / samples[c] * 100),
+            "artifact": float(art_right[c] / samples[c] * 100),
+            "lost": int(lost[c]),  # right -> wrong
+            "gained": int(lost[c] - net[c]),  # wrong -> right
+        }
+        for c in order
+    ]
+
+
+def classes_lost_text(accuracy: dict) -> str:
+    """The classes that lost most, as one clause; '' where none lost."""
+    rows = accuracy.get("classes_lost") or []
+    return (
+        "classes that lost most: "
+        + ", ".join(
+            f"{r['class']} ({r['reference']:.1f}% -> {r['artifact']:.1f}% of {r['samples']}: {r['lost']} right -> wrong, "
+            f"{r['gained']} wrong -> right)"
+            for r in rows
+        )
+        if rows
+        else ""
+    )
 
 
 def top1_hits(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:

@@ -138,6 +138,8 @@ def test_label_sets_score_the_samples_that_carry_one(tmp_path, fashion_onnx, sma
         result = run_cli(*args, "--report", report)
         assert result.code == 0, result.stderr
         accuracy[name] = json.loads(report.read_text())["accuracy"]
+        by_class = accuracy[name].pop("classes_lost")  # by class: with a class per sample only
+        assert (by_class is None) == (name != "plain")
     assert accuracy["sets"] == accuracy["plain"] and accuracy["sets"]["samples"] == 500 and accuracy["sets"]["reference"] > 80
     assert accuracy["wider"]["reference"] > accuracy["sets"]["reference"] and accuracy["wider"]["artifact"] > accuracy["sets"]["artifact"]
 
@@ -159,6 +161,7 @@ def test_an_image_folder_takes_its_labels_from_labels_json(tmp_path, fashion_onn
         result = run_cli(*args)
         assert result.code == 0, result.stderr
         accuracy[name] = json.loads(report.read_text())["accuracy"]
+        accuracy[name].pop("classes_lost")  # label sets (the folder's empty ones) are not by class; plain labels are
     assert accuracy["folder"] == accuracy["plain"] and accuracy["folder"]["samples"] == 150 and accuracy["folder"]["reference"] > 80
 
 
@@ -177,11 +180,12 @@ def test_validate_names_the_changed_answers_surest_first(tmp_path, fashion_onnx,
     """An int8 calibrated on images 100x too dark changes many answers: the report lists them by file, the reference's
     surest first, and the CLI prints the first."""
     with np.load(small_test_npz) as npz:
-        image = npz["image"][:200]
+        image, labels = npz["image"][:200], npz["labels"][:200]
     np.savez(tmp_path / "dark.npz", image=image * 0.01)
     damaged = tmp_path / "damaged.onnx"
     assert run_cli("quantize", fashion_onnx["fp32"], "-o", damaged, "--calib", tmp_path / "dark.npz", "--calib-samples", "200").code == 0
     names = _png_folder(tmp_path / "shop", image)
+    (tmp_path / "shop" / "labels.json").write_text(json.dumps(dict(zip(names, labels.tolist(), strict=True))))
     report = tmp_path / "r.json"
     result = run_cli("validate", damaged, "-r", fashion_onnx["fp32"], "-d", tmp_path / "shop", "--runs", "3", "--report", report)
     assert result.code == 2 and "GATE FAILED" in result.stdout, result.stderr  # the default SNR floor: a damaged model
@@ -192,6 +196,14 @@ def test_validate_names_the_changed_answers_surest_first(tmp_path, fashion_onnx,
     assert margins == sorted(margins, reverse=True) and all(c["reference_top1"] != c["artifact_top1"] for c in changes)
     assert [c["id"] for c in changes] == [names[c["sample"]] for c in changes]
     assert f"surest changes: {changes[0]['id']} class {changes[0]['reference_top1']} -> {changes[0]['artifact_top1']}" in result.stdout
+    accuracy = json.loads(report.read_text())["accuracy"]  # and by class, where it lost
+    lost = accuracy["classes_lost"]
+    assert accuracy["drop_points"] > 0 and 0 < len(lost) <= 5 and f"classes that lost most: {lost[0]['class']} (" in result.stdout
+    nets = [r["lost"] - r["gained"] for r in lost]
+    assert nets == sorted(nets, reverse=True) and nets[-1] > 0
+    for r in lost:
+        assert r["samples"] == int((labels == r["class"]).sum())
+        assert (r["reference"] - r["artifact"]) * r["samples"] / 100 == pytest.approx(r["lost"] - r["gained"])
 
 
 def test_validate_without_data_says_so_loudly(tmp_path, fashion_onnx, weights_path):

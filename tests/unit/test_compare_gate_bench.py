@@ -7,7 +7,7 @@ import pytest
 from edgekit.errors import InputMismatchError
 from edgekit.loaders import open_source
 from edgekit.validate.benchmark import BenchSettings, LatencyStats, bench, bench_in_process
-from edgekit.validate.compare import accuracy_percent, compare, compare_output
+from edgekit.validate.compare import accuracy_percent, compare, compare_output, paired_accuracy
 from edgekit.validate.gate import DEFAULT_GATES, Thresholds, check_row, compare_latency, failures, fmt_against, with_default_gates
 from edgekit.validate.validation import summary_row
 
@@ -193,6 +193,16 @@ def test_accuracy_drop_and_agreement_carry_a_paired_interval():
     assert bootstrap_ci95(np.full(50, 100.0)) == [100.0, 100.0]
     agree = compare_output("p", ref, art, classification=True)
     assert agree.top1_agreement == 98.0 and agree.top1_agreement_ci95[0] < 98.0 < agree.top1_agreement_ci95[1]
+
+
+def test_accuracy_names_the_classes_that_lost_most():
+    labels = np.array([0, 0, 0, 0, 1, 1, 1, 2, 2, 2, -1])  # -1: no class
+    ref = np.eye(3)[[0, 0, 0, 1, 1, 1, 1, 2, 2, 0, 0]]
+    art = np.eye(3)[[1, 1, 0, 0, 1, 1, 0, 2, 2, 2, 1]]  # class 0: 2 lost, 1 gained; class 1: 1 lost; class 2: 1 gained
+    lost = paired_accuracy(ref, art, labels)["classes_lost"]
+    assert [(r["class"], r["samples"], r["lost"], r["gained"]) for r in lost] == [(0, 4, 2, 1), (1, 3, 1, 0)]
+    assert (lost[0]["reference"], lost[0]["artifact"]) == (75.0, 50.0)
+    assert paired_accuracy(ref, art, np.eye(3, dtype=bool)[labels.clip(0)])["classes_lost"] is None  # label sets: no one class
 
 
 def test_label_sets_count_any_of_their_classes_as_right():
