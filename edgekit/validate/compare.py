@@ -188,7 +188,12 @@ def changes_text(entry: dict) -> str:
 
 def _change_text(change: dict) -> str:
     sample = change.get("id") or f"sample {change['sample']}"
-    return f"{sample} class {change['reference_top1']} -> {change['artifact_top1']} (margin {change['reference_margin']:.3g})"
+    classes = f"{_class(change['reference_top1'], change.get('reference_class'))} -> {_class(change['artifact_top1'], change.get('artifact_class'))}"
+    return f"{sample} class {classes} (margin {change['reference_margin']:.3g})"
+
+
+def _class(index: int, name: str | None) -> str:
+    return f"{index} ({name})" if name else str(index)
 
 
 def _probabilities(rows: np.ndarray) -> np.ndarray:
@@ -261,8 +266,8 @@ def classes_lost_text(accuracy: dict) -> str:
     return (
         "classes that lost most: "
         + ", ".join(
-            f"{r['class']} ({r['reference']:.1f}% -> {r['artifact']:.1f}% of {r['samples']}: {r['lost']} right -> wrong, "
-            f"{r['gained']} wrong -> right)"
+            f"{_class(r['class'], r.get('name'))}: {r['reference']:.1f}% -> {r['artifact']:.1f}% of {r['samples']} ({r['lost']} right -> "
+            f"wrong, {r['gained']} wrong -> right)"
             for r in rows
         )
         if rows

@@ -77,8 +77,8 @@ def evaluate(request: ValidationRequest) -> tuple[dict, dict[str, np.ndarray] | 
         data=samples.provenance,
         task=task.to_dict(),
         output_pairing=pairing,
-        fidelity=[_named(f.to_dict(), samples.ids) | {"reference_name": p["reference"]} for f, p in zip(fidelity, pairing, strict=True)],
-        accuracy=_accuracy(ref_out[0], art_out[0], samples.labels) if classification else None,
+        fidelity=[_named(f.to_dict(), samples) | {"reference_name": p["reference"]} for f, p in zip(fidelity, pairing, strict=True)],
+        accuracy=_accuracy(ref_out[0], art_out[0], samples) if classification else None,
     )
     report["input_alignment"] = alignment
     if samples.provenance.get("random"):
@@ -236,11 +236,24 @@ def _least_agreeing(fidelity: list[dict]) -> dict:
     return min(rated, key=lambda f: f["top1_agreement"]) if rated else {}
 
 
-def _named(fidelity: dict, ids: list[str] | None) -> dict:
-    """An output's changed top-1 answers, each with its sample's name in the data (an image's path, file.npz[row])."""
+def _named(fidelity: dict, samples: Samples) -> dict:
+    """An output's changed top-1 answers, each with its sample's name in the data (an image's path, file.npz[row]) and
+    the names of both classes where the data names them (class_names)."""
+    names = class_names(samples)
     for change in fidelity.get("top1_changes") or []:
-        change["id"] = ids[change["sample"]] if ids else None
+        change["id"] = samples.ids[change["sample"]] if samples.ids else None
+        change["reference_class"], change["artifact_class"] = (_name(change[k], names) for k in ("reference_top1", "artifact_top1"))
     return fidelity
+
+
+def class_names(samples: Samples) -> list[str]:
+    """The class names of data whose labels are its image folder's class subfolders (class i: the i-th name, sorted);
+    [] for any other data, whose class indices name nothing edgekit knows."""
+    return samples.provenance.get("classes", []) if samples.provenance.get("labels") == "class subfolders" else []
+
+
+def _name(index: int, names: list[str]) -> str | None:
+    return names[index] if 0 <= index < len(names) else None
 
 
 def _samples(request: ValidationRequest, specs: list[TensorSpec]) -> Samples:
@@ -255,10 +268,13 @@ def _accuracy_batch(specs: list[TensorSpec], wanted: int) -> int:
     return first if isinstance(first, int) else wanted
 
 
-def _accuracy(ref_logits, art_logits, labels) -> dict | None:
-    if labels is None or not is_classifier_output(ref_logits):
+def _accuracy(ref_logits, art_logits, samples: Samples) -> dict | None:
+    if samples.labels is None or not is_classifier_output(ref_logits):
         return None
-    return paired_accuracy(ref_logits, art_logits, labels)
+    accuracy = paired_accuracy(ref_logits, art_logits, samples.labels)
+    for row in accuracy["classes_lost"] or []:
+        row["name"] = _name(row["class"], class_names(samples))
+    return accuracy
 
 
 def _describe(source: ModelSource, target: str) -> dict:

@@ -11,6 +11,7 @@ import pytest
 from tests.conftest import CliResult, assert_clean_error, run_cli
 
 FACTORY = "edgekit.zoo.models:fashion_cnn"
+FASHION_CLASSES = ("tshirt", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker", "bag", "boot")
 IMAGE = "image:1x1x28x28"
 
 
@@ -165,20 +166,21 @@ def test_an_image_folder_takes_its_labels_from_labels_json(tmp_path, fashion_onn
     assert accuracy["folder"] == accuracy["plain"] and accuracy["folder"]["samples"] == 150 and accuracy["folder"]["reference"] > 80
 
 
-def _png_folder(folder: Path, images: np.ndarray) -> list[str]:
-    """Fashion-MNIST images ([N, 1, 28, 28] in [0, 1]) as 8-bit PNGs, lossless; their names in sorted order."""
+def _png_folder(folder: Path, images: np.ndarray, classes: list[str] | None = None) -> list[str]:
+    """Fashion-MNIST images ([N, 1, 28, 28] in [0, 1]) as 8-bit PNGs, lossless, each in its class's subfolder where
+    `classes` names one per image; their paths in the folder."""
     from PIL import Image
 
-    folder.mkdir()
-    names = [f"item_{i:03d}.png" for i in range(len(images))]
+    names = [f"{classes[i] + '/' if classes else ''}item_{i:03d}.png" for i in range(len(images))]
     for name, pixels in zip(names, images, strict=True):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
         Image.fromarray(np.rint(pixels[0] * 255).astype(np.uint8)).save(folder / name)
     return names
 
 
 def test_validate_names_the_changed_answers_surest_first(tmp_path, fashion_onnx, small_test_npz):
     """An int8 calibrated on images 100x too dark changes many answers: the report lists them by file, the reference's
-    surest first, and the CLI prints the first."""
+    surest first, and the CLI prints the first; and the classes that lost most, named where class subfolders name them."""
     with np.load(small_test_npz) as npz:
         image, labels = npz["image"][:200], npz["labels"][:200]
     np.savez(tmp_path / "dark.npz", image=image * 0.01)
@@ -198,12 +200,20 @@ def test_validate_names_the_changed_answers_surest_first(tmp_path, fashion_onnx,
     assert f"surest changes: {changes[0]['id']} class {changes[0]['reference_top1']} -> {changes[0]['artifact_top1']}" in result.stdout
     accuracy = json.loads(report.read_text())["accuracy"]  # and by class, where it lost
     lost = accuracy["classes_lost"]
-    assert accuracy["drop_points"] > 0 and 0 < len(lost) <= 5 and f"classes that lost most: {lost[0]['class']} (" in result.stdout
+    assert accuracy["drop_points"] > 0 and 0 < len(lost) <= 5 and f"classes that lost most: {lost[0]['class']}: " in result.stdout
     nets = [r["lost"] - r["gained"] for r in lost]
     assert nets == sorted(nets, reverse=True) and nets[-1] > 0
     for r in lost:
         assert r["samples"] == int((labels == r["class"]).sum())
         assert (r["reference"] - r["artifact"]) * r["samples"] / 100 == pytest.approx(r["lost"] - r["gained"])
+    folders = [f"{c}_{FASHION_CLASSES[c]}" for c in range(10)]  # sorted as the class indices are
+    _png_folder(tmp_path / "by_class", image, [folders[c] for c in labels])
+    named = run_cli("validate", damaged, "-r", fashion_onnx["fp32"], "-d", tmp_path / "by_class", "--runs", "3", "--report", report)
+    data = json.loads(report.read_text())
+    assert named.code == 2 and data["accuracy"]["classes_lost"] == [{**r, "name": folders[r["class"]]} for r in lost]
+    change = data["fidelity"][0]["top1_changes"][0]
+    assert change["reference_class"] == folders[change["reference_top1"]] and change["artifact_class"] == folders[change["artifact_top1"]]
+    assert f"class {change['reference_top1']} ({change['reference_class']}) -> {change['artifact_top1']} (" in named.stdout
 
 
 def test_validate_without_data_says_so_loudly(tmp_path, fashion_onnx, weights_path):
