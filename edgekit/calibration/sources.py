@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import zipfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 
@@ -80,28 +80,31 @@ def image_folder(path: Path, limit: int | None, seed: int, preprocess: str | Non
             "an image folder feeds a model with exactly one image input", hint="use an .npz keyed by input name for other models"
         )
     recipe = Preprocess.parse(preprocess, specs[0])
-    labels, provenance = folder_labels(path, files)
+    names = [f.relative_to(path).as_posix() for f in files]
+    labels, provenance = folder_labels(path, names)
     index = choose(len(files), limit, seed)
     images = np.stack([recipe.apply(_read_image(files[i])) for i in index])
     return Samples(
         {specs[0].name: images},
         None if labels is None else labels[index],
         {"kind": "images", "preprocess": recipe.describe(), **provenance},
-        ids=[files[i].relative_to(path).as_posix() for i in index],
+        ids=[names[i] for i in index],
     )
 
 
-def folder_labels(path: Path, files: list[Path]) -> tuple[np.ndarray | None, dict]:
-    """The labels of every image in `files` and where they came from: the folder's labels.json when it has one (a class
-    or a label set per image), else the index of each image's class subfolder among the sorted names (none where an
-    image lies at the top of the folder)."""
+def folder_labels(path: Path, names: list[str]) -> tuple[np.ndarray | None, dict]:
+    """The labels of every image `names` gives (its path in the folder) and where they came from: the folder's
+    labels.json when it has one (a class or a label set per image), else the index of each image's class subfolder
+    among the sorted names (none where an image lies at the top of the folder)."""
     listed = path / LABELS_FILE
     if listed.is_file():
-        return _listed_labels(listed, [f.relative_to(path).as_posix() for f in files]), {"labels": LABELS_FILE}
-    classes = sorted({f.parent.name for f in files if f.parent != path})
-    if not classes or any(f.parent == path for f in files):
+        return _listed_labels(listed, names), {"labels": LABELS_FILE}
+    folders = [PurePosixPath(name).parent.name for name in names]  # '' at the top of the folder
+    classes = sorted(set(folders) - {""})
+    if not classes or "" in folders:
         return None, {"classes": classes}
-    return np.array([classes.index(f.parent.name) for f in files]), {"labels": "class subfolders", "classes": classes}
+    index = {name: i for i, name in enumerate(classes)}
+    return np.array([index[f] for f in folders]), {"labels": "class subfolders", "classes": classes}
 
 
 def _listed_labels(listed: Path, names: list[str]) -> np.ndarray:

@@ -128,14 +128,14 @@ def _flips(ref: np.ndarray, art: np.ndarray, agree: np.ndarray, broken: np.ndarr
     probabilities = _probabilities(ref)
     top2 = np.sort(probabilities, axis=1)[:, -2:]
     flipped, confident = agree == 0, top2[:, 1] >= CONFIDENT
-    margins = (top2[:, 1] - top2[:, 0])[flipped]
+    margins, answers = top2[:, 1] - top2[:, 0], art.argmax(1)
     return {
         "top1_flips": int(flipped.sum()),
-        "flip_margin_max": float(margins.max()) if margins.size else None,
+        "flip_margin_max": float(margins[flipped].max()) if flipped.any() else None,
         "confident_samples": int(confident.sum()),
         "top1_agreement_confident": float(agree[confident].mean() * 100) if confident.any() else None,
-        "expected_top1_drop": expected_top1_drop(probabilities, art.argmax(1), broken),
-        "top1_changes": changed_answers(ref.argmax(1), art.argmax(1), top2[:, 1] - top2[:, 0], flipped),
+        "expected_top1_drop": expected_top1_drop(probabilities, answers, broken),
+        "top1_changes": changed_answers(ref.argmax(1), answers, margins, flipped),
     }
 
 
@@ -263,16 +263,12 @@ def classes_lost(labels: np.ndarray, ref_ok: np.ndarray, art_ok: np.ndarray) -> 
 def classes_lost_text(accuracy: dict) -> str:
     """The classes that lost most, as one clause; '' where none lost."""
     rows = accuracy.get("classes_lost") or []
-    return (
-        "classes that lost most: "
-        + ", ".join(
-            f"{_class(r['class'], r.get('name'))}: {r['reference']:.1f}% -> {r['artifact']:.1f}% of {r['samples']} ({r['lost']} right -> "
-            f"wrong, {r['gained']} wrong -> right)"
-            for r in rows
-        )
-        if rows
-        else ""
-    )
+    return f"classes that lost most: {', '.join(map(_class_lost_text, rows))}" if rows else ""
+
+
+def _class_lost_text(row: dict) -> str:
+    accuracies = f"{row['reference']:.1f}% -> {row['artifact']:.1f}% of {row['samples']}"
+    return f"{_class(row['class'], row.get('name'))}: {accuracies} ({row['lost']} right -> wrong, {row['gained']} wrong -> right)"
 
 
 def top1_hits(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:

@@ -271,9 +271,9 @@ def _accuracy_batch(specs: list[TensorSpec], wanted: int) -> int:
 def _accuracy(ref_logits, art_logits, samples: Samples) -> dict | None:
     if samples.labels is None or not is_classifier_output(ref_logits):
         return None
-    accuracy = paired_accuracy(ref_logits, art_logits, samples.labels)
+    accuracy, names = paired_accuracy(ref_logits, art_logits, samples.labels), class_names(samples)
     for row in accuracy["classes_lost"] or []:
-        row["name"] = _name(row["class"], class_names(samples))
+        row["name"] = _name(row["class"], names)
     return accuracy
 
 
