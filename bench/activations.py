@@ -3,7 +3,7 @@ Clip to its quantization range (the same clamp, no rounding; a ReLU6 fused into 
 at a time on crops that are neither calibration nor test, then the k most sensitive together on the test crops:
 agreement, cosine and int8/fp32 p50. A measurement of this host's default int8, not a scheme edgekit writes
 (docs/int8-schemes.md, "Where the rest is lost"). Accuracy control returns activations to float the same way
-(edgekit.converters.float_activations). Two last rows bound what equalizing channels (cross-layer equalization,
+(edgekit.backends.onnx.float_activations). Two last rows bound what equalizing channels (cross-layer equalization,
 SmoothQuant) could recover: the linear stream tensors quantized per channel, against the default, both run as written."""
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from bench.common import (
     ratio_text,
 )
 from edgekit.calibration import load_samples
-from edgekit.converters.float_activations import activation_pairs, quantized_range, unrounded
-from edgekit.converters.pipeline import read_provenance
-from edgekit.validate.compare import compare_output
+from edgekit.backends.onnx.float_activations import activation_pairs, quantized_range, unrounded
+from edgekit.provenance import read_provenance
+from edgekit.metrics.compare import compare_output
 
 MODEL = "efficientnet_lite0"
 RANK_CROPS = 100  # seed 4: other crops than the calibration (seed 0) and the test sets (seeds 1-3)
@@ -61,7 +61,7 @@ def run(rounds: int = 3) -> None:
             f"run in float. p50 ratio: median over {rounds} interleaved rounds, each artifact in a fresh process.",
             f"Last row: what `--val` ({CONTROL_VALIDATION[0]} crops of seed {CONTROL_VALIDATION[1]}) with `--min-agreement {CONTROL_LIMIT}` writes: accuracy "
             "control returns the most sensitive layers and activations to float one at a time, keeping a step only where it "
-            "brings the outputs closer to fp32 (edgekit.converters.onnx_accuracy).",
+            "brings the outputs closer to fp32 (edgekit.quantize.accuracy).",
             "The two rows after it run the Q/DQ as written (`onnxruntime:cpu[optimization=disable]`: ONNX Runtime's int8 kernels "
             "take no per-channel activation scale): the default, then the same model with each linear stream tensor (a Conv "
             f"output with no ReLU6, an Add) quantized per channel, each channel's range its own |max| on {STREAM_CROPS} "
@@ -139,7 +139,7 @@ def _channel_max(fp32: Path, tensors: list[str]) -> dict[str, np.ndarray]:
     import onnx
 
     from edgekit.calibration.samples import Samples
-    from edgekit.converters.onnx_sensitivity import tensor_batches
+    from edgekit.backends.onnx.sensitivity import tensor_batches
 
     crops = load_samples(str(photo_calibration(300, seed=0, model=MODEL)))
     crops = Samples({name: array[:STREAM_CROPS] for name, array in crops.arrays.items()})

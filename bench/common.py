@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.artifact import TensorSpec
-from edgekit.converters import SUFFIXES, CalibrationOptions, ConvertOptions
+from edgekit.conversion import SUFFIXES, CalibrationOptions, ConvertOptions
 from edgekit.converters.pipeline import convert
 from edgekit.isa import host_class
-from edgekit.loaders import ModelSource, open_source
+from edgekit.source import ModelSource, open_source
 from edgekit.validate.benchmark import BenchSettings, bench
-from edgekit.validate.report import new_report, write_json
+from edgekit.report.schema import new_report, write_json
 
 ROOT = Path(__file__).parent
 CACHE = ROOT / ".cache"
@@ -52,7 +52,7 @@ PRUNED = "resnet18_shape_channels30"
 def pruned_resnet() -> Path:
     """ResNet-18 shape with 30% of channels pruned (BN recalibrated on real photos), as a cached .pt2."""
     from edgekit.compress import PruneOptions
-    from edgekit.compress.pipeline import prune
+    from edgekit.pruning import prune
 
     out = CACHE / f"{PRUNED}.pt2"
     if not out.exists():
@@ -148,7 +148,7 @@ def fidelity_cells(reference: np.ndarray, out: np.ndarray) -> tuple[list[str], b
     expected to cost by fp32's own probabilities (compare.expected_top1_drop); and whether
     issue 17's accuracy targets hold (>= 97%, >= 99%, cosine >= 0.995). The agreement on all samples carries its 95%
     bootstrap interval in square brackets: on a few hundred crops rich in near-ties it spans about three points."""
-    from edgekit.validate.compare import compare_output
+    from edgekit.metrics.compare import compare_output
 
     fidelity = compare_output("logits", reference, out)
     sure = fidelity.top1_agreement_confident
@@ -167,7 +167,7 @@ def fidelity_cells(reference: np.ndarray, out: np.ndarray) -> tuple[list[str], b
 def labelled_cell(reference: np.ndarray, out: np.ndarray, labels: np.ndarray) -> str:
     """'int8 % / fp32 % (drop [95% interval])': top-1 of both against `labels` ([N, classes] boolean label sets,
     zoo.photos.crop_labels), on the samples that have one."""
-    from edgekit.validate.compare import paired_accuracy
+    from edgekit.metrics.compare import paired_accuracy
 
     accuracy = paired_accuracy(reference, out, labels)
     low, high = accuracy["drop_ci95"]

@@ -16,7 +16,7 @@ import numpy as np
 
 from bench.common import CACHE, RESULTS, publish, spread
 from edgekit.artifact import TensorSpec
-from edgekit.loaders import ModelSource
+from edgekit.source import ModelSource
 
 PAPER = {"LeNet-300-100": "40x (MNIST, 8% weights, 6-bit)", "AlexNet": "35x", "VGG-16": "49x"}
 IMAGE = (TensorSpec("image", ("batch", 1, 28, 28), "float32"),)
@@ -102,7 +102,7 @@ def run() -> None:
 
 def _data() -> dict:
     """Training subset (20k), test (10k) and calibration (1k) .npz files, cached."""
-    from edgekit.demo import write_demo_data
+    from edgekit.zoo.fashion_mnist import write_demo_data
     from edgekit.zoo.fashion_mnist import IDX_DIR, read_idx, to_model_input
 
     out = CACHE / "deep_compression"
@@ -155,7 +155,7 @@ def _full_train():
 
 def _compress(source: ModelSource, model: str, sparsity: float, clusters: int, data: dict) -> list[dict]:
     from edgekit.compress import PruneOptions
-    from edgekit.compress.pipeline import prune
+    from edgekit.pruning import prune
 
     epochs, learning_rate = FINETUNE[model]
     out = data["dir"] / f"{model}.s{sparsity}.k{clusters}.e{epochs}.pt2"
@@ -207,9 +207,9 @@ def _surgery_vs_iterative(source: ModelSource, data: dict) -> list[dict]:
     """Same sparsity, same epochs, same data: gradual magnitude pruning vs dynamic network surgery (LeNet-300-100)."""
     from edgekit.calibration import load_samples
     from edgekit.compress import PruneOptions
-    from edgekit.compress.pipeline import _torch_accuracy
+    from edgekit.pruning import _torch_accuracy
     from edgekit.compress.torch_prune import magnitude_prune
-    from edgekit.converters.pipeline import load_for_conversion
+    from edgekit.conversion import load_for_conversion
 
     cached = data["dir"] / f"surgery.{Path(source.weights).stem}.e{FINETUNE['LeNet-300-100'][0]}.json"
     if cached.exists():
@@ -241,9 +241,10 @@ def _surgery_vs_iterative(source: ModelSource, data: dict) -> list[dict]:
 
 def _vela(source: ModelSource, data: dict) -> list[dict]:
     """FashionCNN int8 TFLite through Vela (Ethos-U55-128): weight bytes as Vela counts them, with and without 16 clusters."""
-    from edgekit.converters import CalibrationOptions, ConvertOptions
-    from edgekit.converters.pipeline import convert, read_provenance
-    from edgekit.loaders import open_source
+    from edgekit.conversion import CalibrationOptions, ConvertOptions
+    from edgekit.converters.pipeline import convert
+    from edgekit.provenance import read_provenance
+    from edgekit.source import open_source
 
     variants = {
         "dense": source,
@@ -274,7 +275,7 @@ def _vela(source: ModelSource, data: dict) -> list[dict]:
 def _one_shot(data: dict, method: str, sparsity: float) -> Path:
     """The FashionCNN compressed without fine-tuning (Vela's weight bytes depend on the values, not on the training)."""
     from edgekit.compress import PruneOptions
-    from edgekit.compress.pipeline import prune
+    from edgekit.pruning import prune
 
     out = data["dir"] / f"FashionCNN.oneshot.{method.replace(',', '_')}.{sparsity}.pt2"
     if not out.exists():
@@ -285,10 +286,10 @@ def _one_shot(data: dict, method: str, sparsity: float) -> Path:
 def _sparse_latency(source: ModelSource, data: dict) -> list[dict]:
     """Dense vs 90%-sparse int8 LeNet-300-100 (fully connected: where OpenVINO's sparse int8 path applies), batch 1 and 64."""
     from edgekit.compress import PruneOptions
-    from edgekit.compress.pipeline import prune
-    from edgekit.converters import CalibrationOptions, ConvertOptions
+    from edgekit.pruning import prune
+    from edgekit.conversion import CalibrationOptions, ConvertOptions
     from edgekit.converters.pipeline import convert
-    from edgekit.loaders import open_source
+    from edgekit.source import open_source
 
     sparse_pt2 = data["dir"] / "LeNet-300-100.s0.9.pt2"
     if not sparse_pt2.exists():

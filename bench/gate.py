@@ -15,7 +15,7 @@ import numpy as np
 
 from bench.common import CACHE, publish
 from edgekit.errors import EdgekitError
-from edgekit.loaders import open_source
+from edgekit.source import open_source
 from edgekit.validate.benchmark import BenchSettings, bench_in_process
 from edgekit.validate.regression import RetimeSettings, retime
 
@@ -26,9 +26,10 @@ SLOWER = 1.25
 
 def fashion(precision: str) -> Path:
     """The trained FashionCNN as ONNX (int8 calibrated on 300 training images), cached."""
-    from edgekit.converters import CalibrationOptions, ConvertOptions
+    from edgekit.conversion import CalibrationOptions, ConvertOptions
     from edgekit.converters.pipeline import convert
-    from edgekit.demo import demo_source, write_demo_data
+    from edgekit.demo import demo_source
+    from edgekit.zoo.fashion_mnist import write_demo_data
     from tests.conftest import INPUTS
 
     path = CACHE / "gate" / f"fashion.{precision}.onnx"

@@ -9,8 +9,8 @@ this prints that it was skipped and writes nothing.
 from __future__ import annotations
 
 from bench.common import CACHE, IMAGE, MODELS, photo_calibration, publish
-from edgekit.converters import CalibrationOptions, ConvertOptions
-from edgekit.loaders import ModelSource, open_source
+from edgekit.conversion import CalibrationOptions, ConvertOptions
+from edgekit.source import ModelSource, open_source
 from edgekit.validate.benchmark import BenchSettings, bench
 
 TORCH_SETTINGS = (  # compile, dtype, channels_last

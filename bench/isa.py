@@ -140,7 +140,7 @@ def _scores(reference: np.ndarray, out: np.ndarray, labels: np.ndarray) -> list[
 
 def _fashion_data() -> tuple[Path, Path]:
     """(Fashion-MNIST test .npz, calibration .npz), written once under the bench cache."""
-    from edgekit.demo import write_demo_data
+    from edgekit.zoo.fashion_mnist import write_demo_data
 
     (CACHE / "fashion").mkdir(parents=True, exist_ok=True)
     return write_demo_data(CACHE / "fashion")
@@ -154,7 +154,7 @@ def _eval_data() -> dict[str, Path]:
 
 def _fashion(precision: str, for_target: str | None = None) -> Path:
     """The repo's FashionCNN as ONNX (int8 calibrated on 300 real training images), cached."""
-    from edgekit.converters import CalibrationOptions, ConvertOptions
+    from edgekit.conversion import CalibrationOptions, ConvertOptions
     from edgekit.converters.pipeline import convert
     from edgekit.demo import demo_source
 
@@ -211,7 +211,7 @@ def _int8_runs(models: dict[str, Path], data: dict[str, Path], crops: int) -> li
 
 def _outputs(path: Path, data: dict[str, Path], crops: int, batch: int = 50) -> np.ndarray:
     """The first FASHION test images or the first `crops` photo crops through the model, natively."""
-    from edgekit.loaders import open_source
+    from edgekit.source import open_source
     from edgekit.targets import make_runner
 
     fashion = path.name.startswith("fashion")

@@ -8,7 +8,7 @@ import sys
 import time
 
 from bench.common import CACHE, publish
-from edgekit.demo import write_demo_data
+from edgekit.zoo.fashion_mnist import write_demo_data
 
 BARE_CONVERT = """
 import sys, numpy as np, torch, onnxruntime.quantization as q

@@ -15,7 +15,7 @@ __all__ = [*API, "__version__"]
 
 class _Edgekit(types.ModuleType):
     """`edgekit.validate` is the function even after the `edgekit.validate` package is imported (which sets the
-    attribute to the package); the package stays importable by name (`from edgekit.validate.gate import ...`)."""
+    attribute to the package); the package stays importable by name (`from edgekit.metrics.gate import ...`)."""
 
     def __getattribute__(self, name: str):
         if name in API:

@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from edgekit.errors import InputMismatchError
 
 Dim = int | str | None  # an int is static; a str or None is dynamic (named or not)
@@ -187,3 +189,20 @@ def file_size(path: Path) -> int:
     if path.is_dir():
         return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
     return path.stat().st_size if path.exists() else 0
+
+
+def check_array(spec: TensorSpec, array: np.ndarray) -> None:
+    """An array (in the model's layout) fits a spec: same rank, equal static dims (the batch axis aside), same dtype."""
+    axis = spec.batch_axis()
+    if array.ndim != len(spec.shape) or any(
+        isinstance(d, int) and i != axis and d != a for i, (d, a) in enumerate(zip(spec.shape, array.shape, strict=True))
+    ):
+        raise InputMismatchError(
+            f"input '{spec.name}': data shape {'x'.join(map(str, array.shape))} does not match the model's {spec.shape_text()}",
+            hint="reshape the data or fix --input",
+        )
+    if array.dtype.name != spec.dtype:
+        raise InputMismatchError(
+            f"input '{spec.name}': data dtype {array.dtype.name} but the model takes {spec.dtype}",
+            hint=f"convert it, e.g. array.astype(np.{spec.dtype})",
+        )

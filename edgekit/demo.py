@@ -6,10 +6,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import numpy as np
 
 from edgekit.artifact import TensorSpec
-from edgekit.loaders import ModelSource
+from edgekit.source import ModelSource
 
 log = logging.getLogger("edgekit")
 INPUTS = (TensorSpec("image", ("batch", 1, 28, 28), "float32"),)
@@ -20,20 +19,6 @@ def demo_source() -> ModelSource:
     from edgekit.zoo.fashion_mnist import WEIGHTS
 
     return ModelSource("edgekit.zoo.models:fashion_cnn", "torch-factory", WEIGHTS)
-
-
-def write_demo_data(workdir: Path, layout: str = "nchw") -> tuple[Path, Path]:
-    """The committed Fashion-MNIST splits as .npz files keyed by the model's input name."""
-    from edgekit.zoo.fashion_mnist import CALIB_NPZ, TEST_NPZ, load_split
-
-    paths = []
-    for split, name in ((TEST_NPZ, "test"), (CALIB_NPZ, "calib")):
-        path = workdir / f"fashion_mnist_{name}{'' if layout == 'nchw' else '_nhwc'}.npz"
-        if not path.exists():
-            images, labels = load_split(split)
-            np.savez(path, image=images if layout == "nchw" else images.transpose(0, 2, 3, 1), labels=labels)
-        paths.append(path)
-    return paths[0], paths[1]
 
 
 RECIPES = {False: Path(__file__).parent / "recipes" / "demo.yaml", True: Path(__file__).parent / "recipes" / "demo-keras.yaml"}
@@ -60,7 +45,7 @@ def run_demo(
     workdir: Path | None, threads: int | None = None, runs: int = 200, keras: bool = False, precisions=None, progress=None
 ) -> tuple[dict, list]:
     """Run the demo recipe; returns the matrix report and the report files written."""
-    from edgekit.recipe.reports import write_reports
+    from edgekit.report.write import write_reports
     from edgekit.recipe.run import run_recipe
 
     recipe = demo_recipe(workdir, threads, runs, keras, precisions)

@@ -20,7 +20,6 @@ import platform
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 
-from edgekit.errors import EdgekitError
 
 
 @dataclass(frozen=True)
@@ -139,8 +138,6 @@ def classify(flags: set[str], arch: str) -> IsaClass:
 @lru_cache(maxsize=1)
 def host_flags() -> frozenset[str]:
     """The flags this process can use: /proc/cpuinfo's, less what CPUID hides from it (VMs, emulators)."""
-    from edgekit.machine import cpu_flags
-
     flags = set(cpu_flags())
     seen = _cpuid_flags()
     if seen is not None and not _agrees(flags, seen):
@@ -151,46 +148,6 @@ def host_flags() -> frozenset[str]:
 def host_class() -> IsaClass:
     """The class of the CPU this process runs on."""
     return classify(set(host_flags()), platform.machine())
-
-
-def class_for(for_target: str | None) -> tuple[IsaClass, str]:
-    """(class, where it came from) for `--for-target`: a class name, a device preset, a device of the
-    inventory (NAME or runtime:device@NAME), or a target on this host."""
-    from edgekit.devices.presets import PRESETS
-
-    spec = (for_target or "").strip()
-    device = spec.rpartition("@")[2]
-    if spec in CLASSES:
-        return CLASSES[spec], f"--for-target {spec}"
-    if spec in PRESETS:
-        return CLASSES[PRESETS[spec].isa_class], f"device preset {spec}"
-    if "@" in spec or (spec and ":" not in spec and _is_device(spec)):
-        return _device_class(device)
-    if spec and ":" not in spec:
-        raise EdgekitError(
-            f"--for-target {spec} is not a target, an ISA class or a device",
-            hint=f"use a target (onnxruntime:cpu), a class ({', '.join(CLASSES)}), a preset ({', '.join(PRESETS)}) or a device of `edgekit devices list`",
-        )
-    return host_class(), "this host's CPU flags"
-
-
-def _is_device(name: str) -> bool:
-    from edgekit.devices.inventory import load_devices
-
-    return name in load_devices()
-
-
-def _device_class(name: str) -> tuple[IsaClass, str]:
-    """An inventory device's class: from what `devices check` probed, else from its preset."""
-    from edgekit.devices.inventory import get_device
-    from edgekit.devices.presets import PRESETS
-
-    device = get_device(name)
-    if device.facts.get("arch"):
-        return classify(set(device.facts.get("isa") or ()), device.facts["arch"]), f"device {name} (probed {device.checked})"
-    if device.preset in PRESETS:
-        return CLASSES[PRESETS[device.preset].isa_class], f"device {name} (preset {device.preset}, not probed yet)"
-    raise EdgekitError(f"device {name} has not been probed: its CPU class is unknown", hint=f"run `edgekit devices check {name}` first")
 
 
 INT8_PAYS = 1.1  # an int8 speed-up below this buys size, not speed
@@ -222,3 +179,20 @@ def _cpuid_flags() -> set[str] | None:
 def _agrees(cpuinfo: set[str], cpuid: set[str]) -> bool:
     """True when CPUID shows this process every wide feature the kernel lists (cpuid has no AMX/AVX-VNNI bits to compare)."""
     return all(flag in cpuid for flag in ("avx2", "avx512f", "avx512bw", "avx512_vnni") if flag in cpuinfo)
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's flags as the kernel lists them (/proc/cpuinfo `flags` on x86, `Features` on Arm)."""
+    for line in cpuinfo_lines():
+        if line.startswith(("flags", "Features")):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+@lru_cache(maxsize=1)
+def cpuinfo_lines() -> tuple[str, ...]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return tuple(f)
+    except OSError:
+        return ()

@@ -8,6 +8,8 @@ import platform
 from functools import lru_cache
 from pathlib import Path
 
+from edgekit.isa import cpuinfo_lines
+
 
 @lru_cache(maxsize=1)
 def machine_info() -> dict:
@@ -30,27 +32,10 @@ def machine_info() -> dict:
 
 
 def cpu_model() -> str:
-    for line in _cpuinfo_lines():
+    for line in cpuinfo_lines():
         if line.startswith("model name"):
             return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
-
-
-def cpu_flags() -> set[str]:
-    """The CPU's flags as the kernel lists them (/proc/cpuinfo `flags` on x86, `Features` on Arm)."""
-    for line in _cpuinfo_lines():
-        if line.startswith(("flags", "Features")):
-            return set(line.split(":", 1)[1].split())
-    return set()
-
-
-@lru_cache(maxsize=1)
-def _cpuinfo_lines() -> tuple[str, ...]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return tuple(f)
-    except OSError:
-        return ()
 
 
 def nvidia_gpus() -> list[str]:

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from collections import Counter
 
-from edgekit import backends
+from edgekit import registry
 from edgekit.artifact import file_size
-from edgekit.loaders import ModelSource
+from edgekit.source import ModelSource
 
-GRAPH_SUMMARIES = backends.summaries()  # from the backend registry
+GRAPH_SUMMARIES = registry.summaries()  # from the backend registry
 
 
 def model_info(source: ModelSource) -> dict:
     """Format, signature, parameter count, size and op histogram of a model."""
     summary = {"model": source.spec, "format": source.format, "size_bytes": file_size(source.path) if source.path else None}
     if source.format in GRAPH_SUMMARIES:
-        from edgekit.converters.pipeline import describe
+        from edgekit.provenance import describe
         from edgekit.imports import import_attr
 
         artifact = describe(source.path, source.format, None)
@@ -36,7 +36,7 @@ def model_info(source: ModelSource) -> dict:
 
 def target_findings(source: ModelSource, target: str) -> list[dict]:
     """Will `target` take this model? Checks exist for TensorRT, on the ONNX it builds from."""
-    from edgekit.converters.onnx_quantize import for_tensorrt
+    from edgekit.backends.onnx.quantize import for_tensorrt
     from edgekit.errors import EdgekitError
 
     if not for_tensorrt(target):
@@ -48,13 +48,13 @@ def target_findings(source: ModelSource, target: str) -> list[dict]:
             f"TensorRT builds from ONNX; {source.spec} is {source.format}",
             hint="convert first: edgekit convert MODEL --to onnx --precision int8 --for-target tensorrt:cuda --calib DATA",
         )
-    from edgekit.converters.tensorrt_checks import check_for_tensorrt
+    from edgekit.backends.tensorrt.checks import check_for_tensorrt
 
     return [f.to_dict() for f in check_for_tensorrt(source.path)]
 
 
 def _keras_info(source: ModelSource) -> dict:
-    from edgekit.loaders.keras import KerasModel
+    from edgekit.backends.keras.loader import KerasModel
 
     model = KerasModel(source)
     info = {"inputs": [s.to_dict() for s in model.specs], "outputs": [{"name": n, "shape": "-"} for n in model.output_names]}
@@ -65,7 +65,7 @@ def _keras_info(source: ModelSource) -> dict:
 
 
 def _torch_info(source: ModelSource) -> dict:
-    from edgekit.loaders.torch import forward_input_names, load_torch
+    from edgekit.backends.torch.loader import forward_input_names, load_torch
 
     module, declared = load_torch(source)
     info = {

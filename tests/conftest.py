@@ -51,7 +51,7 @@ def assert_clean_error(result: CliResult, *needles: str) -> None:
 @pytest.fixture(scope="session")
 def demo_data(tmp_path_factory) -> tuple[Path, Path]:
     """(test .npz with all 10k labelled images, calibration .npz with 1,000 training images)."""
-    from edgekit.demo import write_demo_data
+    from edgekit.zoo.fashion_mnist import write_demo_data
 
     return write_demo_data(tmp_path_factory.mktemp("data"))
 
@@ -75,7 +75,7 @@ def fashion_source():
 @pytest.fixture(scope="session")
 def fashion_onnx(tmp_path_factory, fashion_source, demo_data) -> dict[str, Path]:
     """The FashionCNN converted to ONNX fp32 and int8 (calibrated on 300 real training images)."""
-    from edgekit.converters import CalibrationOptions, ConvertOptions
+    from edgekit.conversion import CalibrationOptions, ConvertOptions
     from edgekit.converters.pipeline import convert
 
     out = tmp_path_factory.mktemp("onnx")

@@ -60,8 +60,8 @@ def convert(
     A zoo model needs no `calib` (its declared calibration set is used, and the provenance says so); a model
     that does not record its input shapes takes them from `calib`/`val` when `inputs` is not given."""
     from edgekit.api import guess
-    from edgekit.converters import CalibrationOptions, ConvertOptions
-    from edgekit.loaders import open_source
+    from edgekit.conversion import CalibrationOptions, ConvertOptions
+    from edgekit.source import open_source
 
     source = open_source(model, weights, allow_pickle)
     default = guess.default_calibration(source, precision, calib)
@@ -115,9 +115,9 @@ def quantize(
     emit_recipe: str | Path | None = None,
 ) -> Converted:
     """`edgekit quantize`: an existing ONNX model to fp16, int8-dynamic, or static int8 (with `calib`)."""
-    from edgekit.converters import CalibrationOptions, ConvertOptions
+    from edgekit.conversion import CalibrationOptions, ConvertOptions
     from edgekit.errors import EdgekitError
-    from edgekit.loaders import open_source
+    from edgekit.source import open_source
 
     source = open_source(str(model))
     if source.format != "onnx":
@@ -166,10 +166,10 @@ def prune(
     """`edgekit prune`: compress a model, save it, compare original vs compressed (vs quantized) on `data`."""
     from edgekit.api import guess
     from edgekit.compress import PruneOptions, method_chain
-    from edgekit.compress.pipeline import STAGE_NAMES, compare_stages, fill_int8_accuracy, gate_compressed
-    from edgekit.compress.pipeline import prune as run_prune
-    from edgekit.loaders import open_source
-    from edgekit.validate.report import new_report
+    from edgekit.pruning import STAGE_NAMES, compare_stages, fill_int8_accuracy, gate_compressed
+    from edgekit.pruning import prune as run_prune
+    from edgekit.source import open_source
+    from edgekit.report.schema import new_report
 
     output = Path(output)
     source = open_source(model, weights, allow_pickle)
@@ -225,7 +225,7 @@ def validate(
     Without `reference`, the model the artifact's provenance names; without `data`, a zoo reference's
     declared validation set (the report's `data.default_of` says so). Gate failures are in `.gate`, not raised."""
     from edgekit.api import guess
-    from edgekit.loaders import open_source
+    from edgekit.source import open_source
     from edgekit.validate.benchmark import BenchSettings
     from edgekit.validate.validation import ValidationRequest
     from edgekit.validate.validation import validate as run_validation
@@ -276,10 +276,10 @@ def bench(
     emit_recipe: str | Path | None = None,
 ) -> Bench:
     """`edgekit bench`: load time, first inference, latency percentiles after warm-up, throughput, peak RSS, size."""
-    from edgekit.loaders import open_source
+    from edgekit.source import open_source
     from edgekit.validate.benchmark import BenchSettings
     from edgekit.validate.benchmark import bench as run_bench
-    from edgekit.validate.report import new_report
+    from edgekit.report.schema import new_report
 
     artifacts = [artifacts] if isinstance(artifacts, str | Path) else list(artifacts)
     _check_destinations(report, emit_recipe)
@@ -308,7 +308,7 @@ def run(
     `progress` (a callable taking a line of text) hears of each cell."""
     from edgekit.errors import EdgekitError
     from edgekit.recipe.cache import report_folder
-    from edgekit.recipe.reports import write_reports
+    from edgekit.report.write import write_reports
     from edgekit.recipe.run import run_recipe
     from edgekit.recipe.schema import load_recipe
 
@@ -348,9 +348,9 @@ def gate(
     """`edgekit gate`: re-check a saved report's gates (the thresholds given replace its own) and its latency
     against a baseline report. `.passed` and `.exit_code` give the verdict."""
     from edgekit.recipe.gating import LatencyCheck, regate
-    from edgekit.recipe.reports import to_junit
+    from edgekit.report.write import to_junit
     from edgekit.recipe.write import write_text
-    from edgekit.validate.report import load_json
+    from edgekit.report.schema import load_json
 
     overrides = _thresholds(max_drop, min_cosine, min_agreement, min_snr, max_npu_fallback)
     latency = LatencyCheck(tolerance, baseline_artifact, max_rounds, not reports_only, progress)
@@ -374,7 +374,7 @@ def _specs(inputs: Strings):
 
 
 def _thresholds(max_drop=None, min_cosine=None, min_agreement=None, min_snr=None, max_npu_fallback=None):
-    from edgekit.validate.gate import Thresholds
+    from edgekit.metrics.gate import Thresholds
 
     return Thresholds(
         max_drop=max_drop, min_cosine=min_cosine, min_agreement=min_agreement, min_snr_db=min_snr, max_npu_fallback=max_npu_fallback
@@ -396,7 +396,7 @@ def _convert(source, to: str, output: Path, options) -> Converted:
 
 def _check_choices(options) -> None:
     """Choices the command line cannot check for us, against the lists the library declares."""
-    from edgekit.converters import CALIB_METHODS, PRECISIONS
+    from edgekit.conversion import CALIB_METHODS, PRECISIONS
     from edgekit.errors import EdgekitError
 
     choices = {
@@ -412,7 +412,7 @@ def _check_choices(options) -> None:
 
 def _default_output(source, to: str, precision: str) -> Path:
     """Next to a model file (in the current folder for a factory or zoo name), named by precision."""
-    from edgekit.converters import SUFFIXES
+    from edgekit.conversion import SUFFIXES
 
     base = Path(source.spec).parent if source.path and not source.zoo else Path.cwd()
     name = source.zoo.removeprefix("zoo:") if source.zoo else source.name
@@ -421,7 +421,7 @@ def _default_output(source, to: str, precision: str) -> Path:
 
 def _size_gate(max_size_mb: float | None, size_metric: str):
     from edgekit.errors import EdgekitError
-    from edgekit.validate.gate import SIZE_METRICS, Thresholds
+    from edgekit.metrics.gate import SIZE_METRICS, Thresholds
 
     if size_metric not in SIZE_METRICS:
         raise EdgekitError(f"unknown size metric '{size_metric}'", hint=f"choose one of: {', '.join(SIZE_METRICS)}")

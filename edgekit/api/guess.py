@@ -10,7 +10,7 @@ from pathlib import Path
 
 from edgekit.artifact import TensorSpec
 from edgekit.errors import EdgekitError
-from edgekit.loaders import ModelSource, open_source
+from edgekit.source import ModelSource, open_source
 
 log = logging.getLogger("edgekit")
 # Formats that do not record input shapes: the data's shapes stand in for --input.
@@ -52,7 +52,7 @@ def inputs_from_data(source: ModelSource, given: tuple[TensorSpec, ...], *data: 
 
 def reference_of(artifact: ModelSource, weights: str | None = None, allow_pickle: bool = False) -> tuple[ModelSource, str]:
     """The model an artifact was converted from, as its provenance names it: (source, the spec to show)."""
-    from edgekit.converters.pipeline import read_provenance
+    from edgekit.provenance import read_provenance
 
     hint = "pass the original model with -r/--reference (a file, module:factory or zoo: name)"
     provenance = read_provenance(artifact.path) if artifact.path else None

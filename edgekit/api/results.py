@@ -134,13 +134,13 @@ class Report(Record):
 
     def to_json(self) -> str:
         """The report as `--report` writes it (strict JSON: non-finite numbers become null)."""
-        from edgekit.validate.report import strict_json
+        from edgekit.report.schema import strict_json
 
         return strict_json(self.to_dict())
 
     def write(self, path: str | Path) -> Path:
         """Write the report atomically, as `--report PATH` does."""
-        from edgekit.validate.report import write_json
+        from edgekit.report.schema import write_json
 
         write_json(self.to_dict(), Path(path))
         return Path(path)

@@ -1,7 +1,7 @@
 """Data for calibration and validation: one source format, sampled once, checked before any work.
 
 A source yields named numpy arrays (and labels where it has them) as `Samples`; adapters in
-`edgekit.calibration.adapters` turn `Samples` into what each backend's calibrator wants.
+each backend turns `Samples` into what its calibrator wants (backends/<format>/calibration.py).
 """
 
 from edgekit.calibration.samples import Samples, load_samples, random_samples

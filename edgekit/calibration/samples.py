@@ -12,7 +12,7 @@ import numpy as np
 
 from edgekit.artifact import TensorSpec, is_generated_name
 from edgekit.errors import EdgekitError, InputMismatchError
-from edgekit.targets.base import check_array
+from edgekit.artifact import check_array
 
 log = logging.getLogger("edgekit")
 LABEL_KEYS = ("labels", "label", "y")

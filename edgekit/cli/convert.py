@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from edgekit.cli import options
-from edgekit.converters import CALIB_METHODS, FORMATS, PRECISIONS
+from edgekit.conversion import CALIB_METHODS, FORMATS, PRECISIONS
 
 
 def register(app: typer.Typer) -> None:

@@ -35,7 +35,7 @@ def debug(
     from edgekit.debug import DebugRequest
     from edgekit.debug import debug as run_debug
     from edgekit.fileio import check_output_path
-    from edgekit.loaders import open_source
+    from edgekit.source import open_source
 
     for path, option in ((json_out, "--json"), (html, "--html")):
         if path is not None:
@@ -45,7 +45,7 @@ def debug(
     report = run_debug(request)
     print_debug(report, rows)
     if json_out is not None:
-        from edgekit.validate.report import write_json
+        from edgekit.report.schema import write_json
 
         write_json(report, json_out)
         print(f"wrote {json_out}")

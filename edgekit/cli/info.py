@@ -25,7 +25,7 @@ def info(
 ) -> None:
     """Format, inputs/outputs, parameter count, size on disk, op histogram."""
     from edgekit.cli.render import print_info, print_tensorrt_findings
-    from edgekit.loaders import open_source
+    from edgekit.source import open_source
     from edgekit.summary import model_info, target_findings
 
     source = open_source(model, weights, allow_pickle)

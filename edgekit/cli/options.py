@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import typer
 
-from edgekit.artifact import TensorSpec, parse_input_spec
-
 INPUT = typer.Option(
     None,
     "--input",
@@ -25,10 +23,6 @@ PREPROCESS = typer.Option(
     "--preprocess",
     help="Image preprocessing: key=value,... (resize, crop, scale, mean, std, order, layout, dtype) or a YAML/JSON file.",
 )
-
-
-def input_specs(values: list[str] | None) -> tuple[TensorSpec, ...]:
-    return tuple(parse_input_spec(v) for v in values or [])
 
 
 EMIT_RECIPE = typer.Option(None, "--emit-recipe", help="Also write the recipe that reproduces this command (`edgekit run FILE`).")
@@ -57,6 +51,6 @@ NO_DEFAULT_GATES = typer.Option(
 
 def thresholds(max_drop=None, min_cosine=None, min_agreement=None, min_snr=None, max_fallback=None):
     """The Thresholds the threshold options ask for."""
-    from edgekit.validate.gate import Thresholds
+    from edgekit.metrics.gate import Thresholds
 
     return Thresholds(max_drop=max_drop, min_cosine=min_cosine, min_agreement=min_agreement, min_snr_db=min_snr, max_fallback=max_fallback)

@@ -77,7 +77,7 @@ def init(
     force: bool = typer.Option(False, "--force", help="Replace an existing file."),
 ) -> None:
     """Write a commented starter recipe for MODEL."""
-    from edgekit.loaders import open_source
+    from edgekit.source import open_source
     from edgekit.recipe.write import write_starter
 
     open_source(model, weights)  # fail now on a model that cannot be found
@@ -94,9 +94,9 @@ def report(
     """Render a saved report (any kind) as Markdown, HTML or JUnit."""
     from edgekit.errors import EdgekitError
     from edgekit.recipe.gating import regate
-    from edgekit.recipe.reports import RENDERERS, render
+    from edgekit.report.write import RENDERERS, render
     from edgekit.recipe.write import write_text
-    from edgekit.validate.report import load_json
+    from edgekit.report.schema import load_json
 
     if format not in RENDERERS:
         raise EdgekitError(f"unknown report format '{format}'", hint=f"choose one of: {', '.join(RENDERERS)}")

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from edgekit.validate.report import fmt, fmt_size
+from edgekit.report.schema import fmt, fmt_size
 
 # Logs and CI are not terminals: keep tables whole rather than squeezing them to 80 columns.
 console = Console(highlight=False, width=None if Console().is_terminal else 200)
@@ -175,7 +175,7 @@ def print_tensorrt_findings(findings: list[dict], indent: str = "") -> None:
 
 def _control_text(control: dict) -> str:
     """The limit accuracy control met and what it returned to float: layers, and (ONNX Runtime) activations."""
-    from edgekit.converters.onnx_accuracy import Limit
+    from edgekit.quantize.accuracy import Limit
 
     limit = Limit.recorded(control).text()
     limit += f", scored on {control['validated_on']}" if "validated_on" in control else ""
@@ -238,7 +238,7 @@ def print_validation(report: dict) -> None:
             + f" on {acc['samples']} labelled samples"
         )
         if acc.get("classes_lost"):
-            from edgekit.validate.compare import classes_lost_text
+            from edgekit.metrics.compare import classes_lost_text
 
             console.print(f"  {classes_lost_text(acc)}")
     _print_latency_rows([report["latency"]], report)
@@ -248,7 +248,7 @@ def print_validation(report: dict) -> None:
 def _flips_text(f: dict) -> str:
     """Where a classifier output's top-1 answers changed: near-ties (a small reference margin) or confident answers; then
     the samples whose change the reference was surest of (their names in the data, where it has them)."""
-    from edgekit.validate.compare import changes_text, flips_text
+    from edgekit.metrics.compare import changes_text, flips_text
 
     text = f"  top-1 ({escape(f['name'])}): {flips_text(f)}"
     surest = changes_text(f)
@@ -285,7 +285,7 @@ def _print_gate(gate: dict) -> None:
 
 def _value_and_limit(result: dict) -> tuple[str, str]:
     """A gate's value and limit with the digits that tell them apart."""
-    from edgekit.validate.gate import fmt_against
+    from edgekit.metrics.gate import fmt_against
 
     return ("-", str(result["limit"])) if result["value"] is None else fmt_against(result["value"], result["limit"])
 
@@ -477,7 +477,7 @@ def _storage_cells(t: dict, bits: str) -> list[str]:
 
 
 def print_run(result: dict, written) -> None:
-    from edgekit.recipe.reports import COLUMNS, cells, failed_gates, machine_text, row_notes
+    from edgekit.report.write import COLUMNS, cells, failed_gates, machine_text, row_notes
 
     table = Table(*COLUMNS, title=f"{result['model']}: gates {'passed' if result['passed'] else 'FAILED'}", title_justify="left")
     for row in result["rows"]:

@@ -10,22 +10,23 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit import backends, progress
+from edgekit import progress
 from edgekit.artifact import Artifact, TensorSpec
 from edgekit.calibration import Samples, load_samples, random_samples
 from edgekit.calibration.samples import warn_if_few
-from edgekit.converters import ConversionData, ConvertOptions, needs_calibration, plan
+from edgekit.conversion import ConversionData, ConvertOptions, load_for_conversion, needs_calibration, plan, run_steps
 from edgekit.errors import EdgekitError
 from edgekit.fileio import SIDECAR_SUFFIX, atomic_output, check_output_path, work_folder
-from edgekit.loaders import ModelSource
+from edgekit.source import ModelSource
 from edgekit.native import third_party_quiet
+from edgekit.provenance import describe, source_provenance
 
 log = logging.getLogger("edgekit")
 
 
 def convert(source: ModelSource, to: str, out: Path, options: ConvertOptions) -> Artifact:
     """Convert `source` to format `to` at `options.precision`, written to `out`."""
-    from edgekit.converters import SUFFIXES
+    from edgekit.conversion import SUFFIXES
 
     check_output_path(Path(out), "-o", "model" + SUFFIXES.get(to, f".{to}"))
     steps = plan(source.family, to, options.precision)
@@ -60,26 +61,11 @@ def convert(source: ModelSource, to: str, out: Path, options: ConvertOptions) ->
     return describe(Path(out), to, options.precision, sidecar)
 
 
-def run_steps(steps, model, specs, final: Path, work: Path, options: ConvertOptions, data: ConversionData, name: str) -> dict:
-    """Each step's converter on what the step before wrote (the first on the loaded `model`), the last one writing
-    `final`, the others files in `work`; their notes merged."""
-    from edgekit.converters import SUFFIXES
-
-    notes: dict = {}
-    current = model
-    for i, (converter, precision) in enumerate(steps):
-        step_out = final if i == len(steps) - 1 else work / f"step{i}{SUFFIXES[converter.target_format]}"
-        with progress.step(f"{name}: {converter.__name__} ({precision})"), third_party_quiet():
-            notes |= converter().convert(current, specs, step_out, dataclasses.replace(options, precision=precision), data)
-        current = step_out
-    return notes
-
-
 def verify_written(path: Path, specs: list[TensorSpec]) -> str:
     """Load what a conversion wrote in its runtime and run one sample: the outputs must be finite. Runs before the
     file is moved into place, so nothing unusable is ever "wrote"."""
     from edgekit.errors import ConversionError
-    from edgekit.loaders import open_source
+    from edgekit.source import open_source
     from edgekit.targets import DEFAULT_TARGET, make_runner, parse_target, runner_class
 
     source = open_source(str(path))
@@ -107,22 +93,6 @@ def verify_written(path: Path, specs: list[TensorSpec]) -> str:
     return f"loaded in {runner.target} and ran one sample: finite outputs"
 
 
-def load_for_conversion(source: ModelSource, given: list[TensorSpec]):
-    """What converters take for this source family (its backend's loader), and its input specs."""
-    from edgekit.backends import backend
-    from edgekit.imports import import_attr
-
-    declared = backend(source.family)
-    if declared is None or declared.loader is None:
-        raise EdgekitError(f"edgekit cannot convert {source.format} models", hint="convert from PyTorch, Keras or ONNX")
-    return import_attr(declared.loader)(source, given)
-
-
-def file_for_conversion(source: ModelSource, given: list[TensorSpec]):
-    """A converted file (OpenVINO IR, TFLite) as a converter takes it: its path, and the inputs it describes."""
-    return source.path, describe(source.path, source.family, None).inputs
-
-
 def _tensorrt_steps(source: ModelSource, steps, options: ConvertOptions):
     """TensorRT int8 takes symmetric s8 Q/DQ; an ONNX that already has Q/DQ nodes is built as it is."""
     options = dataclasses.replace(options, for_target="tensorrt:cuda")
@@ -136,7 +106,7 @@ def _quantized_source(source: ModelSource, to: str, precision: str) -> bool:
     nothing is calibrated."""
     if source.family != "onnx" or precision != "int8" or to not in ("openvino", "tensorrt"):
         return False
-    from edgekit.loaders.onnx import has_qdq
+    from edgekit.backends.onnx.loader import has_qdq
 
     return has_qdq(source.path)
 
@@ -148,7 +118,7 @@ def _check_device(to: str, options: ConvertOptions) -> None:
         raise EdgekitError(
             f"--device {options.device} compiles TFLite models for an NPU, not {to}", hint="use --to tflite --precision int8"
         )
-    from edgekit.converters.ethos_u import check_device, vela_command
+    from edgekit.backends.tflite.ethos_u import check_device, vela_command
 
     check_device(options.device, options.precision)
     vela_command()
@@ -156,7 +126,7 @@ def _check_device(to: str, options: ConvertOptions) -> None:
 
 def _compile_for_npu(tflite: Path, device: str, work: Path) -> dict:
     """Vela next to the int8 model (in the same staging folder, so both land together)."""
-    from edgekit.converters.ethos_u import compile_vela
+    from edgekit.backends.tflite.ethos_u import compile_vela
 
     report = compile_vela(tflite, device, work / "vela")
     compiled = next((work / "vela").glob("*_vela.tflite"))
@@ -168,7 +138,7 @@ def _compile_for_npu(tflite: Path, device: str, work: Path) -> dict:
 
 def _check_honoured(steps, options: ConvertOptions) -> None:
     """A quantization option the step would ignore is an error, never a silent line in the provenance."""
-    from edgekit.converters import CalibrationOptions
+    from edgekit.conversion import CalibrationOptions
 
     asked = {
         "per_tensor": ("--per-tensor", options.per_tensor, ("int8", "int8-dynamic")),
@@ -205,7 +175,7 @@ def _with_calib_method(steps, options: ConvertOptions) -> ConvertOptions:
 
 
 def _check_accuracy_control(steps, options: ConvertOptions) -> None:
-    from edgekit.converters.onnx_accuracy import Limit
+    from edgekit.quantize.accuracy import Limit
 
     limits = Limit.of(options).count() > 0
     if options.validation_data is None and not limits:
@@ -264,37 +234,6 @@ def calibration_samples(options: ConvertOptions, specs: list[TensorSpec]) -> Sam
     if calib.default_of:
         samples.provenance["default_of"] = calib.default_of
     return samples
-
-
-DESCRIBERS = backends.describers()  # format -> "module:function" (path, precision) -> Artifact
-
-
-def describe(path: Path, fmt: str, precision: str | None, provenance: dict | None = None) -> Artifact:
-    """An Artifact for a file just written (or found on disk)."""
-    from edgekit.imports import import_attr
-
-    artifact = import_attr(DESCRIBERS[fmt])(path, precision)
-    if provenance is None and path.with_name(path.name + SIDECAR_SUFFIX).exists():
-        provenance = read_provenance(path)
-    if provenance:
-        artifact.meta["provenance"] = provenance
-        artifact.precision = provenance.get("precision", artifact.precision)
-    return artifact
-
-
-def read_provenance(path: Path) -> dict | None:
-    """The sidecar edgekit wrote next to an artifact, if any."""
-    sidecar = Path(path).with_name(Path(path).name + SIDECAR_SUFFIX)
-    try:
-        return json.loads(sidecar.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
-def source_provenance(source: ModelSource) -> dict:
-    """What names the model an artifact came from: enough to open it again (`validate ARTIFACT` needs no -r)."""
-    weights = {"weights": str(Path(source.weights).resolve())} if source.weights and not source.zoo else {}
-    return {"spec": source.spec, "format": source.format, **weights, **({"zoo": source.zoo} if source.zoo else {})}
 
 
 def _provenance(

@@ -11,14 +11,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edgekit.debug.metrics import FLOOR_DB, JUMP_DB, ErrorStats, TensorRef, first_jump, table_rows, worst
+from edgekit.metrics.tensors import FLOOR_DB, JUMP_DB, ErrorStats, TensorRef, first_jump, table_rows, worst
 from edgekit.errors import EdgekitError, InputMismatchError
-from edgekit.loaders import ModelSource
+from edgekit.source import ModelSource
 
 CAPTURES = {
-    "onnx": "edgekit.debug.onnx:OnnxCapture",
-    "tflite": "edgekit.debug.tflite:TfliteCapture",
-    "openvino": "edgekit.debug.openvino:OpenVinoCapture",
+    "onnx": "edgekit.backends.onnx.debug:OnnxCapture",
+    "tflite": "edgekit.backends.tflite.debug:TfliteCapture",
+    "openvino": "edgekit.backends.openvino.debug:OpenVinoCapture",
 }
 SHOWN_UNMATCHED = 20
 
@@ -38,7 +38,7 @@ class DebugRequest:
 def debug(request: DebugRequest) -> dict:
     """The per-tensor comparison report: rows in graph order, the first jump, the worst rows, what was not matched."""
     from edgekit.calibration import load_samples
-    from edgekit.validate.report import new_report
+    from edgekit.report.schema import new_report
     from edgekit.validate.validation import align_inputs
 
     artifact = capture(request.artifact)
@@ -107,8 +107,8 @@ def capture(source: ModelSource, partner=None):
 
 
 def _torch_capture(source: ModelSource, partner):
-    from edgekit.debug.onnx import OnnxCapture
-    from edgekit.debug.torch import TorchCapture
+    from edgekit.backends.onnx.debug import OnnxCapture
+    from edgekit.backends.torch.debug import TorchCapture
 
     if not isinstance(partner, OnnxCapture):
         raise EdgekitError(
@@ -186,21 +186,21 @@ def compare(
 
 def _provenance(source: ModelSource) -> dict:
     """What edgekit wrote beside a model it converted ({} for any other model)."""
-    from edgekit.converters.pipeline import read_provenance
+    from edgekit.provenance import read_provenance
 
     return (read_provenance(source.path) if source.path else None) or {}
 
 
 def _channel_orders(provenance: dict) -> dict[str, list[int]]:
     """The tensors whose channels a conversion reordered (pair-safe int8: converters.channel_order), by name."""
-    from edgekit.converters.channel_order import orders_by_tensor
+    from edgekit.backends.onnx.channel_order import orders_by_tensor
 
     return orders_by_tensor((provenance.get("quantization") or {}).get("channel_order"))
 
 
 def _source_order(value: np.ndarray, tensor: TensorRef, orders: dict[str, list[int]]) -> np.ndarray:
     """A tensor's value with its channels back in the order of the model it was converted from."""
-    from edgekit.converters.channel_order import restore
+    from edgekit.backends.onnx.channel_order import restore
 
     order = next((orders[n] for n in tensor.names if n in orders), None)
     return value if order is None or value.ndim < 2 or value.shape[1] != len(order) else restore(value, order)

@@ -391,7 +391,7 @@ class OpenVinoModel(Model):
             found = ", ".join(self.core.available_devices)
             raise DeviceError("missing", f"OpenVINO finds no {self.device.upper()} here (found: {found})", module="openvino")
         try:
-            # an ONNX as `edgekit convert --to openvino` converts it (edgekit.loaders.openvino.read_model)
+            # an ONNX as `edgekit convert --to openvino` converts it (edgekit.backends.openvino.loader.read_model)
             self.model = self.core.read_model(self.path) if self.path.endswith(".xml") else self.ov.convert_model(self.path)
         except Exception as exc:
             raise DeviceError("load", f"OpenVINO cannot read it: {first_line(exc)}") from None

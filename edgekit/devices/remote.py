@@ -23,8 +23,9 @@ from edgekit.devices.inventory import Device, get_device
 from edgekit.devices.presets import install_hint
 from edgekit.errors import EdgekitError, InputMismatchError, ModelLoadError, RuntimeMissingError
 from edgekit.fileio import sha256_of_file
-from edgekit.loaders import ModelSource
-from edgekit.targets.base import Runner, check_array
+from edgekit.source import ModelSource
+from edgekit.targets.base import Runner
+from edgekit.artifact import check_array
 
 RUNNER_SCRIPT = Path(__file__).with_name("device_runner.py")
 DEVICE_RUNTIMES = ("onnxruntime", "litert", "openvino")  # what device_runner.py can run
@@ -43,7 +44,7 @@ def artifact_files(source: ModelSource) -> dict[str, Path]:
     if source.path is None or not source.path.is_file():
         raise ModelLoadError(f"{source.spec} is not a model file that can be copied to a device", hint="convert it first")
     files = {source.path.name: source.path}
-    from edgekit.converters.pipeline import DESCRIBERS, describe
+    from edgekit.provenance import DESCRIBERS, describe
 
     if source.format in DESCRIBERS:
         for side in describe(source.path, source.format, None).meta.get("side_files", []):
@@ -228,7 +229,7 @@ def make_remote_runner(source: ModelSource, target: str, threads: int | None, in
 
 def bench_on_device(source: ModelSource, settings, inputs: list[TensorSpec] | None = None, feeds: dict[str, np.ndarray] | None = None):
     """The latency protocol run on the device in a fresh process there; percentiles computed here from its raw times."""
-    from edgekit.validate.benchmark import BenchResult, LatencyStats, _size
+    from edgekit.metrics.latency import BenchResult, LatencyStats, _size
 
     runner = make_remote_runner(source, settings.target, settings.threads, inputs)
     board = runner.board

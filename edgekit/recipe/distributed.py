@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from edgekit import backends
+from edgekit import registry
 from edgekit.errors import EdgekitError
 from edgekit.recipe.run import PreparedCell, artifact_path, prepare_cell, time_cell, timing_machine
 
@@ -270,7 +270,7 @@ def restore_files(folder: Path, files: dict[str, bytes]) -> None:
                 staging.write_bytes(files[name])
 
 
-_MAIN_SUFFIXES = tuple(suffix for b in backends.backends().values() if not b.source_only for suffix in b.suffixes)
+_MAIN_SUFFIXES = tuple(suffix for b in registry.backends().values() if not b.source_only for suffix in b.suffixes)
 
 
 def _several_nodes(ray) -> bool:

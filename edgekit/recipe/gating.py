@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.errors import EdgekitError
-from edgekit.validate.gate import GateResult, Thresholds, check_row, failures, with_default_gates
+from edgekit.metrics.gate import GateResult, Thresholds, check_row, failures, with_default_gates
 
 FIDELITY_KINDS = ("validate", "matrix")  # reports with outputs compared against a reference: the default gates apply
 
@@ -128,11 +128,11 @@ def _baseline_rows(baseline: dict | None, artifact: str | None, rows: list[dict]
 
 def _latency_verdict(row: dict, before: dict, latency: LatencyCheck) -> dict | None:
     """Re-timed when both artifacts are files here; else judged from the two reports' times; None without either."""
-    from edgekit.validate.gate import compare_latency
+    from edgekit.metrics.gate import compare_latency
 
     new, old = row.get("artifact"), before.get("artifact")
     if latency.retime and new and old and Path(new).exists() and Path(old).exists():
-        from edgekit.loaders import open_source
+        from edgekit.source import open_source
         from edgekit.validate.regression import RetimeSettings, retime, with_runner
 
         settings = with_runner(RetimeSettings(latency.tolerance, max_rounds=latency.max_rounds), row.get("target"), row.get("threads"))

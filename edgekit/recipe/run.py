@@ -11,15 +11,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgekit.artifact import TensorSpec, parse_input_spec
-from edgekit.converters import SUFFIXES, CalibrationOptions, ConvertOptions
+from edgekit.conversion import SUFFIXES, CalibrationOptions, ConvertOptions
 from edgekit.errors import EdgekitError
 from edgekit.isa import host_class, speedup_note
-from edgekit.loaders import ModelSource, open_source
+from edgekit.source import ModelSource, open_source
 from edgekit.recipe.cache import cached_build, publish
 from edgekit.recipe.schema import SOURCE_FORMATS, Recipe
 from edgekit.validate.benchmark import BenchSettings
-from edgekit.validate.gate import check_row, failures, with_default_gates
-from edgekit.validate.report import new_report
+from edgekit.metrics.gate import check_row, failures, with_default_gates
+from edgekit.report.schema import new_report
 
 log = logging.getLogger("edgekit")
 SCHEMA = "matrix"
@@ -100,7 +100,8 @@ def _say(progress, text: str) -> None:
 
 def model_source(recipe: Recipe) -> tuple[ModelSource, tuple[TensorSpec, ...], str]:
     """The recipe's model (a zoo: name or a path/factory), its --input specs and input layout."""
-    from edgekit.zoo.names import is_zoo, zoo_model
+    from edgekit.zoo.names import is_zoo
+    from edgekit.source import zoo_model
 
     if is_zoo(recipe.model.path):
         source, inputs, layout = zoo_model(recipe.model.path)
@@ -123,7 +124,7 @@ def data_path(path: str | None, workdir: Path, layout: str) -> str | None:
 def apply_compression(recipe: Recipe, source: ModelSource, inputs, validation: str | None, cache: Path, progress) -> ModelSource:
     """Run the recipe's compression stages in order; each result is cached like an artifact."""
     from edgekit.compress import PruneOptions
-    from edgekit.compress.pipeline import prune
+    from edgekit.pruning import prune
 
     for i, stage in enumerate(recipe.compress):
         options = PruneOptions(
@@ -189,7 +190,7 @@ def prepare_cell(recipe, source, inputs, fmt, precision, target, validation, cal
         )
         cell.report, cell.feeds = evaluate(cell.request)
         if recipe.gates.size_metric in ("gzip", "coded") and artifact.path:
-            from edgekit.compress.coding import size_metrics
+            from edgekit.metrics.coding import size_metrics
 
             cell.sizes = size_metrics(artifact.path)
     except EdgekitError as exc:
@@ -231,7 +232,8 @@ def where_this_runs() -> dict:
 
 def _artifact(recipe, source, inputs, fmt, precision, target, calibration, cache: Path, use_cache: bool) -> tuple[ModelSource, bool]:
     """The cell's artifact and whether it came from the cache: converted (or reused), or the model itself."""
-    from edgekit.converters.pipeline import convert, describe
+    from edgekit.converters.pipeline import convert
+    from edgekit.provenance import describe
 
     if fmt in SOURCE_FORMATS:
         if source.family != fmt:
@@ -320,7 +322,7 @@ def cache_key(source: ModelSource, fmt: str, options: ConvertOptions) -> str:
 def _int8_for(for_target: str) -> dict:
     """The int8 scheme of the target (TensorRT's, or its CPU class's): a cache made with another scheme for the
     same class (an older edgekit's) is not reused."""
-    from edgekit.converters.onnx_quantize import choose_scheme
+    from edgekit.backends.onnx.quantize import choose_scheme
 
     scheme = choose_scheme(for_target).to_dict()
     scheme.pop("isa_from")  # how the class was named (this host, --for-target) does not change the artifact

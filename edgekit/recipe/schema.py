@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from edgekit import backends
+from edgekit import registry
 from edgekit.errors import EdgekitError
-from edgekit.validate.gate import Thresholds
+from edgekit.metrics.gate import Thresholds
 
 VERSION = 1
 TODO = "TODO"  # the value `edgekit init` writes where it needs one it was not given
-DEFAULT_TARGETS = backends.default_targets()
+DEFAULT_TARGETS = registry.default_targets()
 # The model itself as a matrix row, on its own runtime (e.g. torch:cuda[compile=reduce-overhead,dtype=fp16]):
 # it runs at fp32, its dtype set by the target's options.
 SOURCE_FORMATS = ("torch", "keras")
@@ -323,8 +323,8 @@ def _typed(value, expected: str, where: str):
 
 def _check_choices(recipe: Recipe, top: dict, name: str) -> None:
     from edgekit.compress import METHODS, method_chain
-    from edgekit.converters import CALIB_METHODS, FORMATS, PRECISIONS
-    from edgekit.validate.gate import SIZE_METRICS
+    from edgekit.conversion import CALIB_METHODS, FORMATS, PRECISIONS
+    from edgekit.metrics.gate import SIZE_METRICS
 
     line = lambda key: top[key][0] + 1 if key in top else 1  # noqa: E731
     checks = [

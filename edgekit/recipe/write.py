@@ -213,7 +213,7 @@ def recipe_of_conversion(model: str, weights: str | None, inputs, to: str, optio
 
 def recipe_of_validation(request, reference: str, weights: str | None, inputs) -> dict:
     """`validate`: the reference as the model, converted as the artifact's provenance records, validated and gated as asked."""
-    from edgekit.converters.pipeline import read_provenance
+    from edgekit.provenance import read_provenance
     from edgekit.targets import DEFAULT_TARGET
 
     fmt = request.artifact.family  # onnx, openvino, ...; torch or keras: the model itself as the matrix row
@@ -240,7 +240,7 @@ def recipe_of_validation(request, reference: str, weights: str | None, inputs) -
 def recipe_of_bench(artifacts: list[str], settings, inputs, weights: str | None = None) -> dict:
     """`bench`: the artifact as the model, run as it is (fp32 = no precision pass; a PyTorch or Keras model is its
     own matrix format), with these latency settings."""
-    from edgekit.loaders import open_source
+    from edgekit.source import open_source
 
     if len(artifacts) != 1:
         raise EdgekitError("--emit-recipe writes one recipe per artifact", hint="bench one artifact at a time to emit its recipe")

@@ -1,18 +1,22 @@
-"""Targets: a runtime on a device, written `runtime:device`. Backends are imported only when used."""
+"""Targets: a runtime on a device, written `runtime:device[options]@BOARD`. Runners are named by the registry's
+"module:Class" strings and imported only when used."""
 
 from __future__ import annotations
 
 import importlib
 
-from edgekit import backends
+from edgekit import registry
 from edgekit.artifact import TensorSpec
-from edgekit.devices import device_name
 from edgekit.errors import EdgekitError
-from edgekit.loaders import ModelSource
+from edgekit.imports import import_attr
+from edgekit.source import ModelSource
 
 # Runners ("module:Class", importing one imports no framework) and default targets, from the backend registry.
-RUNNERS = backends.runners()
-DEFAULT_TARGET = {fmt: targets[0] for fmt, targets in backends.default_targets().items()}
+RUNNERS = registry.runners()
+# The runner of a target on a board over SSH (`runtime:device@NAME`): the devices layer, above this one, named as the
+# runners are, so that this layer imports nothing above it.
+REMOTE_RUNNER = "edgekit.devices.remote:make_remote_runner"
+DEFAULT_TARGET = {fmt: targets[0] for fmt, targets in registry.default_targets().items()}
 
 
 def runner_class(runtime: str):
@@ -49,9 +53,7 @@ def make_runner(source: ModelSource, target: str | None = None, threads: int | N
     if target is None:
         raise EdgekitError(f"no default target for {source.format} models", hint="pass --target (see `edgekit targets`)")
     if device_name(target):  # runtime:device@NAME runs on a board over SSH
-        from edgekit.devices.remote import make_remote_runner
-
-        return make_remote_runner(source, target, threads, inputs)
+        return import_attr(REMOTE_RUNNER)(source, target, threads, inputs)
     runtime, device, runner_options = parse_target(target)
     cls = runner_class(runtime)
     if source.family not in cls.families:
@@ -60,3 +62,11 @@ def make_runner(source: ModelSource, target: str | None = None, threads: int | N
             hint=f"{runtime} runs {', '.join(cls.families)} models; convert first with `edgekit convert`",
         )
     return cls(source, device, threads, inputs, runner_options)
+
+
+def device_name(target: str | None) -> str | None:
+    """'onnxruntime:cpu@pi5' -> 'pi5'; None for a target on this machine."""
+    if not target:
+        return None
+    base = target.partition("[")[0]
+    return base.partition("@")[2].strip() or None if "@" in base else None

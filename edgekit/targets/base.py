@@ -13,8 +13,9 @@ from typing import ClassVar
 import numpy as np
 
 from edgekit.artifact import TensorSpec, is_generated_name
+from edgekit.artifact import check_array
 from edgekit.errors import EdgekitError, InputMismatchError, RuntimeMissingError
-from edgekit.loaders import ModelSource
+from edgekit.source import ModelSource
 
 
 def package_files(import_name: str, pattern: str) -> list[Path]:
@@ -251,18 +252,3 @@ def feed_batch(specs: list[TensorSpec], feeds: dict[str, np.ndarray]) -> int:
     return 1
 
 
-def check_array(spec: TensorSpec, array: np.ndarray) -> None:
-    """An array (in the model's layout) fits a spec: same rank, equal static dims (the batch axis aside), same dtype."""
-    axis = spec.batch_axis()
-    if array.ndim != len(spec.shape) or any(
-        isinstance(d, int) and i != axis and d != a for i, (d, a) in enumerate(zip(spec.shape, array.shape, strict=True))
-    ):
-        raise InputMismatchError(
-            f"input '{spec.name}': data shape {'x'.join(map(str, array.shape))} does not match the model's {spec.shape_text()}",
-            hint="reshape the data or fix --input",
-        )
-    if array.dtype.name != spec.dtype:
-        raise InputMismatchError(
-            f"input '{spec.name}': data dtype {array.dtype.name} but the model takes {spec.dtype}",
-            hint=f"convert it, e.g. array.astype(np.{spec.dtype})",
-        )

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.errors import EdgekitError
-from edgekit.loaders import ModelSource
+from edgekit.source import ModelSource
 from edgekit.validate.benchmark import BenchSettings, bench
 
 # two-sided 97.5% Student t quantiles by degrees of freedom (1..12); 1.96 beyond

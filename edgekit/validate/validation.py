@@ -10,13 +10,13 @@ import numpy as np
 from edgekit import progress
 from edgekit.artifact import TensorSpec
 from edgekit.calibration import Samples, load_samples, random_samples
-from edgekit.loaders import ModelSource
+from edgekit.source import ModelSource
 from edgekit.targets import make_runner
 from edgekit.validate.benchmark import BenchSettings, bench
-from edgekit.validate.compare import CHANGES_SHOWN, compare, is_classifier_output, paired_accuracy, run_batches
-from edgekit.validate.gate import Thresholds, check_row, failures, with_default_gates
-from edgekit.validate.report import new_report
-from edgekit.validate.task import pair_outputs, resolve_task
+from edgekit.metrics.compare import CHANGES_SHOWN, compare, is_classifier_output, paired_accuracy, run_batches
+from edgekit.metrics.gate import Thresholds, check_row, failures, with_default_gates
+from edgekit.report.schema import new_report
+from edgekit.metrics.task import pair_outputs, resolve_task
 
 log = logging.getLogger("edgekit")
 RANDOM_WARNING = "NO DATA GIVEN: inputs are uniform random. Fidelity on random inputs says little about real inputs, and there is no accuracy. Pass --data."
@@ -145,7 +145,7 @@ def _nhwc(shape: tuple) -> tuple:
 
 def _source_inputs(source: ModelSource) -> list[TensorSpec]:
     """The inputs of the model an artifact was converted from, as its provenance recorded them."""
-    from edgekit.converters.pipeline import read_provenance
+    from edgekit.provenance import read_provenance
 
     provenance = read_provenance(source.path) if source.path else None
     return [TensorSpec.from_dict(d) for d in (provenance or {}).get("source_inputs", [])]
@@ -156,7 +156,7 @@ def gate_section(report: dict, requested: Thresholds, default_gates: bool = True
     thresholds = with_default_gates(requested, default_gates)
     row = summary_row(report)
     if thresholds.size_metric in ("gzip", "coded") and report.get("artifact"):
-        from edgekit.compress.coding import size_metrics
+        from edgekit.metrics.coding import size_metrics
 
         row.update(size_metrics(report["artifact"]["path"]))
     results = check_row(row, thresholds)
@@ -278,7 +278,7 @@ def _accuracy(ref_logits, art_logits, samples: Samples) -> dict | None:
 
 
 def _describe(source: ModelSource, target: str) -> dict:
-    from edgekit.converters.pipeline import DESCRIBERS, describe
+    from edgekit.provenance import DESCRIBERS, describe
 
     described = {"spec": source.spec, "format": source.format, "target": target, **({"zoo": source.zoo} if source.zoo else {})}
     if source.format in DESCRIBERS:

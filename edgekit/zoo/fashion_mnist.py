@@ -45,3 +45,17 @@ def load_split(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """A committed split as (float32 model input, int64 labels)."""
     with np.load(path) as npz:
         return to_model_input(npz["images"]), npz["labels"].astype(np.int64)
+
+
+def write_demo_data(workdir: Path, layout: str = "nchw") -> tuple[Path, Path]:
+    """The committed Fashion-MNIST splits as .npz files keyed by the model's input name."""
+    from edgekit.zoo.fashion_mnist import CALIB_NPZ, TEST_NPZ, load_split
+
+    paths = []
+    for split, name in ((TEST_NPZ, "test"), (CALIB_NPZ, "calib")):
+        path = workdir / f"fashion_mnist_{name}{'' if layout == 'nchw' else '_nhwc'}.npz"
+        if not path.exists():
+            images, labels = load_split(split)
+            np.savez(path, image=images if layout == "nchw" else images.transpose(0, 2, 3, 1), labels=labels)
+        paths.append(path)
+    return paths[0], paths[1]

@@ -60,22 +60,9 @@ def zoo_entry(spec: str) -> ZooModel:
     return MODELS[spec]
 
 
-def zoo_model(spec: str):
-    """(ModelSource, input specs, layout) of a zoo model; the trained FashionCNN comes with its weights."""
-    from edgekit.loaders import ModelSource
-    from edgekit.zoo.fashion_mnist import DATA_DIR, GRU_WEIGHTS, VIT_WEIGHTS, WEIGHTS
-
-    entry = zoo_entry(spec)
-    suffix = Path(entry.target).suffix
-    if suffix in FILE_FORMATS:
-        return ModelSource(str(DATA_DIR / entry.target), FILE_FORMATS[suffix], zoo=spec), entry.inputs, entry.layout
-    weights = {"zoo:fashion-cnn": WEIGHTS, "zoo:fashion-gru": GRU_WEIGHTS, "zoo:fashion-vit": VIT_WEIGHTS}.get(spec)
-    return ModelSource(entry.target, "torch-factory", weights, zoo=spec), entry.inputs, entry.layout
-
-
 def zoo_data(spec: str, folder: Path | None = None, layout: str = "nchw") -> Path:
     """The path of a zoo data set, written out (once) with its declared preprocessing as an .npz the models take."""
-    from edgekit.demo import write_demo_data
+    from edgekit.zoo.fashion_mnist import write_demo_data
 
     if spec not in DATA:
         raise EdgekitError(f"unknown zoo data '{spec}'", hint=f"known: {', '.join(DATA)}")

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgekit.devices import device_name
+from edgekit.targets import device_name
 from edgekit.devices.inventory import Device, device_facts, get_device, inventory_path
 from edgekit.devices.remote import RUNNER_SCRIPT, content_key, split_target
 from tests.conftest import assert_clean_error, run_cli
@@ -145,7 +145,7 @@ def test_validate_on_the_device_reports_its_facts(loop, fashion_onnx, small_test
 
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
 def test_device_outputs_equal_a_local_run_bit_for_bit(loop, fashion_onnx, small_test_npz, precision):
-    from edgekit.loaders import ModelSource
+    from edgekit.source import ModelSource
     from edgekit.targets import make_runner
 
     source = ModelSource(str(fashion_onnx[precision]), "onnx")
@@ -165,7 +165,7 @@ def test_device_outputs_equal_a_local_run_bit_for_bit(loop, fashion_onnx, small_
 def test_bench_on_the_device_and_a_rerun_copies_nothing(loop, fashion_onnx, tmp_path):
     from edgekit.devices import ssh
     from edgekit.devices.remote import artifact_files
-    from edgekit.loaders import ModelSource
+    from edgekit.source import ModelSource
 
     report = tmp_path / "b.json"
     result = run_cli("bench", fashion_onnx["fp32"], "-t", f"onnxruntime:cpu@{loop}", "--threads", "1", "--runs", "30", "--report", report)
@@ -318,9 +318,9 @@ def test_a_full_disk_on_the_device(sshd, device_python, inventory, fashion_onnx,
 def keras_int8_tflite(demo_data, tmp_path_factory) -> Path:
     """The Keras FashionCNN as int8 TFLite with int8 I/O (quantized on the device by its runner)."""
     pytest.importorskip("tensorflow")
-    from edgekit.converters import CalibrationOptions, ConvertOptions
+    from edgekit.conversion import CalibrationOptions, ConvertOptions
     from edgekit.converters.pipeline import convert
-    from edgekit.loaders import open_source
+    from edgekit.source import open_source
     from edgekit.zoo.fashion_mnist import KERAS_MODEL
 
     out = tmp_path_factory.mktemp("keras-tflite")
@@ -333,7 +333,7 @@ def keras_int8_tflite(demo_data, tmp_path_factory) -> Path:
 def _assert_litert_equals_local(device: str, model: Path, data: Path, count: int) -> None:
     """The first `count` images (NHWC) through LiteRT on the device and through edgekit's local runner: equal to the bit,
     batch by batch, and the device ran ai_edge_litert."""
-    from edgekit.loaders import ModelSource
+    from edgekit.source import ModelSource
     from edgekit.targets import make_runner
 
     with np.load(data) as npz:
@@ -376,7 +376,7 @@ def pi5(sshd, inventory, tmp_path_factory) -> str:
 def test_an_emulated_pi5_gets_the_arm_scheme_and_keeps_its_accuracy(pi5, fashion_onnx, demo_data, small_test_npz, tmp_path):
     """check probes an Arm64 CPU with SDOT; a build --for-target the device takes its class's s8 x s8 scheme; that
     int8 model, run by ONNX Runtime's Arm kernels on the device, keeps FashionCNN's accuracy."""
-    from edgekit.converters.onnx_quantize import choose_scheme
+    from edgekit.backends.onnx.quantize import choose_scheme
 
     check = run_cli("devices", "check", pi5)
     assert check.code == 0 and "emulated: qemu-aarch64 -cpu cortex-a76" in check.stdout, check.stdout + check.stderr

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from edgekit.validate.gate import fmt_against
+from edgekit.metrics.gate import fmt_against
 from tests.conftest import run_cli
 
 
@@ -128,7 +128,7 @@ def test_a_file_that_is_not_a_report_is_one_clean_error(tmp_path, int8_report, t
 
 
 def test_every_report_kind_follows_the_published_schema(tmp_path, int8_report, fashion_onnx):
-    from edgekit.validate.report import SCHEMA_FILE, schema_problem
+    from edgekit.report.schema import SCHEMA_FILE, schema_problem
 
     assert json.loads(SCHEMA_FILE.read_text())["$defs"]["validate"]["properties"]["kind"] == {"const": "validate"}
     bench = tmp_path / "b.json"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from edgekit.backends import backends
+from edgekit.registry import backends
 from tests.conftest import assert_clean_error, run_cli
 
 REFERENCES = {"torch": "zoo:fashion-cnn", "keras": "zoo:fashion-cnn-keras"}  # the trained models every edge starts from
@@ -58,10 +58,10 @@ def converted(tmp_path_factory):
 
     def convert(fmt: str, source_family: str) -> Path:
         if (fmt, source_family) not in cache:
-            from edgekit.backends import backend
-            from edgekit.converters import ConvertOptions
+            from edgekit.registry import backend
+            from edgekit.conversion import ConvertOptions
             from edgekit.converters.pipeline import convert as run_convert
-            from edgekit.loaders import open_source
+            from edgekit.source import open_source
 
             spec = REFERENCES[source_family] if source_family in REFERENCES else str(convert(source_family, "torch"))
             out = folder / f"{source_family}-to-{fmt}{backend(fmt).suffix}"
@@ -83,8 +83,8 @@ def _skip_unless_runs(fmt: str) -> None:
 @pytest.mark.parametrize(("fmt", "source"), edges(), ids=lambda v: str(v))
 def test_convert_load_run_validate_bench(fmt, source, converted):
     from edgekit.calibration import random_samples
-    from edgekit.converters.pipeline import DESCRIBERS, describe
-    from edgekit.loaders import open_source
+    from edgekit.provenance import DESCRIBERS, describe
+    from edgekit.source import open_source
     from edgekit.targets import make_runner
     from edgekit.validate.benchmark import BenchSettings
     from edgekit.validate.validation import ValidationRequest, validate

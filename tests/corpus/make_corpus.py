@@ -11,6 +11,7 @@ import json
 import os
 import pickle
 import sys
+import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -353,6 +354,6 @@ def markdown_table(d: Path) -> str:
 
 
 if __name__ == "__main__":
-    folder = write_corpus(Path(sys.argv[2] if len(sys.argv) > 2 else "corpus-out"))
+    folder = write_corpus(Path(sys.argv[2] if len(sys.argv) > 2 else tempfile.mkdtemp(prefix="edgekit-corpus-")))
     if sys.argv[1:2] == ["--table"]:
         print(markdown_table(folder))

@@ -164,7 +164,7 @@ report_like = st.fixed_dictionaries(
 @given(st.one_of(report_like, json_value))
 def test_report_json_is_read_and_gated_or_gives_a_clean_error(data):
     from edgekit.recipe.gating import LatencyCheck, regate
-    from edgekit.validate.report import load_json
+    from edgekit.report.schema import load_json
 
     path = SCRATCH / "report.json"
     path.write_text(json.dumps(data))
@@ -177,7 +177,7 @@ def test_report_json_is_read_and_gated_or_gives_a_clean_error(data):
 @FUZZ
 @given(json_value)
 def test_reports_are_written_as_strict_json(data):
-    from edgekit.validate.report import strict_json
+    from edgekit.report.schema import strict_json
 
     def refuse(constant):
         raise AssertionError(f"bare {constant} in a report")
@@ -195,14 +195,14 @@ def _tiny_onnx_bytes() -> bytes:
 
 
 def _load_through_front_door(path: Path) -> None:
-    from edgekit.converters.pipeline import DESCRIBERS, describe
-    from edgekit.loaders import open_source
+    from edgekit.provenance import DESCRIBERS, describe
+    from edgekit.source import open_source
 
     source = open_source(str(path))
     if source.family in DESCRIBERS:
         describe(path, source.family, None)
     elif source.family == "torch":
-        from edgekit.loaders.torch import load_torch
+        from edgekit.backends.torch.loader import load_torch
 
         load_torch(source)
 
@@ -234,7 +234,7 @@ def test_keras_front_door_refuses_random_bytes(suffix):
         path = SCRATCH / f"model{suffix}"
         path.write_bytes(random.Random(seed).randbytes(256 * (seed + 1)))
         with pytest.raises(EdgekitError):
-            from edgekit.loaders import open_source
-            from edgekit.loaders.keras import KerasModel
+            from edgekit.source import open_source
+            from edgekit.backends.keras.loader import KerasModel
 
             KerasModel(open_source(str(path)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgekit.converters.activation_ranges import BINS, best_range
+from edgekit.backends.onnx.activation_ranges import BINS, best_range
 
 
 def _histogram(values: np.ndarray) -> tuple[float, float, np.ndarray]:

@@ -48,7 +48,7 @@ def test_importing_edgekit_imports_no_framework():
 
 
 def test_validate_stays_the_function_after_the_validate_package_is_imported():
-    import edgekit.validate.report  # noqa: F401  (sets the package as an attribute of edgekit)
+    import edgekit.report.schema  # noqa: F401  (sets the package as an attribute of edgekit)
 
     assert callable(edgekit.validate) and edgekit.validate.__module__ == "edgekit.api"
     assert {"convert", "quantize", "prune", "validate", "bench", "run", "gate"} <= set(dir(edgekit))
@@ -77,7 +77,7 @@ def test_validate_finds_reference_and_data_and_returns_typed_results(validated):
 
 
 def test_the_typed_result_is_the_written_report(validated):
-    from edgekit.validate.report import load_json, schema_problem
+    from edgekit.report.schema import load_json, schema_problem
 
     result, report = validated
     written = load_json(report)
@@ -151,8 +151,8 @@ def test_the_committed_raw_data_files_are_read_with_their_declared_preprocessing
 
 
 def test_a_factory_with_random_weights_is_not_silent(caplog):
-    from edgekit.loaders import open_source
-    from edgekit.loaders.torch import load_torch
+    from edgekit.source import open_source
+    from edgekit.backends.torch.loader import load_torch
     from edgekit.zoo.fashion_mnist import WEIGHTS
 
     with caplog.at_level(logging.WARNING, logger="edgekit"):

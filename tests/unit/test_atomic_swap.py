@@ -92,8 +92,8 @@ def versions(request, tmp_path_factory):
 
 def _identify(final: Path, fmt: str) -> int:
     """Which version loads at `final`: from its outputs, checked against its sidecar."""
-    from edgekit.converters.pipeline import describe
-    from edgekit.loaders import open_source
+    from edgekit.provenance import describe
+    from edgekit.source import open_source
     from edgekit.targets import make_runner
 
     source = open_source(str(final))

@@ -44,7 +44,7 @@ def test_samples_are_stored_per_sample_and_fed_in_the_models_layout():
 
 
 def test_outputs_with_the_batch_on_axis_1_are_joined_per_sample():
-    from edgekit.validate.compare import sample_major
+    from edgekit.metrics.compare import sample_major
 
     chunks = [np.zeros((2, 4, 64)), np.ones((2, 1, 64))]
     joined = np.concatenate(sample_major(chunks, [4, 1]))

@@ -5,10 +5,11 @@ import numpy as np
 import pytest
 
 from edgekit.errors import InputMismatchError
-from edgekit.loaders import open_source
-from edgekit.validate.benchmark import BenchSettings, LatencyStats, bench, bench_in_process
-from edgekit.validate.compare import accuracy_percent, compare, compare_output, paired_accuracy
-from edgekit.validate.gate import DEFAULT_GATES, Thresholds, check_row, compare_latency, failures, fmt_against, with_default_gates
+from edgekit.source import open_source
+from edgekit.validate.benchmark import BenchSettings, bench, bench_in_process
+from edgekit.metrics.latency import LatencyStats
+from edgekit.metrics.compare import accuracy_percent, compare, compare_output, paired_accuracy
+from edgekit.metrics.gate import DEFAULT_GATES, Thresholds, check_row, compare_latency, failures, fmt_against, with_default_gates
 from edgekit.validate.validation import summary_row
 
 
@@ -180,7 +181,7 @@ def test_bench_runs_in_a_fresh_process_with_recorded_threads(fashion_onnx):
 
 
 def test_accuracy_drop_and_agreement_carry_a_paired_interval():
-    from edgekit.validate.compare import bootstrap_ci95, paired_accuracy
+    from edgekit.metrics.compare import bootstrap_ci95, paired_accuracy
 
     labels = np.arange(1000) % 10
     ref = np.eye(10)[labels]
@@ -206,7 +207,7 @@ def test_accuracy_names_the_classes_that_lost_most():
 
 
 def test_label_sets_count_any_of_their_classes_as_right():
-    from edgekit.validate.compare import accuracy_percent, paired_accuracy
+    from edgekit.metrics.compare import accuracy_percent, paired_accuracy
 
     sets = np.zeros((5, 5), bool)
     sets[0, [1, 2]] = sets[1, 3] = sets[2, [0, 4]] = sets[3, 2] = True  # ImageNet-ReaL-style: several classes may be right

@@ -6,14 +6,14 @@ import torch
 
 from edgekit.calibration import load_samples
 from edgekit.compress import PruneOptions
-from edgekit.compress.pipeline import gzip_size, prune
-from edgekit.converters import ConvertOptions
+from edgekit.pruning import gzip_size, prune
+from edgekit.conversion import ConvertOptions
 from edgekit.converters.pipeline import convert
 from edgekit.errors import EdgekitError
-from edgekit.loaders import open_source
-from edgekit.loaders.torch import load_torch
+from edgekit.source import open_source
+from edgekit.backends.torch.loader import load_torch
 from edgekit.targets import make_runner
-from edgekit.validate.compare import accuracy_percent, run_batches
+from edgekit.metrics.compare import accuracy_percent, run_batches
 from tests.conftest import INPUTS
 
 pytest.importorskip("torch_pruning")
@@ -70,7 +70,7 @@ def test_channel_pruning_removes_channels_and_still_converts(tmp_path, fashion_s
 
 def test_batchnorm_recalibration_matters(fashion_source, small_test_npz, test2k):
     from edgekit.compress.torch_prune import channel_prune, recalibrate_batchnorm
-    from edgekit.loaders.torch import example_tensors
+    from edgekit.backends.torch.loader import example_tensors
 
     module, _ = load_torch(fashion_source)
     pruned, _ = channel_prune(module, PruneOptions("channels", channel_ratio=0.4), example_tensors(list(INPUTS), 1)[0], None, None)
@@ -95,7 +95,7 @@ def test_lowrank_halves_the_head_and_keeps_the_output_layer(tmp_path, fashion_so
 
 def test_keras_magnitude_and_lowrank(tmp_path):
     pytest.importorskip("tensorflow")
-    from edgekit.loaders.keras import KerasModel
+    from edgekit.backends.keras.loader import KerasModel
     from edgekit.zoo.fashion_mnist import KERAS_MODEL
 
     source = open_source(str(KERAS_MODEL))

@@ -2,11 +2,11 @@ import numpy as np
 import onnx
 import pytest
 
-from edgekit.converters import CalibrationOptions, ConvertOptions, needs_calibration, plan
-from edgekit.converters.onnx_quantize import choose_scheme
+from edgekit.conversion import CalibrationOptions, ConvertOptions, needs_calibration, plan
+from edgekit.backends.onnx.quantize import choose_scheme
 from edgekit.converters.pipeline import convert
 from edgekit.errors import EdgekitError
-from edgekit.loaders import open_source
+from edgekit.source import open_source
 
 
 def test_plan_exports_fp32_then_quantizes():
@@ -57,7 +57,7 @@ def test_tensorrt_qdq_is_symmetric_int8_with_per_channel_weights(tmp_path, fashi
 
 
 def test_cpu_int8_uses_the_host_class_scheme_and_records_why(fashion_onnx):
-    from edgekit.converters.pipeline import read_provenance
+    from edgekit.provenance import read_provenance
     from edgekit.isa import host_class
 
     host = host_class()

@@ -6,12 +6,12 @@ import math
 import numpy as np
 import pytest
 
-from edgekit.converters import CalibrationOptions, ConvertOptions
+from edgekit.conversion import CalibrationOptions, ConvertOptions
 from edgekit.converters.pipeline import convert
 from edgekit.debug import DebugRequest, debug
-from edgekit.debug.metrics import first_jump
+from edgekit.metrics.tensors import first_jump
 from edgekit.errors import EdgekitError
-from edgekit.loaders import open_source
+from edgekit.source import open_source
 from tests.conftest import INPUTS, assert_clean_error, run_cli
 
 
@@ -197,7 +197,7 @@ def test_cli_reads_an_image_folder_with_its_preprocessing(tmp_path, damaged_onnx
 
 
 def test_info_says_which_ops_xnnpack_leaves_and_why(keras_tflite):
-    from edgekit.loaders.tflite import tflite_summary
+    from edgekit.backends.tflite.loader import tflite_summary
 
     paths, _ = keras_tflite
     fp32 = tflite_summary(paths["fp32"])["delegate"]
@@ -211,7 +211,7 @@ def test_info_says_which_ops_xnnpack_leaves_and_why(keras_tflite):
 
 def test_tflite_pairs_by_op_type_and_order_where_names_differ():
     from edgekit.debug import match
-    from edgekit.debug.metrics import TensorRef
+    from edgekit.metrics.tensors import TensorRef
 
     fp32 = [TensorRef("a;1", "MUL", ""), TensorRef("conv_fp32", "CONV_2D", ""), TensorRef("x", "ADD", ""), TensorRef("y", "ADD", "")]
     int8 = [TensorRef("a;1", "SUB", ""), TensorRef("conv_int8", "CONV_2D", ""), TensorRef("x2", "ADD", "")]
@@ -222,7 +222,7 @@ def test_tflite_pairs_by_op_type_and_order_where_names_differ():
 
 
 def test_tflite_layers_are_named_by_the_modules_litert_torch_records():
-    from edgekit.debug.tflite import module_layer
+    from edgekit.backends.tflite.debug import module_layer
 
     root = "edgekit.zoo.models.FashionCNN"
     block = f"{root}/torch.nn.modules.container.Sequential_features/torch.nn.modules.container.Sequential_0"

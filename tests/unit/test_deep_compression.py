@@ -6,16 +6,16 @@ import torch
 
 from edgekit.calibration import load_samples
 from edgekit.compress import PruneOptions
-from edgekit.compress.coding import Huffman, from_relative_index, relative_index, size_metrics, symbols_of, tensor_storage
-from edgekit.compress.pipeline import gate_compressed, prune
+from edgekit.metrics.coding import Huffman, from_relative_index, relative_index, size_metrics, symbols_of, tensor_storage
+from edgekit.pruning import gate_compressed, prune
 from edgekit.compress.sharing import cluster_torch, initial_centroids
 from edgekit.compress.torch_prune import magnitude_prune, prunable, surgery_mask
-from edgekit.converters import ConvertOptions
+from edgekit.conversion import ConvertOptions
 from edgekit.converters.pipeline import convert
 from edgekit.errors import EdgekitError
-from edgekit.loaders import open_source
-from edgekit.loaders.torch import load_torch
-from edgekit.validate.gate import Thresholds, check_row, failures
+from edgekit.source import open_source
+from edgekit.backends.torch.loader import load_torch
+from edgekit.metrics.gate import Thresholds, check_row, failures
 from tests.conftest import INPUTS, run_cli
 
 
@@ -177,7 +177,7 @@ def test_recipe_takes_the_size_metric_and_chains(tmp_path):
 
 def test_keras_cluster_chain_keeps_k_values_and_zeros(tmp_path):
     pytest.importorskip("tensorflow")
-    from edgekit.loaders.keras import KerasModel
+    from edgekit.backends.keras.loader import KerasModel
     from edgekit.zoo.fashion_mnist import KERAS_MODEL
 
     report = prune(open_source(str(KERAS_MODEL)), PruneOptions("magnitude,cluster", sparsity=0.8, clusters=8), tmp_path / "c.keras", [])

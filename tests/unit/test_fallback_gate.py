@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgekit.validate.gate import Thresholds, check_row, failures
+from edgekit.metrics.gate import Thresholds, check_row, failures
 from edgekit.validate.validation import fallback_of, summary_row
 from tests.conftest import run_cli
 

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 from edgekit.calibration import load_samples
-from edgekit.converters import CalibrationOptions, ConvertOptions, plan
+from edgekit.conversion import CalibrationOptions, ConvertOptions, plan
 from edgekit.converters.pipeline import convert
-from edgekit.converters.tensorrt_checks import check_for_tensorrt, errors_of
+from edgekit.backends.tensorrt.checks import check_for_tensorrt, errors_of
 from edgekit.errors import EdgekitError, ModelLoadError
-from edgekit.loaders import open_source
-from edgekit.loaders.tensorrt import check_engine_identity
+from edgekit.source import open_source
+from edgekit.backends.tensorrt.loader import check_engine_identity
 from edgekit.targets import make_runner, parse_target
-from edgekit.validate.compare import accuracy_percent, run_batches
+from edgekit.metrics.compare import accuracy_percent, run_batches
 from tests.conftest import INPUTS, assert_clean_error, run_cli
 
 

@@ -14,7 +14,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from edgekit.recipe.html_report import LOG_SPREAD, Box, display_names, figures, pareto_front, place_labels, to_html
+from edgekit.report.html import LOG_SPREAD, Box, display_names, figures, pareto_front, place_labels, to_html
 from tests.chromium import Page, find_chromium
 from tests.conftest import run_cli
 

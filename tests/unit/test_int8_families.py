@@ -12,9 +12,9 @@ pytest.importorskip("nncf")
 
 import edgekit  # noqa: E402
 from edgekit.calibration import Samples  # noqa: E402
-from edgekit.loaders import open_source  # noqa: E402
+from edgekit.source import open_source  # noqa: E402
 from edgekit.targets import make_runner  # noqa: E402
-from edgekit.validate.compare import compare_output, run_batches  # noqa: E402
+from edgekit.metrics.compare import compare_output, run_batches  # noqa: E402
 from edgekit.zoo.names import zoo_data  # noqa: E402
 
 TEST_SAMPLES = 1000
@@ -37,8 +37,8 @@ def vit_onnx(tmp_path_factory):
 def test_openvino_sees_the_attention_of_the_vit_from_pytorch_and_from_onnx(vit_onnx):
     import openvino as ov
 
-    from edgekit.converters.any_openvino import _to_openvino, detect_model_type
-    from edgekit.converters.pipeline import load_for_conversion
+    from edgekit.backends.openvino.convert import _to_openvino, detect_model_type
+    from edgekit.conversion import load_for_conversion
 
     module, specs = load_for_conversion(open_source("zoo:fashion-vit"), [])
     from_torch, from_onnx = _to_openvino(module, specs), ov.convert_model(str(vit_onnx))
@@ -55,9 +55,9 @@ def test_openvino_int8_of_a_cnn_for_x86_goes_through_onnx_runtime_and_a_transfor
 
     import openvino as ov
 
-    from edgekit.converters import ConvertOptions
-    from edgekit.converters.any_openvino import _onnx_runtime_route, _to_openvino
-    from edgekit.converters.pipeline import load_for_conversion
+    from edgekit.conversion import ConvertOptions
+    from edgekit.backends.openvino.convert import _onnx_runtime_route, _to_openvino
+    from edgekit.conversion import load_for_conversion
 
     cnn = _to_openvino(*load_for_conversion(open_source("zoo:fashion-cnn"), []))
     vit, avx2 = ov.convert_model(str(vit_onnx)), ConvertOptions("int8", for_target="x86-avx2")
@@ -133,8 +133,8 @@ def test_the_backends_agree_with_each_other_on_the_fer_shaped_keras_cnn(tmp_path
 
 def test_a_batchnorm_after_a_dense_relu_is_folded_exactly_into_the_dense_layers_around_it():
     pytest.importorskip("tensorflow")
-    from edgekit.converters.keras_batchnorm import with_batchnorm_folded
-    from edgekit.loaders.keras import KerasModel
+    from edgekit.backends.keras.batchnorm import with_batchnorm_folded
+    from edgekit.backends.keras.loader import KerasModel
 
     model = KerasModel(open_source("zoo:fashion-cnn-bn-keras"))
     folded, notes = with_batchnorm_folded(model)

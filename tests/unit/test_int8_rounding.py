@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgekit.converters.int8_rounding import best_codes, output_error
+from edgekit.backends.onnx.int8_rounding import best_codes, output_error
 
 pytest.importorskip("onnxruntime")
 AGREEMENT, COSINE = 93.0, 0.997  # on the 120 crops below; both failed before the fitted weights and L2 ranges (see the test)
@@ -33,9 +33,9 @@ def lite0_int8(tmp_path_factory) -> dict:
     pytest.importorskip("efficientnet_lite_pytorch")
     from edgekit.artifact import TensorSpec
     from edgekit.calibration import load_samples
-    from edgekit.converters import CalibrationOptions, ConvertOptions
+    from edgekit.conversion import CalibrationOptions, ConvertOptions
     from edgekit.converters.pipeline import convert
-    from edgekit.loaders import ModelSource, open_source
+    from edgekit.source import ModelSource, open_source
     from edgekit.zoo.photos import photo_crops
 
     folder = tmp_path_factory.mktemp("lite0")
@@ -55,9 +55,9 @@ def test_efficientnet_lite0_all_int8_agrees_with_fp32_on_photo_crops(lite0_int8)
     """Every layer in int8 (no float layers): round-to-nearest scored 86.7% / cosine 0.985 here, and the
     former default (sensitive layers in float) 90.8% / 0.9918; fitted weights with minmax ranges 95.83% / 0.9966,
     with L2-optimal ranges (the default, --calib-method auto) 97.5% / 0.9977 (x86-vnni EPYC Zen 5)."""
-    from edgekit.loaders import open_source
+    from edgekit.source import open_source
     from edgekit.targets import make_runner
-    from edgekit.validate.compare import compare_output, paired_accuracy, run_batches
+    from edgekit.metrics.compare import compare_output, paired_accuracy, run_batches
     from edgekit.zoo.photos import crop_labels
 
     samples = lite0_int8["test"]
@@ -78,11 +78,11 @@ def test_efficientnet_lite0_accuracy_control_returns_activations_to_float(lite0_
     activation rounding, so the steps kept include activations (unrounded: a Clip to their range); the written
     artifact holds the limit on the validation crops and comes closer to fp32 than all-int8 on crops neither saw."""
     from edgekit.cli.render import _control_text
-    from edgekit.converters import CalibrationOptions, ConvertOptions
+    from edgekit.conversion import CalibrationOptions, ConvertOptions
     from edgekit.converters.pipeline import convert
-    from edgekit.loaders import open_source
+    from edgekit.source import open_source
     from edgekit.targets import make_runner
-    from edgekit.validate.compare import compare_output, run_batches
+    from edgekit.metrics.compare import compare_output, run_batches
     from edgekit.zoo.photos import photo_crops
 
     val = tmp_path / "val.npz"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from edgekit.converters.onnx_quantize import choose_scheme
+from edgekit.backends.onnx.quantize import choose_scheme
 from edgekit.devices.presets import PRESETS
 from edgekit.errors import EdgekitError
 from edgekit.isa import CLASSES, classify, speedup_note
@@ -100,7 +100,7 @@ def test_a_process_that_cpuid_shows_less_than_cpuinfo_uses_cpuid(monkeypatch):
     """qemu -cpu Haswell or a masking hypervisor: /proc/cpuinfo lists the host's AVX-512, CPUID does not."""
     import edgekit.isa as isa
 
-    monkeypatch.setattr("edgekit.machine.cpu_flags", lambda: {"avx2", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni"})
+    monkeypatch.setattr("edgekit.isa.cpu_flags", lambda: {"avx2", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni"})
     monkeypatch.setattr(isa, "_cpuid_flags", lambda: {"avx2"})
     isa.host_flags.cache_clear()
     try:
@@ -116,7 +116,7 @@ def test_int8_that_is_not_faster_says_size_only_and_names_the_class():
 
 
 def test_a_min_speedup_gate_fails_with_the_reason():
-    from edgekit.validate.gate import Thresholds, check_row
+    from edgekit.metrics.gate import Thresholds, check_row
 
     row = {"precision": "int8", "speedup": 0.89, "speedup_note": speedup_note("int8", 0.89, "x86-avx2")}
     (result,) = check_row(row, Thresholds(min_speedup=1.2))

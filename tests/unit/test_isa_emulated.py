@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgekit.converters import CalibrationOptions, ConvertOptions
+from edgekit.conversion import CalibrationOptions, ConvertOptions
 from edgekit.converters.pipeline import convert
 from edgekit.emulation import ARM_CPUS, SYSROOT, arm_python, run_json, sysroot_missing
-from edgekit.loaders import open_source
+from edgekit.source import open_source
 
 pytestmark = pytest.mark.skipif(
     platform.machine() != "x86_64" or shutil.which("qemu-x86_64") is None,

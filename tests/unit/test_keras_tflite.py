@@ -7,12 +7,12 @@ pytest.importorskip("tensorflow")
 pytest.importorskip("ai_edge_litert")
 
 from edgekit.calibration import load_samples  # noqa: E402
-from edgekit.converters import CalibrationOptions, ConvertOptions  # noqa: E402
+from edgekit.conversion import CalibrationOptions, ConvertOptions  # noqa: E402
 from edgekit.converters.pipeline import convert  # noqa: E402
 from edgekit.errors import EdgekitError  # noqa: E402
-from edgekit.loaders import open_source  # noqa: E402
+from edgekit.source import open_source  # noqa: E402
 from edgekit.targets import make_runner  # noqa: E402
-from edgekit.validate.compare import accuracy_percent, run_batches  # noqa: E402
+from edgekit.metrics.compare import accuracy_percent, run_batches  # noqa: E402
 from edgekit.validate.validation import ValidationRequest, validate  # noqa: E402
 from edgekit.zoo.fashion_mnist import KERAS_MODEL  # noqa: E402
 from tests.conftest import INPUTS  # noqa: E402
@@ -106,7 +106,7 @@ def test_ethos_u55_compile_reports_vela_estimates_and_gates_fallback(tmp_path, k
     npu = artifact.meta["provenance"]["npu"]
     assert (tmp_path / npu["compiled_model"]).exists() and npu["estimated"]
     assert npu["inference_time_ms"] > 0 and npu["cycles_total"] > 0 and npu["sram_kib"] > 0 and npu["operators_npu"] > 0
-    from edgekit.validate.gate import Thresholds, check_row, failures
+    from edgekit.metrics.gate import Thresholds, check_row, failures
     from edgekit.validate.validation import summary_row
 
     report = {"artifact": artifact.to_dict(), "fidelity": []}
@@ -129,7 +129,7 @@ def test_npu_needs_int8_tflite(tmp_path, keras_source):
 
 
 def test_h5_and_savedmodel_sources(tmp_path, keras_source, nhwc):
-    from edgekit.loaders.keras import KerasModel
+    from edgekit.backends.keras.loader import KerasModel
 
     model = KerasModel(keras_source)
     model.keras.save(tmp_path / "m.h5")

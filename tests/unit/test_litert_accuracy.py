@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgekit.converters import CalibrationOptions, ConvertOptions
+from edgekit.conversion import CalibrationOptions, ConvertOptions
 from edgekit.converters.pipeline import convert
 
 pytest.importorskip("litert_torch")
@@ -66,11 +66,11 @@ def test_a_middle_layer_kept_in_float_runs_in_float_in_the_tflite(tmp_path, demo
     too (through the max pool, to the conv before it, which runs in float as well), else litert-torch fuses dequantize ->
     float conv -> quantize back into an int8 conv with round-to-nearest weights."""
     from edgekit.calibration import load_samples
-    from edgekit.converters import ConversionData
-    from edgekit.converters.pipeline import load_for_conversion
-    from edgekit.converters.torch_tflite import _converted, _int8_static, export
-    from edgekit.loaders import open_source
-    from edgekit.loaders.torch import example_tensors
+    from edgekit.conversion import ConversionData
+    from edgekit.conversion import load_for_conversion
+    from edgekit.backends.tflite.from_torch import _converted, _int8_static, export
+    from edgekit.source import open_source
+    from edgekit.backends.torch.loader import example_tensors
 
     module, specs = load_for_conversion(open_source("zoo:fashion-cnn"), [])
     data = ConversionData(load_samples(str(demo_data[1]), specs=specs, limit=50))

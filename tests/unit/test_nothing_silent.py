@@ -13,7 +13,7 @@ from edgekit.artifact import TensorSpec
 from edgekit.calibration import load_samples
 from edgekit.errors import EdgekitError, InputMismatchError, ModelLoadError
 from edgekit.targets.base import apply_given_inputs
-from edgekit.validate.report import write_json
+from edgekit.report.schema import write_json
 
 SPEC = [TensorSpec("image", ("batch", 1, 4, 4), "float32")]
 
@@ -79,9 +79,9 @@ def exported(tmp_path_factory):
 def test_a_pt2_exported_at_batch_1_converts_at_that_batch(exported, tmp_path):
     import onnxruntime as ort
 
-    from edgekit.converters import ConvertOptions
+    from edgekit.conversion import ConvertOptions
     from edgekit.converters.pipeline import convert
-    from edgekit.loaders import open_source
+    from edgekit.source import open_source
 
     artifact = convert(open_source(str(exported / "eval.pt2")), "onnx", tmp_path / "m.onnx", ConvertOptions("fp32"))
     assert artifact.inputs[0].shape == (1, 1, 8, 8)
@@ -90,8 +90,8 @@ def test_a_pt2_exported_at_batch_1_converts_at_that_batch(exported, tmp_path):
 
 
 def test_a_pt2_exported_in_training_mode_says_how_to_export_it(exported):
-    from edgekit.loaders import open_source
-    from edgekit.loaders.torch import load_torch
+    from edgekit.source import open_source
+    from edgekit.backends.torch.loader import load_torch
 
     with pytest.raises(ModelLoadError, match="training mode") as info:
         load_torch(open_source(str(exported / "train.pt2")))
@@ -108,7 +108,7 @@ def test_info_counts_weights_held_in_constant_nodes(tmp_path):
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from edgekit.loaders.onnx import onnx_summary
+    from edgekit.backends.onnx.loader import onnx_summary
 
     const = helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(np.ones((4, 3), np.float32)))
     graph = helper.make_graph(

@@ -8,12 +8,12 @@ pytest.importorskip("openvino")
 pytest.importorskip("nncf")
 
 from edgekit.calibration import load_samples  # noqa: E402
-from edgekit.converters import CalibrationOptions, ConvertOptions  # noqa: E402
+from edgekit.conversion import CalibrationOptions, ConvertOptions  # noqa: E402
 from edgekit.converters.pipeline import convert  # noqa: E402
 from edgekit.errors import EdgekitError, RuntimeMissingError  # noqa: E402
-from edgekit.loaders import open_source  # noqa: E402
+from edgekit.source import open_source  # noqa: E402
 from edgekit.targets import make_runner  # noqa: E402
-from edgekit.validate.compare import accuracy_percent, run_batches  # noqa: E402
+from edgekit.metrics.compare import accuracy_percent, run_batches  # noqa: E402
 from tests.conftest import INPUTS  # noqa: E402
 
 
@@ -100,7 +100,7 @@ def test_accuracy_control_reverts_layers_until_the_limit_holds(tmp_path, fashion
     """NNCF's accuracy control where NNCF quantizes (x86-avx512), on top-1 accuracy, on agreement with fp32 or on the
     cosine with fp32's outputs (NNCF validates single items too); for x86-avx2 (as for VNNI and AMX) ONNX Runtime's
     loop, each step and the IR itself scored on OpenVINO."""
-    from edgekit.converters.any_openvino import ONNX_RUNTIME_ROUTE
+    from edgekit.backends.openvino.convert import ONNX_RUNTIME_ROUTE
 
     plain = convert(fashion_source, "openvino", tmp_path / "plain.xml", ConvertOptions("int8", INPUTS, garbage_calib, for_target=isa))
     controlled = convert(
@@ -127,8 +127,8 @@ def test_accuracy_control_reverts_layers_until_the_limit_holds(tmp_path, fashion
 
 def test_an_ir_that_misses_the_limit_is_refused(tmp_path, fashion_source, garbage_calib, small_test_npz):
     """The written IR is scored again on OpenVINO (NNCF hands back its best model whether or not the limit holds)."""
-    from edgekit.converters import ConversionData
-    from edgekit.converters.any_openvino import NNCF_MISSED, _validated_ir
+    from edgekit.conversion import ConversionData
+    from edgekit.backends.openvino.convert import NNCF_MISSED, _validated_ir
     from edgekit.errors import ConversionError
 
     ir = convert(fashion_source, "openvino", tmp_path / "int8.xml", ConvertOptions("int8", INPUTS, garbage_calib, for_target="x86-avx512"))
@@ -179,7 +179,7 @@ def test_missing_device_and_missing_bin_are_clear(tmp_path, ir):
     lonely = tmp_path / "lonely.xml"
     lonely.write_bytes(ir["fp32"].path.read_bytes())
     from edgekit.errors import ModelLoadError
-    from edgekit.loaders.openvino import read_ir
+    from edgekit.backends.openvino.loader import read_ir
 
     with pytest.raises(ModelLoadError, match="weights file lonely.bin is missing"):
         read_ir(lonely)
@@ -218,8 +218,8 @@ def _weight_codes(path) -> list[np.ndarray]:
 def test_without_vnni_int8_is_onnx_runtimes_pair_safe_qdq_run_by_openvino_as_it_is(
     tmp_path, fashion_source, demo_data, test2k, ir, fashion_onnx, small_test_npz
 ):
-    from edgekit.converters import pair_safe
-    from edgekit.converters.any_openvino import ONNX_RUNTIME_ROUTE
+    from edgekit.backends.onnx import pair_safe
+    from edgekit.backends.openvino.convert import ONNX_RUNTIME_ROUTE
 
     calib = CalibrationOptions(str(demo_data[1]), 300)
     int8 = convert(fashion_source, "openvino", tmp_path / "avx2.xml", ConvertOptions("int8", INPUTS, calib, for_target="x86-avx2"))

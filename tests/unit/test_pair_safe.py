@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgekit.converters import pair_safe
-from edgekit.converters.int8_rounding import best_codes, output_error
+from edgekit.backends.onnx import pair_safe
+from edgekit.backends.onnx.int8_rounding import best_codes, output_error
 
 
 @pytest.mark.parametrize(

@@ -9,10 +9,10 @@ import itertools
 import numpy as np
 import pytest
 
-from edgekit.converters import SUFFIXES, CalibrationOptions, ConvertOptions
+from edgekit.conversion import SUFFIXES, CalibrationOptions, ConvertOptions
 from edgekit.converters.pipeline import convert
 from edgekit.errors import EdgekitError
-from edgekit.loaders import open_source
+from edgekit.source import open_source
 from tests.conftest import INPUTS
 
 pytest.importorskip("torch")
@@ -42,8 +42,8 @@ def test_pt2e_calibration_method_outside_its_observers_is_refused_before_any_wor
 
 def test_torch_to_tflite_per_tensor_weights_and_the_observer_used_are_recorded(tmp_path, demo_data):
     pytest.importorskip("litert_torch")
-    from edgekit.converters.pt2e import OBSERVERS
-    from edgekit.converters.torch_tflite import TorchToTflite
+    from edgekit.backends.torch.pt2e import OBSERVERS
+    from edgekit.backends.tflite.from_torch import TorchToTflite
 
     assert set(TorchToTflite.calib_methods) == set(OBSERVERS)
     calibration = CalibrationOptions(str(demo_data[1]), 100)
@@ -61,7 +61,7 @@ def test_torch_to_tflite_per_tensor_weights_and_the_observer_used_are_recorded(t
 def test_executorch_per_tensor_is_applied_and_recorded(tmp_path, demo_data):
     pytest.importorskip("executorch")
     from edgekit.backends.executorch.convert import TorchToExecutorch
-    from edgekit.converters.pt2e import OBSERVERS
+    from edgekit.backends.torch.pt2e import OBSERVERS
 
     assert set(TorchToExecutorch.calib_methods) == set(OBSERVERS)
     calibration = CalibrationOptions(str(demo_data[1]), 100, "minmax")
@@ -99,10 +99,11 @@ def test_empirical_bias_correction_brings_each_layer_mean_to_the_float_model(dem
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     from edgekit.calibration import load_samples
-    from edgekit.converters import CalibrationOptions, ConvertOptions, pt2e
-    from edgekit.converters.litert_quantizer import litert_quantizer
-    from edgekit.loaders.torch import load_torch
-    from edgekit.zoo.names import zoo_model
+    from edgekit.conversion import CalibrationOptions, ConvertOptions
+    from edgekit.backends.torch import pt2e
+    from edgekit.backends.tflite.quantizer import litert_quantizer
+    from edgekit.backends.torch.loader import load_torch
+    from edgekit.source import zoo_model
 
     model = load_torch(zoo_model("zoo:fashion-cnn")[0])[0].eval()
     batches = [(torch.from_numpy(f["image"]),) for f in itertools.islice(load_samples(str(demo_data[1])).batches(1), 64)]
@@ -135,9 +136,9 @@ def test_pt2e_quantize_leaves_the_source_module_as_it_was(demo_data):
     import torch
 
     from edgekit.calibration import load_samples
-    from edgekit.converters.litert_quantizer import litert_quantizer
-    from edgekit.converters.pipeline import load_for_conversion
-    from edgekit.converters.pt2e import calibration_batches, quantize
+    from edgekit.backends.tflite.quantizer import litert_quantizer
+    from edgekit.conversion import load_for_conversion
+    from edgekit.backends.torch.pt2e import calibration_batches, quantize
 
     pytest.importorskip("litert_torch")
     module, specs = load_for_conversion(open_source("zoo:fashion-cnn"), [])
@@ -171,7 +172,7 @@ def test_litert_sensitivity_search_converts_the_trial_closest_to_fp32(tmp_path, 
     """The search's mechanics with an outlier to try (FashionCNN has none of its own, so the stem is named one): both
     prefixes are quantized and scored, the one with the least loss is written, and a stem kept runs float."""
     pytest.importorskip("litert_torch")
-    from edgekit.converters import sensitivity
+    from edgekit.quantize import sensitivity
 
     ranked_outliers = sensitivity.outliers
     monkeypatch.setattr(sensitivity, "outliers", lambda ranked: [s for s in ranked if s.name == "features.0.0"] or ranked_outliers(ranked))

@@ -138,7 +138,7 @@ def test_one_format_and_precision_built_twice_gets_a_folder_per_target(tmp_path)
 def test_report_and_gate_commands(damaged_run, tmp_path):
     folder, _, _ = damaged_run
     saved = folder / "out" / "report.json"
-    from edgekit.validate.report import schema_problem
+    from edgekit.report.schema import schema_problem
 
     assert schema_problem(json.loads(saved.read_text())) is None  # the matrix report follows the published schema
     md = run_cli("report", saved, "--format", "md")
@@ -282,8 +282,8 @@ def test_the_cache_key_follows_the_int8_scheme_not_how_the_class_was_named(tmp_p
     import dataclasses
 
     from edgekit import isa
-    from edgekit.converters import CalibrationOptions, ConvertOptions
-    from edgekit.loaders import ModelSource
+    from edgekit.conversion import CalibrationOptions, ConvertOptions
+    from edgekit.source import ModelSource
     from edgekit.recipe.run import cache_key
 
     model, data = tmp_path / "m.onnx", tmp_path / "calib.npz"

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from edgekit.converters import ConvertOptions
+from edgekit.conversion import ConvertOptions
 from edgekit.converters.pipeline import convert
-from edgekit.loaders import open_source
+from edgekit.source import open_source
 from edgekit.recipe.cache import MANIFEST, RUN_LOCK, cached_build, damage, file_lock
 from tests.conftest import assert_clean_error, run_cli
 from tests.corpus.make_corpus import _tiny_onnx
@@ -65,9 +65,9 @@ CONCURRENT = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from edgekit.converters import ConvertOptions
+    from edgekit.conversion import ConvertOptions
     from edgekit.converters.pipeline import convert
-    from edgekit.loaders import open_source
+    from edgekit.source import open_source
     from edgekit.recipe.cache import cached_build
     out = Path(sys.argv[2])
     built = not cached_build(out, lambda: convert(open_source(sys.argv[1]), "openvino", out, ConvertOptions("fp32")))

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from edgekit.errors import EdgekitError
-from edgekit.validate.compare import compare_output
-from edgekit.validate.gate import Thresholds, check_row, failures
-from edgekit.validate.task import pair_outputs, resolve_task
+from edgekit.metrics.compare import compare_output
+from edgekit.metrics.gate import Thresholds, check_row, failures
+from edgekit.metrics.task import pair_outputs, resolve_task
 
 RNG = np.random.default_rng(0)
 

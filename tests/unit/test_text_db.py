@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from edgekit.artifact import parse_input_spec
-from edgekit.converters import CalibrationOptions, ConvertOptions
-from edgekit.converters.exponential_ops import exponential_chains
+from edgekit.conversion import CalibrationOptions, ConvertOptions
+from edgekit.backends.onnx.exponential_ops import exponential_chains
 from edgekit.converters.pipeline import convert
 from edgekit.debug import DebugRequest, debug
 from edgekit.errors import EdgekitError
-from edgekit.loaders import open_source
+from edgekit.source import open_source
 from edgekit.zoo.text_pages import DB_ONNX, map_fidelity, pixel_scores, text_pages
 
 CALIB, EVAL = (160, 224), (192, 256)  # calibrated on one page size, run on another

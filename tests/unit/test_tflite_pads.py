@@ -41,10 +41,10 @@ def unfolded(tmp_path_factory):
     """The net as edgekit's int8 .tflite with the fold switched off, its calibration data and its op names."""
     import torch
 
-    import edgekit.converters.torch_tflite as torch_tflite
-    from edgekit.converters import CalibrationOptions, ConvertOptions
+    import edgekit.backends.tflite.from_torch as torch_tflite
+    from edgekit.conversion import CalibrationOptions, ConvertOptions
     from edgekit.converters.pipeline import convert
-    from edgekit.loaders import open_source
+    from edgekit.source import open_source
 
     folder = tmp_path_factory.mktemp("pads")
     net = _tf_same_net()
@@ -65,14 +65,14 @@ def unfolded(tmp_path_factory):
 
 
 def _ops(path):
-    from edgekit.loaders.tflite import tflite_summary
+    from edgekit.backends.tflite.loader import tflite_summary
 
     ops = tflite_summary(path)["ops"]
     return {name: ops.get(name, 0) for name in ("PAD", "TRANSPOSE")}
 
 
 def _outputs(path, calib):
-    from edgekit.loaders.tflite import _interpreter
+    from edgekit.backends.tflite.loader import _interpreter
 
     model = _interpreter(path)
     feed, out = model.get_input_details()[0], model.get_output_details()[0]
@@ -87,7 +87,7 @@ def _outputs(path, calib):
 
 
 def test_same_pads_fold_into_their_convolutions_and_the_outputs_stay(unfolded, tmp_path):
-    from edgekit.converters.tflite_pads import fold_same_pads
+    from edgekit.backends.tflite.pads import fold_same_pads
 
     original, calib = unfolded
     before = _ops(original)
@@ -104,7 +104,7 @@ def test_same_pads_fold_into_their_convolutions_and_the_outputs_stay(unfolded, t
 def test_a_fold_that_changes_the_outputs_is_refused(unfolded, tmp_path, monkeypatch):
     """With SAME's widths computed the wrong way round, the (1, 0) pad matches and folds, the check sees the outputs
     change, and the file stays as converted."""
-    import edgekit.converters.tflite_pads as tflite_pads
+    import edgekit.backends.tflite.pads as tflite_pads
 
     original, _ = unfolded
     wrong = tmp_path / "wrong.tflite"
@@ -129,7 +129,7 @@ def test_convert_folds_them_and_says_so(unfolded, tmp_path):
 
 def test_a_graph_the_pass_cannot_read_stays_as_converted(unfolded, tmp_path, monkeypatch, caplog):
     """A failure inside the rewrite (here injected) leaves the converted file as it was, with a warning, not an error."""
-    import edgekit.converters.tflite_pads as tflite_pads
+    import edgekit.backends.tflite.pads as tflite_pads
 
     original, _ = unfolded
     copy = tmp_path / "copy.tflite"

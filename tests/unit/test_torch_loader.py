@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from edgekit.errors import InputMismatchError, ModelLoadError
-from edgekit.loaders import open_source
-from edgekit.loaders.torch import check_forward, load_torch, resolve_input_specs
+from edgekit.source import open_source
+from edgekit.backends.torch.loader import check_forward, load_torch, resolve_input_specs
 from edgekit.zoo.models import FashionCNN
 from tests.conftest import INPUTS
 

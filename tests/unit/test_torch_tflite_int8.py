@@ -11,7 +11,7 @@ pytest.importorskip("efficientnet_lite_pytorch")
 
 def default_options(converter):
     """int8 options as the pipeline hands them to `converter` by default (--calib-method auto made concrete)."""
-    from edgekit.converters import CalibrationOptions, ConvertOptions
+    from edgekit.conversion import CalibrationOptions, ConvertOptions
 
     return ConvertOptions("int8", (), CalibrationOptions(method=converter.default_calib_method))
 
@@ -21,7 +21,7 @@ def _lite0_prepared(quantizer, crops):
     import torch
     from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
-    from edgekit.converters.pt2e import fold_zero_pads
+    from edgekit.backends.torch.pt2e import fold_zero_pads
     from edgekit.zoo.models import efficientnet_lite0
 
     exported = torch.export.export(efficientnet_lite0().eval(), (crops[:1],)).module()
@@ -34,8 +34,8 @@ def lite0_prepared():
     """Prepared with the LiteRT quantizer (default options) and calibrated on 16 real photo crops."""
     import torch
 
-    from edgekit.converters.litert_quantizer import litert_quantizer
-    from edgekit.converters.torch_tflite import TorchToTflite
+    from edgekit.backends.tflite.quantizer import litert_quantizer
+    from edgekit.backends.tflite.from_torch import TorchToTflite
     from edgekit.zoo.photos import photo_crops
 
     crops = torch.from_numpy(photo_crops(16, seed=0))
@@ -83,7 +83,7 @@ def test_fitted_weight_rounding_brings_the_quantized_model_close_to_fp32(lite0_p
     import torch
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
 
-    from edgekit.converters.pt2e import correct_biases, fit_weight_rounding, float_output_means
+    from edgekit.backends.torch.pt2e import correct_biases, fit_weight_rounding, float_output_means
     from edgekit.zoo.models import efficientnet_lite0
     from edgekit.zoo.photos import photo_crops
 

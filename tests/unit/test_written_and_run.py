@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgekit.converters import CalibrationOptions, ConvertOptions
+from edgekit.conversion import CalibrationOptions, ConvertOptions
 from edgekit.converters.pipeline import convert
 from edgekit.errors import ConversionError, EdgekitError
-from edgekit.loaders import ModelSource, open_source
+from edgekit.source import ModelSource, open_source
 from edgekit.targets import make_runner
 from tests.conftest import INPUTS
 

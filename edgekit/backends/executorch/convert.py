@@ -12,7 +12,7 @@ import io
 import logging
 from pathlib import Path
 
-from edgekit.converters import ConversionData, Converter, ConvertOptions
+from edgekit.conversion import ConversionData, Converter, ConvertOptions
 from edgekit.errors import ConversionError
 from edgekit.native import stderr_silenced
 
@@ -36,7 +36,7 @@ class TorchToExecutorch(Converter):
     def convert(self, model, specs, out: Path, options: ConvertOptions, data: ConversionData) -> dict:
         import torch
 
-        from edgekit.loaders.torch import check_forward, example_tensors, export_batch, in_eval_mode
+        from edgekit.backends.torch.loader import check_forward, example_tensors, export_batch, in_eval_mode
 
         logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
         check_forward(model, specs)
@@ -79,7 +79,7 @@ def _quantize(module, args, options: ConvertOptions, data: ConversionData, specs
     outliers kept float unless --no-keep-sensitive), weights folded to int8 for the delegate; (the quantized
     GraphModule, provenance entry)."""
     from edgekit.backends.executorch.quantizer import xnnpack_quantizer
-    from edgekit.converters.pt2e import int8
+    from edgekit.backends.torch.pt2e import int8
 
     converted, _, quantization = int8(
         module,

@@ -76,7 +76,7 @@ def delegate_split(path: Path) -> dict:
 def executorch_summary(path: Path) -> dict:
     """The delegate split for `edgekit info`: ops on the delegate (as the conversion recorded them; a .pte keeps only
     the delegate's compiled blob) and the operators the program runs outside it."""
-    from edgekit.converters.pipeline import read_provenance
+    from edgekit.provenance import read_provenance
 
     split = delegate_split(path)
     recorded = (read_provenance(path) or {}).get("fallback") or {}

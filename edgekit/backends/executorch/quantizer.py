@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
 
-from edgekit.converters import ConvertOptions
-from edgekit.converters.pt2e import MobilePatterns, static_config
+from edgekit.conversion import ConvertOptions
+from edgekit.backends.torch.pt2e import MobilePatterns, static_config
 
 
 class MobileXNNPACKQuantizer(MobilePatterns, XNNPACKQuantizer):

@@ -1,0 +1,63 @@
+"""Accuracy-aware static int8 on LiteRT (from PyTorch): the most sensitive layers return to float until the limit holds.
+
+The same loop as ONNX Runtime's (converters.onnx_accuracy.accuracy_aware): layers ranked once by what their
+weights alone cost in int8 (converters.sensitivity, on the PyTorch module), then one more layer left out of
+PT2E's annotation per step (pt2e.unannotate_modules: it runs in float inside the int8 graph), each
+step's .tflite run on LiteRT and scored against the fp32 PyTorch model on the labelled validation samples; the
+final artifact is validated again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.conversion import ConversionData, ConvertOptions
+
+
+class LiteRTQuantization:
+    """What accuracy_aware drives: the fp32 reference (`pre`), the ranked layers, and quantize(keep_float, out)."""
+
+    def __init__(self, module, specs, data: ConversionData, build: Callable) -> None:
+        self.pre = module
+        self.specs = specs
+        self.data = data
+        self.build = build
+
+    def ranked(self, int8: Path | None = None):
+        """The layers by weight-only loss, round-to-nearest on the PyTorch module (`int8` is not read)."""
+        from edgekit.quantize.sensitivity import torch_sensitivity
+
+        return torch_sensitivity(self.pre, self.data.calibration, self.specs)
+
+    def activations(self, out: Path) -> list:
+        """None: PT2E quantizes an activation with the ops around it, so only layers return to float here."""
+        return []
+
+    def quantize(self, keep_float: list[str], out: Path, float_activations: list[str] = ()) -> None:
+        from edgekit.backends.tflite.from_torch import export
+
+        export(self.build(tuple(keep_float)), out)
+
+    def logits(self, model, samples) -> np.ndarray:
+        """The first output over `samples`: of the PyTorch reference, or of a .tflite on LiteRT."""
+        if isinstance(model, (str, Path)):
+            from edgekit.quantize.accuracy import on_target
+
+            return on_target(None)(model, samples)
+        import torch
+
+        from edgekit.backends.torch.pt2e import first_outputs
+
+        batches = [tuple(torch.from_numpy(feeds[s.name]) for s in self.specs) for feeds in samples.batches(64)]
+        return np.concatenate(first_outputs(model, batches))
+
+
+def accuracy_controlled(module, specs, data: ConversionData, options: ConvertOptions, build: Callable, out: Path) -> dict:
+    """Write the int8 .tflite with as few float layers as meet --max-drop / --min-agreement / --min-cosine; the provenance of the steps."""
+    from edgekit.quantize.accuracy import Limit, accuracy_aware
+
+    quantization = LiteRTQuantization(module, specs, data, build)
+    return accuracy_aware(quantization, out, data.validation, Limit.of(options), quantization.logits)

@@ -1,0 +1,15 @@
+"""Calibration samples as TFLiteConverter reads them."""
+
+from __future__ import annotations
+
+from edgekit.calibration.samples import Samples
+
+def tflite_representative(samples: Samples, specs):
+    """A TFLiteConverter representative_dataset: one list of arrays (input order) per sample."""
+    names = [s.name for s in specs]
+
+    def generate():
+        for feeds in samples.batches(1):
+            yield [feeds[name] for name in names]
+
+    return generate

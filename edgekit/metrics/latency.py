@@ -1,0 +1,89 @@
+"""Latency statistics and the result of a latency run (edgekit bench, and every report's `latency`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from edgekit.artifact import file_size
+from edgekit.source import ModelSource
+
+@dataclass(frozen=True)
+class LatencyStats:
+    """Per-batch latency in milliseconds over the timed runs."""
+
+    p50: float
+    p90: float
+    p99: float
+    mean: float
+    std: float
+    min: float
+    max: float
+    runs: int
+    batch: int
+    throughput: float  # samples per second, from the mean
+    tail_note: str | None = None  # set when there are too few runs for p99 to be more than the slowest few
+
+    @classmethod
+    def from_times(cls, times_ms: np.ndarray, batch: int) -> LatencyStats:
+        p50, p90, p99 = np.percentile(times_ms, [50, 90, 99])
+        mean = float(times_ms.mean())
+        return cls(
+            float(p50),
+            float(p90),
+            float(p99),
+            mean,
+            float(times_ms.std()),
+            float(times_ms.min()),
+            float(times_ms.max()),
+            len(times_ms),
+            batch,
+            batch * 1000.0 / mean if mean > 0 else 0.0,
+            tail_note(len(times_ms)),
+        )
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """Everything `edgekit bench` reports for one artifact on one target."""
+
+    artifact: str
+    target: str
+    runtime_version: str
+    threads: int
+    load_ms: float
+    first_inference_ms: float  # input preparation + the first run, compile time excluded
+    latency: LatencyStats  # wall clock around each call: what the calling application sees
+    peak_rss_mb: float
+    size_bytes: int
+    times_ms: list[float]
+    runtime_latency: LatencyStats | None = None  # as the runtime itself measured it, where it reports one
+    runtime_config: dict | None = None
+    compile_ms: float | None = None  # torch.compile and CUDA-graph capture on the first calls, apart from run time
+    device: dict | None = None  # on a board (target RUNTIME:DEVICE@NAME): its name, probed facts, thermal state
+    peak_gpu_memory_mb: float | None = None  # torch.cuda.max_memory_allocated over load and runs on a CUDA target; else None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _size(source: ModelSource) -> int:
+    if source.path is None:
+        return 0
+    from edgekit.provenance import DESCRIBERS, describe
+
+    if source.format in DESCRIBERS:
+        return describe(source.path, source.format, None).size_bytes()
+    return file_size(source.path)
+
+
+def tail_note(runs: int) -> str | None:
+    """What p99 is worth with this many runs, when it is not worth a percentile."""
+    if runs >= P99_RUNS:
+        return None
+    beyond = runs - int(0.99 * runs)
+    return f"p99 from {runs} runs is {'the maximum' if beyond <= 1 else f'among the {beyond} slowest runs'}; {P99_RUNS}+ runs for a p99"
+
+
+P99_RUNS = 1000  # at least 10 runs beyond the 99th percentile

@@ -1,0 +1,223 @@
+"""Accuracy-aware static int8 on ONNX Runtime (and, through the same loop, LiteRT: converters.litert_accuracy): return the most sensitive layers and activations to float until the limit holds.
+
+The candidates are ranked once on calibration samples by one measure (converters.sensitivity): 1 - the mean
+cosine of the outputs vs fp32 with only that one thing in int8: a layer's weights (on ONNX Runtime the fitted codes
+and corrected bias the all-int8 model holds), or (ONNX Runtime) an activation rounded to its int8 grid
+(converters.float_activations). The model is calibrated once (ONNX Runtime's
+calibration cache) and, per step, one more candidate goes to float: a layer is re-quantized without it, an
+activation's Q/DQ pair becomes a Clip to the same range. Each step is validated on the labelled data on the
+target's runtime and kept only if it brings the outputs closer to fp32 (mean cosine: top-1 moves in whole
+samples); the final artifact is validated again, and every step is recorded with what it changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.errors import EdgekitError
+
+ACTIVATION = "activation"  # LayerSensitivity.op of an activation tensor (the weight layers carry their op type)
+MIN_COSINE_GAIN = 1e-5  # a step that brings the mean cosine with fp32 no closer than this is put back: float for nothing
+MAX_STEPS = 12  # layers and activations returned to float before giving up: beyond that int8 is no longer the model's precision
+
+
+@dataclass(frozen=True)
+class Limit:
+    """--max-drop (top-1 points vs fp32 on the labels), --min-agreement (top-1 agreement with fp32, %) and/or
+    --min-cosine (the mean cosine of the first output with fp32's: the limit for a model whose output is not a class)."""
+
+    max_drop: float | None
+    min_agreement: float | None
+    min_cosine: float | None = None
+
+    @classmethod
+    def of(cls, options) -> Limit:
+        """The limit a ConvertOptions asks for."""
+        return cls(options.max_drop, options.min_agreement, options.min_cosine)
+
+    @classmethod
+    def recorded(cls, control: dict) -> Limit:
+        """The limit an accuracy_control provenance entry records."""
+        return cls(control.get("max_drop_points"), control.get("min_agreement"), control.get("min_cosine"))
+
+    def count(self) -> int:
+        """How many of the limits are set."""
+        return sum(limit is not None for limit in (self.max_drop, self.min_agreement, self.min_cosine))
+
+    def holds(self, score: dict) -> bool:
+        drop_ok = self.max_drop is None or score["drop_points"] <= self.max_drop
+        agree_ok = self.min_agreement is None or score["agreement"] >= self.min_agreement
+        cosine_ok = self.min_cosine is None or score["cosine"] >= self.min_cosine
+        return drop_ok and agree_ok and cosine_ok
+
+    def text(self) -> str:
+        drop = f"top-1 drop <= {self.max_drop} pts" if self.max_drop is not None else None
+        agreement = f"agreement >= {self.min_agreement}%" if self.min_agreement is not None else None
+        cosine = f"cosine >= {self.min_cosine}" if self.min_cosine is not None else None
+        return " and ".join(filter(None, (drop, agreement, cosine)))
+
+    def notes(self) -> dict:
+        """What the provenance records of the limit (read back by `recorded`)."""
+        return {"max_drop_points": self.max_drop, "min_agreement": self.min_agreement, "min_cosine": self.min_cosine}
+
+
+class Validator:
+    """A model's first output against the fp32 model's on the validation samples: the mean cosine, and where the output
+    holds class scores ([N, classes]) top-1 agreement and, with labels, accuracy. `logits(model, samples)` runs either
+    on the target's runtime (ONNX Runtime: backends.onnx.accuracy.ort_logits)."""
+
+    def __init__(self, reference_model, samples, logits) -> None:
+        from edgekit.metrics.compare import is_classifier_output
+
+        self.samples = samples
+        self.logits = logits
+        reference = self.logits(reference_model, samples)
+        self.shape = reference.shape
+        self.classes = is_classifier_output(reference)  # top-1 means something only for class scores
+        self.reference = reference.reshape(len(samples), -1)
+        self.reference_accuracy = _accuracy(self.reference, samples.labels) if self.classes else None
+
+    def check(self, limit: Limit) -> None:
+        check_top1(limit, self.shape)
+
+    def score(self, model) -> dict:
+        logits = self.logits(model, self.samples).reshape(len(self.samples), -1)
+        accuracy = _accuracy(logits, self.samples.labels) if self.classes else None
+        agreement = round(float((logits.argmax(1) == self.reference.argmax(1)).mean() * 100), 3) if self.classes else None
+        drop = None if accuracy is None else round(self.reference_accuracy - accuracy, 3)
+        return {"accuracy": accuracy, "drop_points": drop, "agreement": agreement, "cosine": _cosine(self.reference, logits)}
+
+
+def check_top1(limit: Limit, shape) -> None:
+    """Refuse a top-1 limit (--max-drop, --min-agreement) for a first output of `shape` that holds no class scores (a
+    map, an embedding)."""
+    from edgekit.metrics.compare import is_classifier_shape
+
+    if not is_classifier_shape(shape) and (limit.max_drop is not None or limit.min_agreement is not None):
+        raise EdgekitError(
+            f"--max-drop and --min-agreement measure top-1 classes, and the model's first output ({'x'.join(map(str, shape))}) "
+            "holds no class scores",
+            hint="hold it to the fp32 model's outputs with --min-cosine instead, e.g. --min-cosine 0.999",
+        )
+
+
+def on_target(target: str | None):
+    """Validator's `logits`: a model file run on `target` (None: its format's own runtime), one sample at a time."""
+
+    def logits(model, samples) -> np.ndarray:
+        from edgekit.source import open_source
+        from edgekit.targets import make_runner
+        from edgekit.metrics.compare import run_batches
+
+        runner = make_runner(open_source(str(model)), target)
+        runner.load()
+        return run_batches(runner, samples.bind(runner.inputs), 1)[0]
+
+    return logits
+
+
+def _cosine(reference: np.ndarray, logits: np.ndarray) -> float:
+    from edgekit.metrics.compare import compare_output
+
+    return round(compare_output("logits", reference, logits).cosine_mean, 6)
+
+
+def _accuracy(logits: np.ndarray, labels) -> float | None:
+    from edgekit.metrics.compare import accuracy_percent
+
+    return None if labels is None else round(accuracy_percent(logits, np.asarray(labels)), 3)
+
+
+def accuracy_aware(quantizer, out, validation, limit: Limit, logits) -> dict:
+    """Quantize into `out`, returning ranked layers and activations to float one at a time until `limit` holds on
+    `validation`.
+
+    `quantizer`: `pre` (the fp32 reference), `ranked(out)` (the weight layers of the int8 model `out`, ranked),
+    `activations(out)` (its activations, ranked) and `quantize(float_layers, out, float_activations)`; `logits`: how to run the
+    reference and the artifact."""
+    validator = Validator(quantizer.pre, validation, logits)
+    validator.check(limit)
+    kept: dict[bool, list[str]] = {False: [], True: []}  # is an activation -> names in float
+    quantizer.quantize([], out, [])
+    ranked = sorted([*quantizer.ranked(out)[0], *quantizer.activations(out)], key=lambda s: s.loss, reverse=True)
+    score = validator.score(out)
+    steps = [{"kept_in_float": None, **score}]
+    for candidate in ranked[:MAX_STEPS]:
+        if limit.holds(score):
+            break
+        group = kept[candidate.op == ACTIVATION]
+        group.append(candidate.name)
+        quantizer.quantize(kept[False], out, kept[True])
+        trial = validator.score(out)
+        gain = _gain(score, trial)
+        better = gain["cosine_gain"] > MIN_COSINE_GAIN  # the finer measure decides: top-1 moves in whole samples
+        steps.append(
+            {
+                "kept_in_float": candidate.name,
+                "op": candidate.op,
+                "sensitivity": float(f"{candidate.loss:.3g}"),
+                **trial,
+                **gain,
+                "kept": better,
+            }
+        )
+        if better:
+            score = trial
+        else:
+            group.pop()
+    if not limit.holds(score):
+        raise _missed(limit, steps, len(validation))
+    final = validator.score(out)  # the written artifact, validated again: the limit holds only after a step kept, so `out` is it
+    return {
+        **limit.notes(),
+        "validation_samples": len(validation),
+        "reference_accuracy": validator.reference_accuracy,
+        "ranking": "1 - mean cosine vs fp32 with only that layer's weights, or that activation, as int8 holds them (calibration samples)",
+        "reverted_to_float": kept[False],
+        "activations_in_float": kept[True],
+        "steps": steps,
+        "final": final,
+    }
+
+
+def _missed(limit: Limit, steps: list[dict], samples: int) -> EdgekitError:
+    """The limit no step met: where int8 stood, where the kept steps got it, and every step (the cause lines)."""
+    kept = [step for step in steps if step.get("kept", True)]
+    lines = [f"{_step_text(step)}: {score_text(step)}" for step in steps]
+    return EdgekitError(
+        f"int8 misses the limit ({limit.text()}) on {samples} validation samples: {score_text(kept[-1])} with "
+        f"{len(kept) - 1} layers or activations in float (all int8: {score_text(steps[0])})",
+        hint=f"the {len(steps) - 1} most sensitive layers and activations went back to float one at a time, each kept where it "
+        "brought the outputs closer to fp32 (below): lower the limit, calibrate on data like the validation data "
+        "(--calib-method), or keep fp16/fp32",
+        cause="\n".join(lines),
+    )
+
+
+def _step_text(step: dict) -> str:
+    if step["kept_in_float"] is None:
+        return "all int8"
+    if step["op"] == ACTIVATION:
+        return f"+ activation {step['kept_in_float']} in float (unrounded, rounding loss alone {step['sensitivity']})"
+    return f"+ {step['kept_in_float']} in float ({step['op']}, its int8 weights alone: loss {step['sensitivity']})"
+
+
+def score_text(score: dict) -> str:
+    """A score in one line: agreement (class scores), top-1 drop (labelled), cosine."""
+    agreement = f"agreement {score['agreement']:.2f}%, " if score["agreement"] is not None else ""
+    drop = f"top-1 drop {score['drop_points']:.2f} pts, " if score["drop_points"] is not None else ""
+    back = "" if score.get("kept", True) else " (no closer to fp32: put back)"
+    return f"{agreement}{drop}cosine {score['cosine']:.6g}{back}"
+
+
+def _gain(previous: dict, score: dict) -> dict:
+    """What returning the layer to float bought: cosine, and points of agreement (class scores) and accuracy (labels)."""
+    gain = {"cosine_gain": round(score["cosine"] - previous["cosine"], 6)}
+    if score["agreement"] is not None:
+        gain["agreement_gain"] = round(score["agreement"] - previous["agreement"], 3)
+    if score["accuracy"] is not None and previous["accuracy"] is not None:
+        gain["accuracy_gain"] = round(score["accuracy"] - previous["accuracy"], 3)
+    return gain

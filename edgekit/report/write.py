@@ -1,0 +1,160 @@
+"""Matrix reports as Markdown (PR comments, $GITHUB_STEP_SUMMARY), self-contained HTML (html_report.py) and JUnit XML."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+from edgekit.fileio import atomic_output
+from edgekit.report.schema import fmt, fmt_size, write_json
+
+COLUMNS = (
+    "format",
+    "precision",
+    "target",
+    "status",
+    "accuracy",
+    "drop (pts)",
+    "top-1 agree",
+    "cosine",
+    "p50 ms",
+    "p90 ms",
+    "speed-up",
+    "size",
+    "gates",
+)
+
+
+def cells(row: dict) -> list[str]:
+    """A row's table cells, shared by every renderer."""
+    if row["status"] != "ok":
+        return [row["format"], row["precision"], row["target"], row["status"], *["-"] * 8, "error"]
+    failed = [g["metric"] for g in row.get("gates", []) if not g["passed"]]
+    gates = "pass" if not failed else "FAIL: " + ", ".join(failed)
+    return [
+        row["format"],
+        row["precision"],
+        row["target"],
+        "ok" + (" (cached)" if row.get("cached") else ""),
+        fmt(row.get("accuracy"), ".2f") + ("%" if row.get("accuracy") is not None else ""),
+        fmt(row.get("drop_points"), "+.2f"),
+        fmt(row.get("top1_agreement"), ".2f") + ("%" if row.get("top1_agreement") is not None else ""),
+        fmt(row.get("cosine"), ".5f"),
+        f"{row['p50_ms']:.3f}",
+        f"{row['p90_ms']:.3f}",
+        fmt(row.get("speedup"), ".2f") + ("x" if row.get("speedup") else "") + (" (size only)" if row.get("speedup_note") else ""),
+        fmt_size(row["size_bytes"]),
+        gates if row.get("gates") else "-",
+    ]
+
+
+def row_label(row: dict) -> str:
+    """A matrix row as the notes under a table name it: `onnx int8 on onnxruntime:cpu`."""
+    return f"{row['format']} {row['precision']} on {row['target']}"
+
+
+def row_notes(report: dict) -> list[str]:
+    """One line per row whose int8 is not faster than fp32 where it was timed, per row timed on an emulated board, and
+    per row whose top-1 answers changed (how many, and whether near-ties or answers the reference was sure of) unless
+    its failed agreement gate says so."""
+    from edgekit.metrics.compare import changes_text, flips_text
+
+    rows = report["rows"]
+    notes = [f"{row_label(r)}: {r['speedup_note']}" for r in rows if r.get("speedup_note")]
+    notes += [
+        f"{row_label(r)}: timed on an EMULATED CPU ({r['emulated']}): its accuracy is that CPU's, its latency is not"
+        for r in rows
+        if r.get("emulated")
+    ]
+    changed = [r for r in rows if r.get("top1_flips") and not _agreement_failed(r)]
+    return notes + [f"{row_label(r)}: {'; '.join(filter(None, (flips_text(r), changes_text(r))))}" for r in changed]
+
+
+def _agreement_failed(row: dict) -> bool:
+    """A failed top-1 agreement gate, whose reason already says which answers changed."""
+    return any(g["metric"] == "top1_agreement" and not g["passed"] for g in row.get("gates", []))
+
+
+def failed_gates(report: dict) -> list[str]:
+    """Why each failed gate failed (what a reader acts on), a line per gate: `onnx int8 on onnxruntime:cpu: reason`."""
+    return [f"{row_label(r)}: {g['reason']}" for r in report["rows"] for g in r.get("gates", []) if not g["passed"]]
+
+
+def machine_text(report: dict) -> str:
+    m = report["machine"]
+    threads = next((r["threads"] for r in report["rows"] if r.get("threads")), "-")
+    isa = ", ".join(m.get("isa", []))
+    isa_class = f"; ISA class {m['isa_class']}" if m.get("isa_class") else ""
+    return f"{m['cpu']}, {m['usable_cores']} cores ({isa}{isa_class}), {threads} thread(s); {report['created']}"
+
+
+def to_markdown(report: dict) -> str:
+    verdict = "passed" if report["passed"] else "FAILED"
+    lines = [f"### edgekit: {report['model']} - gates {verdict}", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(c.replace("|", "/") for c in cells(r)) + " |" for r in report["rows"]]
+    lines += [f"\n{note}" for note in row_notes(report)]
+    failed = failed_gates(report)
+    lines += ["", "Failed gates:", *(f"- {line}" for line in failed)] if failed else []
+    lines += [
+        "",
+        f"Thresholds: {', '.join(f'{k}={v}' for k, v in report['thresholds'].items()) or 'none'}. Measured on {machine_text(report)}.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def to_junit(report: dict) -> str:
+    """One testsuite; one testcase per (row, gate), plus one per failed cell."""
+    suite = ET.Element("testsuite", name="edgekit", tests="0", failures="0", errors="0")
+    tests = fails = errors = 0
+    for row in report["rows"]:
+        classname = f"{row['format']}.{row['precision']}.{row['target']}"
+        if row["status"] != "ok":
+            case = ET.SubElement(suite, "testcase", classname=classname, name="run")
+            ET.SubElement(case, "error", message=row["status"])
+            tests, errors = tests + 1, errors + 1
+            continue
+        for gate in row.get("gates", []):
+            case = ET.SubElement(suite, "testcase", classname=classname, name=gate["metric"])
+            if not gate["passed"]:
+                ET.SubElement(case, "failure", message=gate["reason"])
+                fails += 1
+            tests += 1
+    suite.set("tests", str(tests))
+    suite.set("failures", str(fails))
+    suite.set("errors", str(errors))
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True)
+
+
+def to_html(report: dict) -> str:
+    """A self-contained page with interactive plots (edgekit/recipe/html_report.py; imports plotly)."""
+    from edgekit.report.html import to_html as page
+
+    return page(report)
+
+
+RENDERERS = {"md": ("report.md", to_markdown), "html": ("report.html", to_html), "junit": ("junit.xml", to_junit)}
+
+
+def render(report: dict, fmt_name: str) -> str:
+    return RENDERERS[fmt_name][1](report)
+
+
+def write_reports(report: dict, folder: Path, formats) -> list[Path]:
+    """Write each requested format atomically; append the Markdown to $GITHUB_STEP_SUMMARY when set."""
+    written = []
+    for name in formats:
+        if name == "json":
+            write_json(report, folder / "report.json")
+            written.append(folder / "report.json")
+            continue
+        filename, renderer = RENDERERS[name]
+        with atomic_output(folder / filename) as tmp:
+            tmp.write_text(renderer(report))
+        written.append(folder / filename)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a") as f:
+            f.write(to_markdown(report) + "\n")
+    return written
