@@ -17,7 +17,7 @@ import edgekit
 from edgekit.api.results import Bench, BenchResult, Converted, Fidelity, Gate, GateCheck, GateResult, LatencyStats, Validation, as_result
 from edgekit.errors import EdgekitError
 
-DOCS = Path(__file__).parents[2] / "docs" / "python-api.md"
+DOCS = Path(__file__).parents[3] / "docs" / "python-api.md"
 
 
 def flat_linear():
@@ -128,12 +128,12 @@ def test_validate_without_reference_or_provenance_says_what_to_pass(tmp_path, zo
 
 def test_input_shapes_come_from_the_calibration_data(tmp_path):
     out = edgekit.convert(
-        "tests.unit.test_api:flat_linear", "onnx", tmp_path / "flat.onnx", precision="int8", calib="zoo:fashion-mnist-calib"
+        "tests.unit.api.test_api:flat_linear", "onnx", tmp_path / "flat.onnx", precision="int8", calib="zoo:fashion-mnist-calib"
     )
     assert [(s["name"], s["shape"][1:]) for s in out.inputs] == [("image", [1, 28, 28])]
     assert out.provenance["calibration"].get("default_of") is None  # given, not a default
     with pytest.raises(EdgekitError, match="does not record its input shapes"):
-        edgekit.convert("tests.unit.test_api:flat_linear", "onnx", tmp_path / "flat2.onnx")
+        edgekit.convert("tests.unit.api.test_api:flat_linear", "onnx", tmp_path / "flat2.onnx")
 
 
 def test_the_committed_raw_data_files_are_read_with_their_declared_preprocessing():
@@ -161,5 +161,5 @@ def test_a_factory_with_random_weights_is_not_silent(caplog):
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="edgekit"):
         load_torch(open_source("edgekit.zoo.models:fashion_cnn", str(WEIGHTS)))
-        load_torch(open_source("tests.unit.test_api:flat_linear"))  # seeded: the same weights every build
+        load_torch(open_source("tests.unit.api.test_api:flat_linear"))  # seeded: the same weights every build
     assert "weights are random" not in caplog.text

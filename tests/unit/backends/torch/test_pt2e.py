@@ -182,6 +182,6 @@ def test_litert_sensitivity_search_converts_the_trial_closest_to_fp32(tmp_path, 
     assert sorted(trials) == ["features.0.0", "none (all int8)"]
     kept = [layer["name"] for layer in result.meta["provenance"]["tflite"]["quantization"]["sensitivity"]["kept_in_float"]]
     assert trials[", ".join(kept) or "none (all int8)"] == min(trials.values())
-    from tests.unit.test_litert_accuracy import _float_kernels
+    from tests.unit.backends.tflite.test_litert_accuracy import _float_kernels
 
     assert _float_kernels(result.path) == ([[1, 3, 3, 32]] if kept else [])
