@@ -34,12 +34,12 @@ TEST_SEEDS = (1, 2, 3)  # the Lite0 table's crop sets: seed 1 is its own columns
 _PHOTO_NOTES = (
     "EfficientNet-Lite0 takes RGB in [0, 1] and normalises inside ((x*255-127)/128, as its TF weights were trained). Every "
     "int8 row is edgekit's default path (--calib-method auto: each backend's best measured range estimator). ONNX Runtime: "
-    "L2-optimal activation ranges (converters.activation_ranges), outputs left float, weight codes fitted to the "
-    "calibration inputs + bias correction (converters.int8_rounding), sensitivity outliers kept in float where that "
-    "helps; on x86-avx2 u8 x s8 with pair-safe weights (converters.pair_safe). OpenVINO: on x86-amx/vnni/avx2 ONNX "
+    "L2-optimal activation ranges (backends.onnx.activation_ranges), outputs left float, weight codes fitted to the "
+    "calibration inputs + bias correction (backends.onnx.int8_rounding), sensitivity outliers kept in float where that "
+    "helps; on x86-avx2 u8 x s8 with pair-safe weights (backends.onnx.pair_safe). OpenVINO: on x86-amx/vnni/avx2 ONNX "
     "Runtime's QDQ for the class, which OpenVINO runs as it is; elsewhere NNCF, histogram ranges, full bias correction. "
     "LiteRT and "
-    "ExecuTorch: PT2E (converters.pt2e) with HistogramObserver, conv+ReLU6 observed after the clamp, int8 adds, zero pads "
+    "ExecuTorch: PT2E (backends.torch.pt2e) with HistogramObserver, conv+ReLU6 observed after the clamp, int8 adds, zero pads "
     "folded, fitted weight codes, empirical bias correction through the quantized model, and the prefix of the sensitivity "
     "outliers closest to fp32 kept in float (with the ops that compute their inputs).",
     f"Rows '{CONTROLLED}': what accuracy control writes with --val on {CONTROL_VALIDATION[0]} crops of seed "

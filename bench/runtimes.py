@@ -26,7 +26,7 @@ def run(rounds: int = 3, threads: int = 1, models: tuple[str, ...] = tuple(MODEL
             "10 warm-up + 60 timed runs, wall clock; medians of the rounds.",
             "int8 calibrated on 300 crops of real photos, each backend's default: ONNX Runtime static QDQ (the ISA class's "
             "scheme, per-channel weights), OpenVINO (ONNX Runtime's QDQ on x86-amx/vnni/avx2, NNCF elsewhere), LiteRT PT2E "
-            "(litert-torch's quantizer) and ExecuTorch PT2E (XNNPACKQuantizer, lowered to XNNPACK), both with converters.pt2e's "
+            "(litert-torch's quantizer) and ExecuTorch PT2E (XNNPACKQuantizer, lowered to XNNPACK), both with backends.torch.pt2e's "
             "steps and the sensitivity outliers kept in float where that brings the outputs closer to fp32.",
             f"Agreement: top-1 of int8 vs the same runtime's fp32 on {CROPS} other crops of real photos. "
             "The ResNet-18 shape has untrained weights (near-ties flip easily); EfficientNet-Lite0 is ImageNet-trained.",

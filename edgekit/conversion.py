@@ -73,7 +73,7 @@ class ConvertOptions:
     device: str | None = None  # an NPU to compile for after conversion, e.g. ethos-u55-128
     max_batch: int = 64  # TensorRT: the largest batch of the engine's optimisation profile
     opt_batch: int = 1  # TensorRT: the batch the profile is tuned for
-    keep_sensitive: bool = True  # int8 keeps the layers whose sensitivity stands out in float (converters.sensitivity)
+    keep_sensitive: bool = True  # int8 keeps the layers whose sensitivity stands out in float (quantize.sensitivity)
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ class Converter:
     precisions: ClassVar[dict[str, bool]]  # precision -> needs calibration data
     package: ClassVar[str]
     import_name: ClassVar[str]
-    # int8 that keeps sensitive layers in float to meet --max-drop, --min-agreement or --min-cosine (converters.onnx_accuracy.Limit)
+    # int8 that keeps sensitive layers in float to meet --max-drop, --min-agreement or --min-cosine (quantize.accuracy.Limit)
     accuracy_control: ClassVar[bool] = False
     # quantization options it applies ("calib_method", "per_tensor"); asking another of it is an error. None: not declared
     honours: ClassVar[frozenset[str] | None] = None

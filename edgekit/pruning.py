@@ -9,14 +9,15 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit import progress
+from edgekit import progress, registry
 from edgekit.artifact import TensorSpec
 from edgekit.calibration import load_samples
 from edgekit.compress import METHODS, PruneOptions, StageReport, method_chain
 from edgekit.errors import EdgekitError
 from edgekit.fileio import atomic_output
-from edgekit.source import ModelSource
+from edgekit.imports import import_attr
 from edgekit.native import third_party_quiet
+from edgekit.source import ModelSource
 
 log = logging.getLogger("edgekit")
 
@@ -35,22 +36,22 @@ def prune(
         raise EdgekitError(
             f"unknown compression method '{options.method}'", hint=f"choose one of: {', '.join(METHODS)} (or a chain: magnitude,cluster)"
         )
-    if source.family not in ("torch", "keras"):
-        raise EdgekitError(f"edgekit prunes PyTorch and Keras models, not {source.format}", hint="prune the original model, then convert")
+    pruner = registry.backend(source.family).pruner
+    if pruner is None:
+        raise EdgekitError(
+            f"edgekit prunes {registry.titles(lambda b: b.pruner)} models, not {source.format}", hint="prune the original model, then convert"
+        )
     with progress.step(f"{source.name}: {options.method}"), third_party_quiet():
-        if source.family == "keras":
-            from edgekit.backends.keras.prune import prune_keras
-
-            return prune_keras(source, options, out, data, finetune_data)
-        return _prune_torch(source, options, out, inputs, data, finetune_data)
+        return import_attr(pruner)(source, options, out, inputs, data, finetune_data)
 
 
 STAGE_NAMES = {"magnitude": "pruned", "cluster": "clustered", "channels": "channels", "lowrank": "lowrank"}
 
 
-def _prune_torch(source, options, out, inputs, data, finetune_data) -> StageReport:
-    from edgekit.conversion import load_for_conversion
+def prune_torch(source, options, out, inputs, data, finetune_data) -> StageReport:
+    """The PyTorch pruner (the registry names it): each method of the chain in turn, saved as .pt2."""
     from edgekit.backends.torch.loader import example_tensors
+    from edgekit.conversion import load_for_conversion
 
     module, specs = load_for_conversion(source, inputs)
     calibration = load_samples(data, 512, 0, None, specs) if data else None
@@ -196,8 +197,8 @@ def compare_stages(
 
 
 def _stage_row(name: str, artifact, result: dict) -> dict:
-    from edgekit.metrics.coding import onnx_coded_bytes
     from edgekit.backends.onnx.loader import onnx_summary
+    from edgekit.metrics.coding import onnx_coded_bytes
 
     summary = onnx_summary(artifact.path)
     accuracy = result["accuracy"] or {}

@@ -26,6 +26,18 @@ class Backend:
     summary: str | None = None  # "module:function" (path) -> dict of graph facts for `edgekit info`
     via: str | None = None  # a format built from another edgekit writes first (TensorRT from its ONNX)
     source_only: bool = False  # a framework's own model (torch, keras): read, never written by `convert`
+    title: str = ""  # how messages name the format
+    source_formats: tuple[str, ...] = ()  # what `edgekit info` calls the kinds of source model it reads (torch-export, ...)
+    source_summary: str | None = None  # "module:function" (ModelSource) -> inputs, outputs, parameters, ops of a source model
+    debug_capture: str | None = None  # "module:function" (ModelSource, partner capture) -> its tensors for `edgekit debug`
+    pruner: str | None = None  # "module:function" (source, options, out, inputs, data, finetune) -> StageReport (`prune`)
+    compares_stages: bool = False  # `prune --data` compares original / compressed / int8 stages (through ONNX)
+    quantizes_in_place: bool = False  # `edgekit quantize` rewrites a model of this format at another precision
+    quantized_check: str | None = None  # "module:function" (path) -> True when the file already holds Q/DQ nodes
+    takes_quantized: bool = False  # int8 from a source that holds Q/DQ is built from them as they are (nothing calibrated)
+    int8_for: str | None = None  # the --for-target its int8 is made for, whatever was asked (TensorRT: symmetric s8)
+    npu_compiler: str | None = None  # module whose check_device / vela_command / compile_vela compile for an NPU (--device)
+    own_input_shapes: bool = False  # its runner takes the shapes the file records (a TFLite from PyTorch may be NHWC)
 
     @property
     def suffix(self) -> str:
@@ -38,6 +50,10 @@ REGISTRY = (
     # ONNX, run by ONNX Runtime; quantized in place (QDQ int8, fp16).
     Backend(
         format="onnx",
+        title="ONNX",
+        debug_capture="edgekit.backends.onnx.debug:capture",
+        quantizes_in_place=True,
+        quantized_check="edgekit.backends.onnx.loader:has_qdq",
         suffixes={".onnx": "onnx"},
         runners={"onnxruntime": "edgekit.backends.onnx.runner:OnnxRuntimeRunner"},
         default_targets=("onnxruntime:cpu",),
@@ -53,6 +69,12 @@ REGISTRY = (
     # PyTorch: the models edgekit starts from (exported programs, TorchScript, module:factory), run eagerly or compiled.
     Backend(
         format="torch",
+        title="PyTorch",
+        source_formats=("torch-export", "torchscript", "torch-factory", "torch-pickle"),
+        source_summary="edgekit.backends.torch.loader:torch_summary",
+        debug_capture="edgekit.backends.torch.debug:capture",
+        pruner="edgekit.pruning:prune_torch",
+        compares_stages=True,
         suffixes={".pt2": "torch-export"},  # TorchScript's .pt/.ts are told apart from state dicts by their content
         runners={"torch": "edgekit.backends.torch.runner:TorchRunner"},
         default_targets=("torch:cpu",),
@@ -62,6 +84,9 @@ REGISTRY = (
     # OpenVINO IR (.xml + .bin), run by OpenVINO on CPU, GPU or NPU; int8 through NNCF or ONNX Runtime's QDQ.
     Backend(
         format="openvino",
+        title="OpenVINO",
+        debug_capture="edgekit.backends.openvino.debug:capture",
+        takes_quantized=True,
         suffixes={".xml": "openvino"},
         runners={"openvino": "edgekit.backends.openvino.runner:OpenVinoRunner"},
         default_targets=("openvino:cpu",),
@@ -78,6 +103,10 @@ REGISTRY = (
     # Keras 3 / TensorFlow: .keras, .h5 and SavedModel folders, run by TensorFlow.
     Backend(
         format="keras",
+        title="Keras",
+        source_formats=("keras", "keras-h5", "savedmodel"),
+        source_summary="edgekit.backends.keras.loader:keras_summary",
+        pruner="edgekit.backends.keras.prune:prune_keras",
         suffixes={".keras": "keras", ".h5": "keras-h5", ".hdf5": "keras-h5"},
         runners={"tensorflow": "edgekit.backends.keras.runner:TensorFlowRunner"},
         default_targets=("tensorflow:cpu",),
@@ -87,6 +116,10 @@ REGISTRY = (
     # TFLite / LiteRT flatbuffers, run by the LiteRT interpreter with XNNPACK; Vela compiles int8 ones for Ethos-U.
     Backend(
         format="tflite",
+        title="TFLite",
+        debug_capture="edgekit.backends.tflite.debug:capture",
+        npu_compiler="edgekit.backends.tflite.ethos_u",
+        own_input_shapes=True,
         suffixes={".tflite": "tflite"},
         runners={"litert": "edgekit.backends.tflite.runner:LiteRtRunner"},
         default_targets=("litert:cpu",),
@@ -102,6 +135,9 @@ REGISTRY = (
     # TensorRT engines, built on the GPU from the ONNX edgekit writes first (QDQ for int8).
     Backend(
         format="tensorrt",
+        title="TensorRT",
+        takes_quantized=True,
+        int8_for="tensorrt:cuda",
         suffixes={".engine": "tensorrt", ".plan": "tensorrt"},
         runners={"tensorrt": "edgekit.backends.tensorrt.runner:TensorRtRunner"},
         default_targets=("tensorrt:cuda",),
@@ -113,6 +149,7 @@ REGISTRY = (
     # ExecuTorch: PyTorch's edge runtime; .pte programs lowered to the XNNPACK delegate (fp32, PT2E int8).
     Backend(
         format="executorch",
+        title="ExecuTorch",
         suffixes={".pte": "executorch"},
         runners={"executorch": "edgekit.backends.executorch.run:ExecuTorchRunner"},
         default_targets=("executorch:cpu",),
@@ -161,3 +198,19 @@ def describers() -> dict[str, str]:
 
 def summaries() -> dict[str, str]:
     return {b.format: b.summary for b in backends().values() if b.summary}
+
+
+def families() -> dict[str, str]:
+    """A source model's kind (torch-export, keras-h5, ...) -> the format whose runtime runs it (torch, keras)."""
+    return {kind: b.format for b in backends().values() for kind in b.source_formats}
+
+
+def source_formats() -> tuple[str, ...]:
+    """Formats that are a framework's own model: the matrix runs them as they are, at fp32."""
+    return tuple(b.format for b in backends().values() if b.source_only)
+
+
+def titles(where) -> str:
+    """'PyTorch and Keras': the names of the formats whose backend satisfies `where`, for messages."""
+    names = [b.title for b in backends().values() if where(b)]
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)

@@ -9,8 +9,7 @@ from pathlib import Path
 from edgekit import registry
 from edgekit.errors import ModelLoadError
 
-TORCH_FORMATS = ("torch-export", "torchscript", "torch-factory", "torch-pickle")
-KERAS_FORMATS = ("keras", "keras-h5", "savedmodel")
+FAMILIES = registry.families()  # a source model's kind -> the format whose runtime runs it
 SUFFIX_FORMATS = registry.suffix_formats()  # from the backend registry
 TORCH_SUFFIXES = (".pt", ".pth", ".ts", ".torchscript", ".jit")
 
@@ -28,9 +27,7 @@ class ModelSource:
     @property
     def family(self) -> str:
         """The framework that runs it: 'torch', 'onnx', ..."""
-        if self.format in TORCH_FORMATS:
-            return "torch"
-        return "keras" if self.format in KERAS_FORMATS else self.format
+        return FAMILIES.get(self.format, self.format)
 
     @property
     def path(self) -> Path | None:
@@ -127,12 +124,11 @@ def _zip_names(path: Path) -> list[str]:
 def zoo_model(spec: str):
     """(ModelSource, input specs, layout) of a zoo model; the trained FashionCNN comes with its weights."""
     from edgekit.zoo.fashion_mnist import DATA_DIR, GRU_WEIGHTS, VIT_WEIGHTS, WEIGHTS
-
-    from edgekit.zoo.names import FILE_FORMATS, zoo_entry
+    from edgekit.zoo.names import zoo_entry
 
     entry = zoo_entry(spec)
     suffix = Path(entry.target).suffix
-    if suffix in FILE_FORMATS:
-        return ModelSource(str(DATA_DIR / entry.target), FILE_FORMATS[suffix], zoo=spec), entry.inputs, entry.layout
+    if suffix in SUFFIX_FORMATS:  # a zoo model committed as a file (.onnx, .keras); else a factory
+        return ModelSource(str(DATA_DIR / entry.target), SUFFIX_FORMATS[suffix], zoo=spec), entry.inputs, entry.layout
     weights = {"zoo:fashion-cnn": WEIGHTS, "zoo:fashion-gru": GRU_WEIGHTS, "zoo:fashion-vit": VIT_WEIGHTS}.get(spec)
     return ModelSource(entry.target, "torch-factory", weights, zoo=spec), entry.inputs, entry.layout

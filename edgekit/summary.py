@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections import Counter
-
 from edgekit import registry
 from edgekit.artifact import file_size
+from edgekit.imports import import_attr
 from edgekit.source import ModelSource
 
 GRAPH_SUMMARIES = registry.summaries()  # from the backend registry
@@ -16,7 +15,6 @@ def model_info(source: ModelSource) -> dict:
     summary = {"model": source.spec, "format": source.format, "size_bytes": file_size(source.path) if source.path else None}
     if source.format in GRAPH_SUMMARIES:
         from edgekit.provenance import describe
-        from edgekit.imports import import_attr
 
         artifact = describe(source.path, source.format, None)
         summary.update(
@@ -27,10 +25,8 @@ def model_info(source: ModelSource) -> dict:
             **import_attr(GRAPH_SUMMARIES[source.format])(source.path),
             provenance=artifact.meta.get("provenance"),
         )
-    elif source.family == "keras":
-        summary.update(_keras_info(source))
     else:
-        summary.update(_torch_info(source))
+        summary.update(import_attr(registry.backend(source.family).source_summary)(source))
     return summary
 
 
@@ -43,52 +39,15 @@ def target_findings(source: ModelSource, target: str) -> list[dict]:
         raise EdgekitError(
             f"edgekit has no acceptance checks for {target}", hint="--for-target takes tensorrt:cuda (or onnxruntime:tensorrt)"
         )
-    if source.format != "onnx":
+    builds_from = registry.backend("tensorrt").via
+    if source.format != builds_from:
         raise EdgekitError(
-            f"TensorRT builds from ONNX; {source.spec} is {source.format}",
+            f"TensorRT builds from {registry.backend(builds_from).title}; {source.spec} is {source.format}",
             hint="convert first: edgekit convert MODEL --to onnx --precision int8 --for-target tensorrt:cuda --calib DATA",
         )
     from edgekit.backends.tensorrt.checks import check_for_tensorrt
 
     return [f.to_dict() for f in check_for_tensorrt(source.path)]
-
-
-def _keras_info(source: ModelSource) -> dict:
-    from edgekit.backends.keras.loader import KerasModel
-
-    model = KerasModel(source)
-    info = {"inputs": [s.to_dict() for s in model.specs], "outputs": [{"name": n, "shape": "-"} for n in model.output_names]}
-    if model.keras is not None:
-        info["parameters"] = int(model.keras.count_params())
-        info["ops"] = dict(Counter(type(layer).__name__ for layer in model.keras.layers).most_common())
-    return info
-
-
-def _torch_info(source: ModelSource) -> dict:
-    from edgekit.backends.torch.loader import forward_input_names, load_torch
-
-    module, declared = load_torch(source)
-    info = {
-        "parameters": sum(p.numel() for p in module.parameters()),
-        "inputs": [s.to_dict() for s in declared]
-        if declared
-        else [{"name": n, "shape": "unknown (give --input when converting)"} for n in forward_input_names(module)],
-    }
-    ops = _op_histogram(module)
-    if ops:
-        info["ops"] = ops
-    return info
-
-
-def _op_histogram(module) -> dict | None:
-    """Ops of a graph-carrying module: TorchScript (inlined graph) or an exported program's GraphModule."""
-    if hasattr(module, "inlined_graph"):
-        kinds = [n.kind() for n in module.inlined_graph.nodes() if not n.kind().startswith("prim::")]
-    elif hasattr(module, "graph") and hasattr(module.graph, "nodes"):
-        kinds = [str(n.target) for n in module.graph.nodes if n.op == "call_function"]
-    else:
-        return None
-    return dict(Counter(kinds).most_common())
 
 
 def list_targets(probe: bool = False) -> list[dict]:

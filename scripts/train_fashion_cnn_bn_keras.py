@@ -3,7 +3,7 @@
 out, the input standardised inside by a Rescaling layer), on Fashion-MNIST.
 
 The batch norms sit after the ReLU, where no converter can fold them into the layer before: the int8 case that
-converters.keras_batchnorm handles. Writes edgekit/zoo/data/fashion_cnn_bn.keras (~1.7 MB). Needs the IDX files
+backends.keras.batchnorm handles. Writes edgekit/zoo/data/fashion_cnn_bn.keras (~1.7 MB). Needs the IDX files
 (`apt-get install dataset-fashion-mnist`) and TensorFlow; about 2 minutes on 2 quiet cores (4 under load).
 """
 

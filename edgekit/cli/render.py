@@ -119,7 +119,7 @@ def print_how_made(prov: dict) -> None:
     folded = (prov.get("tflite") or {}).get("pads_folded")
     if folded:
         console.print(
-            f"  pads: {folded} explicit zero pad(s) folded into the SAME padding of the convolution reading each (converters.tflite_pads)"
+            f"  pads: {folded} explicit zero pad(s) folded into the SAME padding of the convolution reading each (backends.tflite.pads)"
         )
     calib = prov.get("calibration")
     if calib:
@@ -132,7 +132,7 @@ def print_how_made(prov: dict) -> None:
             console.print("  [bold red]calibrated on RANDOM data: accuracy of this model is not meaningful[/]")
 
 
-PT2E_SECTIONS = ("tflite", "executorch")  # the sidecar sections whose int8 converters.pt2e made, its entry inside
+PT2E_SECTIONS = ("tflite", "executorch")  # the sidecar sections whose int8 backends.torch.pt2e made, its entry inside
 
 
 def _print_float_layers(quant: dict, control: dict | None) -> None:

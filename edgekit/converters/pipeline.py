@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import logging
 import shutil
@@ -10,16 +11,17 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit import progress
+from edgekit import progress, registry
 from edgekit.artifact import Artifact, TensorSpec
 from edgekit.calibration import Samples, load_samples, random_samples
 from edgekit.calibration.samples import warn_if_few
 from edgekit.conversion import ConversionData, ConvertOptions, load_for_conversion, needs_calibration, plan, run_steps
 from edgekit.errors import EdgekitError
 from edgekit.fileio import SIDECAR_SUFFIX, atomic_output, check_output_path, work_folder
-from edgekit.source import ModelSource
+from edgekit.imports import import_attr
 from edgekit.native import third_party_quiet
 from edgekit.provenance import describe, source_provenance
+from edgekit.source import ModelSource
 
 log = logging.getLogger("edgekit")
 
@@ -30,8 +32,8 @@ def convert(source: ModelSource, to: str, out: Path, options: ConvertOptions) ->
 
     check_output_path(Path(out), "-o", "model" + SUFFIXES.get(to, f".{to}"))
     steps = plan(source.family, to, options.precision)
-    if to == "tensorrt":
-        steps, options = _tensorrt_steps(source, steps, options)
+    if registry.backend(to).int8_for:
+        steps, options = _int8_for_target(source, to, steps, options)
     for converter, _ in steps:
         converter.require()  # a missing backend is reported before any work
     calibrate = needs_calibration(steps) and not _quantized_source(source, to, options.precision)
@@ -51,7 +53,7 @@ def convert(source: ModelSource, to: str, out: Path, options: ConvertOptions) ->
         notes = run_steps(steps, model, specs, final, Path(work), options, data, source.name)
         if options.device:
             with progress.step(f"{source.name}: compiling for {options.device}"), third_party_quiet():
-                notes["npu"] = _compile_for_npu(final, options.device, Path(work))
+                notes["npu"] = _compile_for_npu(to, final, options.device, Path(work))
         with progress.step(f"{source.name}: loading the {to} just written and running one sample"):
             notes["verified"] = verify_written(final, specs)
         artifact = describe(final, to, options.precision)
@@ -72,7 +74,7 @@ def verify_written(path: Path, specs: list[TensorSpec]) -> str:
     runtime = parse_target(DEFAULT_TARGET[source.family])[0]
     if not runner_class(runtime).installed():
         return f"not loaded: {runtime} is not installed here"
-    runner = make_runner(source, None, 1, specs if source.family != "tflite" else None)
+    runner = make_runner(source, None, 1, None if registry.backend(source.family).own_input_shapes else specs)
     try:
         runner.load()
         outputs = runner.infer(next(random_samples(runner.inputs, 1).batches(1)))
@@ -93,10 +95,11 @@ def verify_written(path: Path, specs: list[TensorSpec]) -> str:
     return f"loaded in {runner.target} and ran one sample: finite outputs"
 
 
-def _tensorrt_steps(source: ModelSource, steps, options: ConvertOptions):
-    """TensorRT int8 takes symmetric s8 Q/DQ; an ONNX that already has Q/DQ nodes is built as it is."""
-    options = dataclasses.replace(options, for_target="tensorrt:cuda")
-    if _quantized_source(source, "tensorrt", options.precision):
+def _int8_for_target(source: ModelSource, to: str, steps, options: ConvertOptions):
+    """A format whose int8 has one scheme (TensorRT: symmetric s8 Q/DQ) is quantized for it; a source that already
+    holds Q/DQ nodes is built as it is."""
+    options = dataclasses.replace(options, for_target=registry.backend(to).int8_for)
+    if _quantized_source(source, to, options.precision):
         steps = steps[-1:]
     return steps, options
 
@@ -104,31 +107,31 @@ def _tensorrt_steps(source: ModelSource, steps, options: ConvertOptions):
 def _quantized_source(source: ModelSource, to: str, precision: str) -> bool:
     """An ONNX that already holds Q/DQ, converted to int8 where its Q/DQ are taken as they are (OpenVINO, TensorRT):
     nothing is calibrated."""
-    if source.family != "onnx" or precision != "int8" or to not in ("openvino", "tensorrt"):
+    check = registry.backend(source.family).quantized_check
+    if check is None or precision != "int8" or not registry.backend(to).takes_quantized:
         return False
-    from edgekit.backends.onnx.loader import has_qdq
-
-    return has_qdq(source.path)
+    return import_attr(check)(source.path)
 
 
 def _check_device(to: str, options: ConvertOptions) -> None:
     if options.device is None:
         return
-    if to != "tflite":
+    compiler = registry.backend(to).npu_compiler
+    if compiler is None:
+        npu_formats = [b for b in registry.backends().values() if b.npu_compiler]
         raise EdgekitError(
-            f"--device {options.device} compiles TFLite models for an NPU, not {to}", hint="use --to tflite --precision int8"
+            f"--device {options.device} compiles {registry.titles(lambda b: b.npu_compiler)} models for an NPU, not {to}",
+            hint=f"use --to {npu_formats[0].format} --precision int8",
         )
-    from edgekit.backends.tflite.ethos_u import check_device, vela_command
+    compiler = importlib.import_module(compiler)
+    compiler.check_device(options.device, options.precision)
+    compiler.vela_command()
 
-    check_device(options.device, options.precision)
-    vela_command()
 
-
-def _compile_for_npu(tflite: Path, device: str, work: Path) -> dict:
+def _compile_for_npu(to: str, tflite: Path, device: str, work: Path) -> dict:
     """Vela next to the int8 model (in the same staging folder, so both land together)."""
-    from edgekit.backends.tflite.ethos_u import compile_vela
-
-    report = compile_vela(tflite, device, work / "vela")
+    compiler = importlib.import_module(registry.backend(to).npu_compiler)
+    report = compiler.compile_vela(tflite, device, work / "vela")
     compiled = next((work / "vela").glob("*_vela.tflite"))
     target = tflite.with_name(f"{tflite.stem}.{device}.tflite")
     shutil.copyfile(compiled, target)

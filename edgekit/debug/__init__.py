@@ -1,7 +1,7 @@
 """`edgekit debug`: where an artifact starts to differ from its reference, tensor by tensor.
 
 Both models run on the same samples, one at a time; every intermediate tensor they share (matched by name)
-is compared (debug.metrics). One capture module per format family: onnx (ONNX Runtime), tflite (LiteRT),
+is compared (metrics.tensors). One capture module per format family: onnx (ONNX Runtime), tflite (LiteRT),
 openvino, torch (forward hooks named through an ONNX export's module scopes).
 """
 
@@ -11,15 +11,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edgekit.metrics.tensors import FLOOR_DB, JUMP_DB, ErrorStats, TensorRef, first_jump, table_rows, worst
+from edgekit import registry
 from edgekit.errors import EdgekitError, InputMismatchError
+from edgekit.imports import import_attr
+from edgekit.metrics.tensors import FLOOR_DB, JUMP_DB, ErrorStats, TensorRef, first_jump, table_rows, worst
 from edgekit.source import ModelSource
 
-CAPTURES = {
-    "onnx": "edgekit.backends.onnx.debug:OnnxCapture",
-    "tflite": "edgekit.backends.tflite.debug:TfliteCapture",
-    "openvino": "edgekit.backends.openvino.debug:OpenVinoCapture",
-}
 SHOWN_UNMATCHED = 20
 
 
@@ -78,7 +75,8 @@ def debug(request: DebugRequest) -> dict:
 def _naming_advice(request: DebugRequest, provenance: dict, matched: int, unmatched: dict) -> str | None:
     """What to compare an OpenVINO int8 IR made through ONNX (a CNN for x86: ONNX Runtime's QDQ route) with, when it shares few
     tensor names with an IR made straight from PyTorch; `provenance`: the artifact's."""
-    if {request.artifact.format, request.reference.format} != {"openvino"} or matched >= len(unmatched["reference_only"]):
+    built_from_qdq = all(registry.backend(m.family).takes_quantized for m in (request.artifact, request.reference))
+    if not built_from_qdq or matched >= len(unmatched["reference_only"]):
         return None
     if (provenance.get("quantization") or {}).get("tool") != "onnxruntime":
         return None
@@ -93,29 +91,13 @@ def _naming_advice(request: DebugRequest, provenance: dict, matched: int, unmatc
 
 def capture(source: ModelSource, partner=None):
     """The capture object for a model: its inputs, its tensors in graph order, run(feeds) -> values by key."""
-    import importlib
-
-    if source.family == "torch":
-        return _torch_capture(source, partner)
-    if source.family not in CAPTURES:
+    captured = registry.backend(source.family).debug_capture
+    if captured is None:
         raise EdgekitError(
             f"edgekit debug cannot read the intermediate tensors of {source.format} models ({source.spec})",
             hint="debug ONNX, TFLite or OpenVINO artifacts, with a reference in the same format, or PyTorch vs ONNX",
         )
-    module, name = CAPTURES[source.family].split(":")
-    return getattr(importlib.import_module(module), name)(source.path)
-
-
-def _torch_capture(source: ModelSource, partner):
-    from edgekit.backends.onnx.debug import OnnxCapture
-    from edgekit.backends.torch.debug import TorchCapture
-
-    if not isinstance(partner, OnnxCapture):
-        raise EdgekitError(
-            f"a PyTorch reference ({source.spec}) can be matched to an ONNX artifact only: ONNX records the module each node came from",
-            hint="export it with `edgekit convert MODEL --to onnx` and debug that ONNX against the PyTorch model",
-        )
-    return TorchCapture(source, partner.model, partner.inputs)
+    return import_attr(captured)(source, partner)
 
 
 def match(reference: list[TensorRef], artifact: list[TensorRef], by_order: bool = False) -> tuple[list[tuple[TensorRef, TensorRef]], dict]:
@@ -192,7 +174,7 @@ def _provenance(source: ModelSource) -> dict:
 
 
 def _channel_orders(provenance: dict) -> dict[str, list[int]]:
-    """The tensors whose channels a conversion reordered (pair-safe int8: converters.channel_order), by name."""
+    """The tensors whose channels a conversion reordered (pair-safe int8: backends.onnx.channel_order), by name."""
     from edgekit.backends.onnx.channel_order import orders_by_tensor
 
     return orders_by_tensor((provenance.get("quantization") or {}).get("channel_order"))

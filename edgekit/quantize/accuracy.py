@@ -1,9 +1,9 @@
-"""Accuracy-aware static int8 on ONNX Runtime (and, through the same loop, LiteRT: converters.litert_accuracy): return the most sensitive layers and activations to float until the limit holds.
+"""Accuracy-aware static int8 on ONNX Runtime (and, through the same loop, LiteRT: backends.tflite.accuracy): return the most sensitive layers and activations to float until the limit holds.
 
-The candidates are ranked once on calibration samples by one measure (converters.sensitivity): 1 - the mean
+The candidates are ranked once on calibration samples by one measure (quantize.sensitivity): 1 - the mean
 cosine of the outputs vs fp32 with only that one thing in int8: a layer's weights (on ONNX Runtime the fitted codes
 and corrected bias the all-int8 model holds), or (ONNX Runtime) an activation rounded to its int8 grid
-(converters.float_activations). The model is calibrated once (ONNX Runtime's
+(backends.onnx.float_activations). The model is calibrated once (ONNX Runtime's
 calibration cache) and, per step, one more candidate goes to float: a layer is re-quantized without it, an
 activation's Q/DQ pair becomes a Clip to the same range. Each step is validated on the labelled data on the
 target's runtime and kept only if it brings the outputs closer to fp32 (mean cosine: top-1 moves in whole
@@ -13,7 +13,6 @@ samples); the final artifact is validated again, and every step is recorded with
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 

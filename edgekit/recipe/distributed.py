@@ -113,7 +113,8 @@ def task_resources(fmt: str, precision: str, target: str, options: RayOptions, c
     resources = {"num_cpus": min(options.cpus_per_task, cluster.get("CPU", 1))}
     if precision == "int8":
         resources["memory"] = min(options.calibration_memory_mb * 2**20, int(cluster.get("memory", 0)))
-    if (fmt == "tensorrt" or target.partition(":")[2].startswith("cuda")) and cluster.get("GPU", 0) >= 1:
+    devices = {t.partition(":")[2].partition("[")[0] for t in (target, registry.backend(fmt).default_targets[0])}
+    if any(device.startswith("cuda") for device in devices) and cluster.get("GPU", 0) >= 1:  # a GPU target, or a GPU-only format
         resources["num_gpus"] = 1
     return resources
 

@@ -10,16 +10,17 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgekit import registry
 from edgekit.artifact import TensorSpec, parse_input_spec
 from edgekit.conversion import SUFFIXES, CalibrationOptions, ConvertOptions
 from edgekit.errors import EdgekitError
 from edgekit.isa import host_class, speedup_note
-from edgekit.source import ModelSource, open_source
+from edgekit.metrics.gate import check_row, failures, with_default_gates
 from edgekit.recipe.cache import cached_build, publish
 from edgekit.recipe.schema import SOURCE_FORMATS, Recipe
-from edgekit.validate.benchmark import BenchSettings
-from edgekit.metrics.gate import check_row, failures, with_default_gates
 from edgekit.report.schema import new_report
+from edgekit.source import ModelSource, open_source
+from edgekit.validate.benchmark import BenchSettings
 
 log = logging.getLogger("edgekit")
 SCHEMA = "matrix"
@@ -100,8 +101,8 @@ def _say(progress, text: str) -> None:
 
 def model_source(recipe: Recipe) -> tuple[ModelSource, tuple[TensorSpec, ...], str]:
     """The recipe's model (a zoo: name or a path/factory), its --input specs and input layout."""
-    from edgekit.zoo.names import is_zoo
     from edgekit.source import zoo_model
+    from edgekit.zoo.names import is_zoo
 
     if is_zoo(recipe.model.path):
         source, inputs, layout = zoo_model(recipe.model.path)
@@ -140,7 +141,7 @@ def apply_compression(recipe: Recipe, source: ModelSource, inputs, validation: s
             surgery=stage.surgery,
             learning_rate=stage.lr,
         )
-        suffix = ".keras" if source.family == "keras" else ".pt2"
+        suffix = registry.backend(source.family).suffix  # the pruner writes its framework's own file: .pt2, .keras
         key = fingerprint({"source": source_fingerprint(source), "stage": stage.__dict__, "data": _file_hash(validation)})
         out = cache / key / f"{source.name}.compress{i}{suffix}"
         finetune = recipe.resolve(stage.finetune)

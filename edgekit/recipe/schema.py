@@ -14,7 +14,7 @@ TODO = "TODO"  # the value `edgekit init` writes where it needs one it was not g
 DEFAULT_TARGETS = registry.default_targets()
 # The model itself as a matrix row, on its own runtime (e.g. torch:cuda[compile=reduce-overhead,dtype=fp16]):
 # it runs at fp32, its dtype set by the target's options.
-SOURCE_FORMATS = ("torch", "keras")
+SOURCE_FORMATS = registry.source_formats()
 
 
 class RecipeError(EdgekitError):

@@ -43,7 +43,6 @@ MODELS = {
     # a facial-expression-style Keras CNN: Conv(relu) -> BatchNorm, Dense(relu) -> BatchNorm, dropout, softmax out
     "zoo:fashion-cnn-bn-keras": ZooModel("fashion_cnn_bn.keras", (), "nhwc", **FASHION),
 }
-FILE_FORMATS = {".keras": "keras", ".onnx": "onnx"}  # zoo models committed as files, by suffix
 # zoo data -> (the committed raw file, its preprocessing): uint8 `images` [N, 28, 28] -> float32 `image` in [0, 1],
 # [N, 1, 28, 28] (nchw) or [N, 28, 28, 1] (nhwc), with int64 `labels`
 DATA = {"zoo:fashion-mnist-test": "fashion_mnist_test.npz", "zoo:fashion-mnist-calib": "fashion_mnist_calib.npz"}

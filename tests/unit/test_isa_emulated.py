@@ -61,7 +61,7 @@ def test_the_avx2_scheme_keeps_accuracy_where_the_vnni_scheme_saturates(int8_for
     assert result["class"] == "x86-avx2"  # CPUID, not the host's /proc/cpuinfo, decides the class
     reference = _native_top1(fashion_onnx["fp32"], small_test_npz)
     agree = {p: 100 * float(np.mean(np.array(result["top1"][str(p)]) == reference)) for p in (avx2, vnni)}
-    assert agree[avx2] >= 99.5, agree  # pair-safe u8 x s8, its channels reordered (converters.channel_order): no saturation
+    assert agree[avx2] >= 99.5, agree  # pair-safe u8 x s8, its channels reordered (backends.onnx.channel_order): no saturation
     assert agree[vnni] <= agree[avx2] - 1.0, agree  # u8 x s8 saturates without VNNI (97.55%): the emulation is real
 
 
@@ -99,7 +99,7 @@ print(json.dumps(session.run(None, {"x": x})[0][0, :, 0, 0].tolist()))
 
 
 def test_vpmaddubsw_pairs_adjacent_input_channels_and_128_is_the_safe_pair_sum(tmp_path):
-    """What converters.pair_safe rests on, on ONNX Runtime's own AVX2 kernel: a u8 x s8 1x1 QLinearConv sums
+    """What backends.onnx.pair_safe rests on, on ONNX Runtime's own AVX2 kernel: a u8 x s8 1x1 QLinearConv sums
     a_k w_k + a_k+1 w_k+1 (k even) in int16, so a pair of codes 127 + 127 against activations of 255 clips,
     the same codes two channels apart do not, nor a pair that keeps |w| + |w'| <= 128."""
     from onnx import TensorProto, helper, numpy_helper

@@ -27,8 +27,8 @@ class TorchToExecutorch(Converter):
     sources = ("torch",)
     target_format = "executorch"
     precisions = {"fp32": False, "int8": True}
-    honours = frozenset({"calib_method", "per_tensor"})  # PT2E int8: converters.pt2e.static_config
-    calib_methods = ("minmax", "histogram")  # converters.pt2e.OBSERVERS: torchao has no entropy or percentile observer
+    honours = frozenset({"calib_method", "per_tensor"})  # PT2E int8: backends.torch.pt2e.static_config
+    calib_methods = ("minmax", "histogram")  # backends.torch.pt2e.OBSERVERS: torchao has no entropy or percentile observer
     default_calib_method = "histogram"  # the stock quantizer's own observer; Lite0 on LiteRT 96.00% vs 94.50% with minmax
     package = "executorch"
     import_name = "executorch"
@@ -75,7 +75,7 @@ def lower_to_xnnpack(module, args) -> tuple:
 
 
 def _quantize(module, args, options: ConvertOptions, data: ConversionData, specs):
-    """PT2E with the XNNPACK quantizer and converters.pt2e's steps (calibration, fitted weight codes, the sensitivity
+    """PT2E with the XNNPACK quantizer and backends.torch.pt2e's steps (calibration, fitted weight codes, the sensitivity
     outliers kept float unless --no-keep-sensitive), weights folded to int8 for the delegate; (the quantized
     GraphModule, provenance entry)."""
     from edgekit.backends.executorch.quantizer import xnnpack_quantizer

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
 from edgekit.artifact import TensorSpec
 from edgekit.errors import ModelLoadError
-from edgekit.source import ModelSource
 from edgekit.native import stderr_silenced
+from edgekit.source import ModelSource
 
 
 def quiet_tensorflow():
@@ -101,3 +102,13 @@ def for_conversion(source: ModelSource, given: list[TensorSpec]):
     """The model converters take, and its input specs."""
     model = KerasModel(source)
     return model, given or model.specs
+
+
+def keras_summary(source: ModelSource) -> dict:
+    """What `edgekit info` shows of a Keras model: inputs, outputs, parameters, layer histogram."""
+    model = KerasModel(source)
+    info = {"inputs": [s.to_dict() for s in model.specs], "outputs": [{"name": n, "shape": "-"} for n in model.output_names]}
+    if model.keras is not None:
+        info["parameters"] = int(model.keras.count_params())
+        info["ops"] = dict(Counter(type(layer).__name__ for layer in model.keras.layers).most_common())
+    return info

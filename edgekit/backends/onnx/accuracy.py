@@ -10,6 +10,7 @@ import numpy as np
 from edgekit.backends.onnx.sensitivity import outputs
 from edgekit.quantize.accuracy import Limit, check_top1
 
+
 def check_declared_top1(limit: Limit, model: Path) -> None:
     """check_top1 before any calibration, on the first output's shape as the ONNX `model` declares it (dimension names
     where dynamic); left to the validation run where the declaration cannot tell (no shape, or [N, dynamic])."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from edgekit.calibration.samples import Samples
 
+
 def ort_reader(samples: Samples, batch: int = 16):
     """An onnxruntime.quantization CalibrationDataReader over `samples` (one pass)."""
     from onnxruntime.quantization import CalibrationDataReader

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.metrics.tensors import TensorRef
 from edgekit.errors import ModelLoadError
+from edgekit.metrics.tensors import TensorRef
 
 SAVED = "_ReshapedSavedOutput"  # the suffix qdq_loss_debug gives each saved tensor's output
 
@@ -24,8 +24,8 @@ class OnnxCapture:
     def __init__(self, path: Path) -> None:
         import onnxruntime as ort
 
-        from edgekit.fileio import work_folder
         from edgekit.backends.onnx.loader import read_onnx, value_specs
+        from edgekit.fileio import work_folder
 
         model = read_onnx(path)
         self.model = model
@@ -143,3 +143,8 @@ def module_scopes(node) -> list[str]:
                 return []
             return [s for s in scopes[:-1] if s]
     return []
+
+
+def capture(source, partner=None) -> OnnxCapture:
+    """`edgekit debug`'s capture of this format (the registry names it): the file's tensors, whatever the partner."""
+    return OnnxCapture(source.path)

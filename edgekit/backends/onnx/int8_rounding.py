@@ -60,8 +60,8 @@ def input_statistics(model_path: Path, samples, count: int = SAMPLES, positions:
     import onnx
     import torch
 
-    from edgekit.calibration.samples import Samples
     from edgekit.backends.onnx.sensitivity import tensor_batches
+    from edgekit.calibration.samples import Samples
 
     model = onnx.load(str(model_path))
     layers = _layers(model)
@@ -117,7 +117,7 @@ def best_codes(
 ) -> np.ndarray:
     """Codes (C x K) near `codes` that lower each channel's output error d G d^T, d = (q - zero) * scale - w,
     one code moved by one step per channel and round, while a move lowers it. `pairs`: the codes start from,
-    and every move keeps to, the pair limit of converters.pair_safe."""
+    and every move keeps to, the pair limit of backends.onnx.pair_safe."""
     if pairs:
         codes = pair_safe.project(codes)
     q = codes.astype(np.float64)
@@ -165,7 +165,7 @@ class WeightRounding:
 
     def __init__(self, float_model: Path, samples, pair_safe: bool = False) -> None:
         self.float_model, self.samples = Path(float_model), samples
-        self.pair_safe = pair_safe  # u8 x s8 for x86 without VNNI: codes kept to converters.pair_safe's limits
+        self.pair_safe = pair_safe  # u8 x s8 for x86 without VNNI: codes kept to backends.onnx.pair_safe's limits
         self._stats: dict | None = None
         self._codes: dict = {}
         self.errors: dict[str, tuple[float, float]] = {}  # weight -> output error (round-to-nearest, fitted)
@@ -239,7 +239,7 @@ class _LayerEdit:
         return 1
 
     def _limits(self, dtype, weight_shape) -> tuple[bool, tuple[int, int]]:
-        """(pair limit on, code bounds) for this layer: converters.pair_safe's where the scheme asks for it."""
+        """(pair limit on, code bounds) for this layer: backends.onnx.pair_safe's where the scheme asks for it."""
         layer_kind = (
             pair_safe.kind(self.node.op_type, weight_shape, node_attribute(self.node, "group", 1)) if self.rounding.pair_safe else None
         )

@@ -2,7 +2,7 @@
 
 The int8 scheme is chosen for the CPU class (edgekit.isa) or accelerator the model is meant for, and
 the reason is recorded: u8 x s8 where VNNI/AMX accumulate it in int32 (the fast path), u8 x s8 with
-pair-safe weights on AVX2 (converters.pair_safe), u8 x u8 where u8 x s8 would saturate and that is not
+pair-safe weights on AVX2 (backends.onnx.pair_safe), u8 x u8 where u8 x s8 would saturate and that is not
 measured (x86 with AVX-512BW or SSSE3 and no VNNI), s8 x s8 on Arm, symmetric s8 for TensorRT.
 """
 
@@ -16,9 +16,9 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from edgekit.conversion import ConversionData, Converter, ConvertOptions
 from edgekit.backends.onnx.exponential_ops import exponential_chains
 from edgekit.backends.onnx.int8_rounding import WeightRounding
+from edgekit.conversion import ConversionData, Converter, ConvertOptions
 from edgekit.errors import ConversionError, EdgekitError
 
 log = logging.getLogger("edgekit")
@@ -36,7 +36,7 @@ class Int8Scheme:
     quantize_bias: bool = True  # int32 bias DequantizeLinear (ONNX Runtime fuses it); TensorRT keeps float biases
     isa_class: str | None = None  # the CPU class the scheme was chosen for (None: not a CPU target)
     isa_from: str | None = None  # where that class came from: this host, --for-target, a device
-    pair_safe_weights: bool = False  # weight pairs kept within VPMADDUBSW's int16 (x86 without VNNI; converters.pair_safe)
+    pair_safe_weights: bool = False  # weight pairs kept within VPMADDUBSW's int16 (x86 without VNNI; backends.onnx.pair_safe)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -79,7 +79,7 @@ class OnnxQuantizer(Converter):
     import_name = "onnxruntime"
     accuracy_control = True
     honours = frozenset({"calib_method", "per_tensor"})
-    # histogram: L2-optimal ranges from streamed histograms (converters.activation_ranges), the best measured on
+    # histogram: L2-optimal ranges from streamed histograms (backends.onnx.activation_ranges), the best measured on
     # EfficientNet-Lite0 (600 crops: cosine 0.9987 vs minmax 0.9975; percentile and entropy, on 64 samples since
     # ORT's own histograms on 300 exhaust memory, were below minmax: docs/int8-schemes.md)
     calib_methods = ("minmax", "entropy", "percentile", "histogram")
@@ -242,16 +242,16 @@ def _int8_static(model: Path, out: Path, options: ConvertOptions, data: Conversi
 
 
 def _channel_order(pre: Path, scheme: Int8Scheme, samples) -> dict | None:
-    """For pair-safe weights, the pre-processed model's channels reordered in place (converters.channel_order), kept
+    """For pair-safe weights, the pre-processed model's channels reordered in place (backends.onnx.channel_order), kept
     only where the float outputs on a few calibration samples stay what they were; the notes, or None where the scheme
     has no pairs to keep."""
     if not scheme.pair_safe_weights:
         return None
     import numpy as np
 
-    from edgekit.calibration.samples import Samples
     from edgekit.backends.onnx.channel_order import reorder
     from edgekit.backends.onnx.sensitivity import outputs
+    from edgekit.calibration.samples import Samples
 
     ordered = pre.with_name("ordered.onnx")
     notes = reorder(pre, ordered)
@@ -306,7 +306,7 @@ class StaticQuantizer:
         self.sensitivity_samples = min(SAMPLES, len(samples))
         self.probe = Samples({k: v[: self.sensitivity_samples] for k, v in samples.arrays.items()})
         self._reference = None
-        self.exponential = exponential_chains(pre)  # always float: no int8 scale holds exp(x) (converters.exponential_ops)
+        self.exponential = exponential_chains(pre)  # always float: no int8 scale holds exp(x) (backends.onnx.exponential_ops)
         self.rounding = WeightRounding(pre, samples, scheme.pair_safe_weights)
         self.rounding_notes: dict = {}
         self.workdir = workdir
@@ -322,14 +322,14 @@ class StaticQuantizer:
         _quantize_static(self.pre, self.workdir / "minmax.onnx", self.samples, self.specs, self.options, self.scheme, [], self.cache)
         changed = refine_cache(self.cache, self.pre, self.samples, self.scheme.symmetric_activations)
         self.ranges_notes = {
-            "activation_ranges": "L2-optimal from histograms of the calibration samples (converters.activation_ranges)",
+            "activation_ranges": "L2-optimal from histograms of the calibration samples (backends.onnx.activation_ranges)",
             "tensors_narrowed": changed,
         }
 
     def quantize(self, keep_float: list[str], out: Path, float_activations: list[str] = ()) -> None:
         """`out`: every supported layer in int8 but `keep_float` and the user's --exclude, its weight codes and
-        biases then fitted to the calibration data (converters.int8_rounding), and the activations
-        `float_activations` unrounded (converters.float_activations). The quantized model is kept in the work
+        biases then fitted to the calibration data (backends.onnx.int8_rounding), and the activations
+        `float_activations` unrounded (backends.onnx.float_activations). The quantized model is kept in the work
         folder for a later call with the same float layers, which then only changes activations."""
         import onnx
 
@@ -399,8 +399,8 @@ def _quantize_static(
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
-    from edgekit.backends.onnx.calibration import ort_reader
     from edgekit.backends.onnx import pair_safe
+    from edgekit.backends.onnx.calibration import ort_reader
 
     types = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}
     overrides = pair_safe.overrides(onnx.load(str(pre)), options.per_tensor) if scheme.pair_safe_weights else {}

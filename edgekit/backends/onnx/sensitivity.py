@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit.backends.onnx.loader import node_attribute
 from edgekit.calibration.samples import Samples
 from edgekit.quantize.sensitivity import SAMPLES, LayerSensitivity, WeightLayer, fake_quantize, rank
-from edgekit.backends.onnx.loader import node_attribute
 
 BATCH = 8
 

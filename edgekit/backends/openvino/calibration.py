@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from edgekit.calibration.samples import Samples
 
+
 def nncf_dataset(samples: Samples, batch: int = 1):
     """An nncf.Dataset of feed dicts (one sample each by default) over `samples`."""
     import nncf

@@ -88,3 +88,8 @@ def _after_fake_quantize(output):
     if len(readers) == 1 and readers[0].get_type_name() == "FakeQuantize":
         return readers[0].output(0)
     return output
+
+
+def capture(source, partner=None) -> OpenVinoCapture:
+    """`edgekit debug`'s capture of this format (the registry names it): the file's tensors, whatever the partner."""
+    return OpenVinoCapture(source.path)

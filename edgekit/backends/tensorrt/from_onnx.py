@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgekit.artifact import TensorSpec
-from edgekit.conversion import ConversionData, Converter, ConvertOptions
 from edgekit.backends.tensorrt.checks import check_for_tensorrt, errors_of
+from edgekit.conversion import ConversionData, Converter, ConvertOptions
 from edgekit.errors import ConversionError, EdgekitError
 
 WORKSPACE_BYTES = 4 << 30

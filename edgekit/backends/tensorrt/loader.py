@@ -83,8 +83,8 @@ def engine_specs(engine) -> tuple[list[TensorSpec], list[TensorSpec]]:
 
 def tensorrt_artifact(path: Path, precision: str | None = None) -> Artifact:
     """An Artifact for an engine: read by TensorRT where it runs, else from the sidecar edgekit wrote."""
-    from edgekit.provenance import read_provenance
     from edgekit.backends.tensorrt.runner import TensorRtRunner
+    from edgekit.provenance import read_provenance
 
     provenance = read_provenance(path) or {}
     if TensorRtRunner.installed():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from edgekit.calibration.samples import Samples
 
+
 def tflite_representative(samples: Samples, specs):
     """A TFLiteConverter representative_dataset: one list of arrays (input order) per sample."""
     names = [s.name for s in specs]

@@ -92,3 +92,8 @@ class TfliteCapture:
             self.interpreter.set_tensor(detail["index"], quantize(feeds[spec.name], detail))
         self.interpreter.invoke()
         return {name: dequantize(self.interpreter.get_tensor(i), self._details[i]) for name, i in self._index.items()}
+
+
+def capture(source, partner=None) -> TfliteCapture:
+    """`edgekit debug`'s capture of this format (the registry names it): the file's tensors, whatever the partner."""
+    return TfliteCapture(source.path)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgekit.conversion import ConversionData, Converter, ConvertOptions
 from edgekit.backends.keras.batchnorm import with_batchnorm_folded
+from edgekit.conversion import ConversionData, Converter, ConvertOptions
 from edgekit.errors import ConversionError, EdgekitError
 from edgekit.native import stderr_silenced
 

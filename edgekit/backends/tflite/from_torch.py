@@ -11,8 +11,8 @@ import io
 import logging
 from pathlib import Path
 
-from edgekit.conversion import ConversionData, Converter, ConvertOptions
 from edgekit.backends.tflite.pads import fold_same_pads
+from edgekit.conversion import ConversionData, Converter, ConvertOptions
 from edgekit.errors import ConversionError, EdgekitError
 from edgekit.native import stderr_silenced
 
@@ -26,10 +26,10 @@ class TorchToTflite(Converter):
     sources = ("torch",)
     target_format = "tflite"
     precisions = {"fp32": False, "fp16": False, "int8-dynamic": False, "int8": True}
-    honours = frozenset({"calib_method", "per_tensor"})  # PT2E int8: converters.pt2e.static_config
-    calib_methods = ("minmax", "histogram")  # converters.pt2e.OBSERVERS: torchao has no entropy or percentile observer
+    honours = frozenset({"calib_method", "per_tensor"})  # PT2E int8: backends.torch.pt2e.static_config
+    calib_methods = ("minmax", "histogram")  # backends.torch.pt2e.OBSERVERS: torchao has no entropy or percentile observer
     default_calib_method = "histogram"  # the stock quantizer's own observer; Lite0 on LiteRT 96.00% vs 94.50% with minmax
-    accuracy_control = True  # --max-drop / --min-agreement / --min-cosine: converters.litert_accuracy
+    accuracy_control = True  # --max-drop / --min-agreement / --min-cosine: backends.tflite.accuracy
     package = "litert-torch"
     import_name = "litert_torch"
 
@@ -108,14 +108,14 @@ def _convert(module, args, options: ConvertOptions, data: ConversionData, specs,
 
 
 def _int8_static(module, args, options: ConvertOptions, data: ConversionData, specs, notes: dict, keep_float=(), search=False):
-    """PT2E static int8 (converters.pt2e.int8) with litert-torch's quantizer: the `keep_float` modules stay float, or
+    """PT2E static int8 (backends.torch.pt2e.int8) with litert-torch's quantizer: the `keep_float` modules stay float, or
     with `search` the sensitivity outliers that bring the outputs closest to fp32."""
     import litert_torch
     from litert_torch.quantize.quant_config import QuantConfig
 
     from edgekit.backends.tflite.quantizer import litert_quantizer
-    from edgekit.backends.torch.pt2e import int8
     from edgekit.backends.torch.loader import in_eval_mode
+    from edgekit.backends.torch.pt2e import int8
 
     converted, quantizer, notes["quantization"] = int8(
         in_eval_mode(module),

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgekit.metrics.tensors import TensorRef
 from edgekit.errors import EdgekitError
+from edgekit.metrics.tensors import TensorRef
 
 
 class TorchCapture:
@@ -72,3 +72,15 @@ def scope_outputs(onnx_model) -> dict[str, tuple[str, int]]:
         for scope in module_scopes(node):
             found[scope] = (key, position)
     return found
+
+
+def capture(source, partner=None) -> TorchCapture:
+    """`edgekit debug`'s capture of a PyTorch reference (the registry names it): matched to an ONNX artifact's module scopes."""
+    from edgekit.backends.onnx.debug import OnnxCapture
+
+    if not isinstance(partner, OnnxCapture):
+        raise EdgekitError(
+            f"a PyTorch reference ({source.spec}) can be matched to an ONNX artifact only: ONNX records the module each node came from",
+            hint="export it with `edgekit convert MODEL --to onnx` and debug that ONNX against the PyTorch model",
+        )
+    return TorchCapture(source, partner.model, partner.inputs)

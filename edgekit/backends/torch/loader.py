@@ -6,6 +6,7 @@ import inspect
 import logging
 import pickle
 import zipfile
+from collections import Counter
 from pathlib import Path
 
 from edgekit.artifact import TensorSpec
@@ -311,3 +312,29 @@ def for_conversion(source: ModelSource, given: list[TensorSpec]):
     """The module converters take, and its input specs (declared, or given with --input)."""
     module, declared = load_torch(source)
     return module, resolve_input_specs(module, declared, given)
+
+
+def torch_summary(source: ModelSource) -> dict:
+    """What `edgekit info` shows of a PyTorch model: inputs (declared or forward's names), parameters, op histogram."""
+    module, declared = load_torch(source)
+    info = {
+        "parameters": sum(p.numel() for p in module.parameters()),
+        "inputs": [s.to_dict() for s in declared]
+        if declared
+        else [{"name": n, "shape": "unknown (give --input when converting)"} for n in forward_input_names(module)],
+    }
+    ops = _op_histogram(module)
+    if ops:
+        info["ops"] = ops
+    return info
+
+
+def _op_histogram(module) -> dict | None:
+    """Ops of a graph-carrying module: TorchScript (inlined graph) or an exported program's GraphModule."""
+    if hasattr(module, "inlined_graph"):
+        kinds = [n.kind() for n in module.inlined_graph.nodes() if not n.kind().startswith("prim::")]
+    elif hasattr(module, "graph") and hasattr(module.graph, "nodes"):
+        kinds = [str(n.target) for n in module.graph.nodes if n.op == "call_function"]
+    else:
+        return None
+    return dict(Counter(kinds).most_common())

@@ -9,7 +9,7 @@ What the stock PT2E quantizers miss on EfficientNet-Lite / MobileNet, and the st
 - a constant zero pad shares its input's observer (zeros are inside any ReLU range), so no requantize after it; a
   symmetric one is folded into the convolution that reads it (`fold_zero_pads`).
 - the weight codes fitted to the quantized model's own activations, and biases corrected (`fit_weight_rounding`,
-  converters.int8_rounding's algorithm), then each bias moved so the layer's mean output on the calibration samples is
+  backends.onnx.int8_rounding's algorithm), then each bias moved so the layer's mean output on the calibration samples is
   the float model's, layer by layer through the quantized model (`correct_biases`).
 - the activation observer follows --calib-method, the weight scheme --per-tensor (`static_config`).
 
@@ -337,7 +337,7 @@ def _add_conv_padding(conv: Node, top: int, left: int) -> None:
 
 
 def fit_weight_rounding(model: GraphModule, batches) -> dict:
-    """converters.int8_rounding on a converted PT2E model: each conv/linear weight that goes through a quantize/dequantize
+    """backends.onnx.int8_rounding on a converted PT2E model: each conv/linear weight that goes through a quantize/dequantize
     pair is replaced by its fitted codes times its scale (the quantize op then reproduces those codes) and its float
     bias absorbs the mean output error. `batches`: tuples of input tensors; the statistics come from the model's own
     (quantized) activations. Returns the provenance entry."""

@@ -127,7 +127,7 @@ def test_the_backends_agree_with_each_other_on_the_fer_shaped_keras_cnn(tmp_path
         assert fidelity.cosine_mean >= 0.999, (fmt, fidelity)
         if fmt == "openvino":  # every Keras path folds it, OpenVINO's too
             assert converted.provenance["openvino"]["batchnorm_folded"]["layers"], converted.provenance["openvino"]
-    # LiteRT agreed 96.3% (cosine 0.994) before the batch norm after the Dense(relu) was folded (converters.keras_batchnorm)
+    # LiteRT agreed 96.3% (cosine 0.994) before the batch norm after the Dense(relu) was folded (backends.keras.batchnorm)
     assert min(agreement.values()) >= 98.0 and max(agreement.values()) - min(agreement.values()) <= 1.5, agreement
 
 

@@ -68,7 +68,7 @@ def test_onnx_int8_vs_fp32(fashion_onnx, small_test_npz):
 
 
 def test_reordered_channels_are_compared_in_the_source_order(fashion_onnx, demo_data, small_test_npz, tmp_path):
-    """Pair-safe int8 (x86-avx2) reorders the hidden layer's channels (converters.channel_order): compared channel by
+    """Pair-safe int8 (x86-avx2) reorders the hidden layer's channels (backends.onnx.channel_order): compared channel by
     channel with the fp32 model's, its tensors would look broken (cosine about 0.5); put back in order they do not."""
     options = ConvertOptions("int8", (), CalibrationOptions(str(demo_data[1]), 300), for_target="x86-avx2")
     avx2 = convert(open_source(str(fashion_onnx["fp32"])), "onnx", tmp_path / "avx2.onnx", options)

@@ -60,7 +60,7 @@ def test_default_int8_records_its_sensitivity_and_keeps_fashion_accuracy(fashion
 
 
 def test_an_activation_returned_to_float_keeps_its_clamp_and_loses_only_its_rounding(fashion_onnx, demo_data, test2k):
-    """converters.float_activations on the real FashionCNN int8: the ranking covers the activations both models
+    """backends.onnx.float_activations on the real FashionCNN int8: the ranking covers the activations both models
     compute, and unrounding all of them leaves no activation Q/DQ, each replaced by a Clip to its own int8 range,
     with outputs closer to fp32 than int8's."""
     import onnx

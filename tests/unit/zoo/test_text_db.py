@@ -2,7 +2,7 @@
 
 Its binarization B = 1 / (1 + exp(-50 (P - T))) is what int8 breaks: quantized as every other activation,
 1 + exp(...) spans 1 .. 1e21, rounds to 0 and B is infinite. The default path keeps that chain in float
-(converters.exponential_ops); ONNX Runtime's quantizer as it is does not, and `edgekit debug` says where and why.
+(backends.onnx.exponential_ops); ONNX Runtime's quantizer as it is does not, and `edgekit debug` says where and why.
 """
 
 import dataclasses

@@ -1,4 +1,4 @@
-"""L2-optimal activation ranges (converters.activation_ranges): the range that minimises int8's squared error."""
+"""L2-optimal activation ranges (backends.onnx.activation_ranges): the range that minimises int8's squared error."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Channel orders for pair-safe int8 weights (converters.channel_order): the float model's outputs kept, pair sums
+"""Channel orders for pair-safe int8 weights (backends.onnx.channel_order): the float model's outputs kept, pair sums
 closer to the largest weight, and a space left alone where an op cannot follow a reordering."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Accuracy-aware int8 on LiteRT from PyTorch (converters.litert_accuracy): layers return to float until the limit holds."""
+"""Accuracy-aware int8 on LiteRT from PyTorch (backends.tflite.accuracy): layers return to float until the limit holds."""
 
 from __future__ import annotations
 

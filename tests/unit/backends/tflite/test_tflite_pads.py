@@ -1,4 +1,4 @@
-"""converters.tflite_pads: the explicit pads that litert-torch leaves in NCHW between transposes in int8 (TensorFlow's
+"""backends.tflite.pads: the explicit pads that litert-torch leaves in NCHW between transposes in int8 (TensorFlow's
 SAME at stride 2, written out in PyTorch) folded into the convolutions, with the same outputs; a pad that is not SAME
 stays, and a fold that would change the outputs is refused."""
 

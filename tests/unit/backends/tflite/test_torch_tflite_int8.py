@@ -1,4 +1,4 @@
-"""PT2E int8 (converters.pt2e, with litert-torch's quantizer for LiteRT and XNNPACK's for ExecuTorch) on EfficientNet-Lite0
+"""PT2E int8 (backends.torch.pt2e, with litert-torch's quantizer for LiteRT and XNNPACK's for ExecuTorch) on EfficientNet-Lite0
 and real photo crops."""
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def test_fitted_weight_rounding_brings_the_quantized_model_close_to_fp32(lite0_p
 
 def test_executorch_xnnpack_quantizer_observes_relu6_after_the_clamp():
     """The stock XNNPACKQuantizer shares a ReLU6's observer with the conv before it (pre-clamp ranges; the .pte agreed
-    with fp32 on ~40% of crops); converters.pt2e's pattern observes the clamp's output and nothing between."""
+    with fp32 on ~40% of crops); backends.torch.pt2e's pattern observes the clamp's output and nothing between."""
     pytest.importorskip("executorch")
     import torch
 

@@ -1,4 +1,4 @@
-"""PT2E int8 (converters.pt2e) on the trained FashionCNN and real Fashion-MNIST: empirical bias correction, and
+"""PT2E int8 (backends.torch.pt2e) on the trained FashionCNN and real Fashion-MNIST: empirical bias correction, and
 --per-tensor / --calib-method on the PT2E paths (PyTorch -> LiteRT, PyTorch -> ExecuTorch) and Keras -> TFLite:
 applied where the backend has them, recorded as applied, refused in one line where it has not."""
 
@@ -153,7 +153,7 @@ def test_pt2e_quantize_leaves_the_source_module_as_it_was(demo_data):
 
 @pytest.mark.parametrize("to", ["tflite", "executorch"])
 def test_pt2e_int8_keeps_the_best_prefix_of_the_sensitivity_outliers_in_float(tmp_path, fashion_source, demo_data, to):
-    """LiteRT's and ExecuTorch's default int8 from PyTorch rank the layers (converters.sensitivity), try the outliers'
+    """LiteRT's and ExecuTorch's default int8 from PyTorch rank the layers (quantize.sensitivity), try the outliers'
     prefixes as ONNX Runtime's default does (one search: pt2e.int8_keeping_sensitive), keep the one closest to fp32,
     and say so; --no-keep-sensitive skips it."""
     pytest.importorskip("litert_torch" if to == "tflite" else "executorch")
