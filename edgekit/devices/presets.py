@@ -61,21 +61,26 @@ def get_preset(name: str) -> Preset:
     return PRESETS[name]
 
 
+_ORT_GPU = "pip install onnxruntime-gpu (on a Jetson: NVIDIA's onnxruntime-gpu wheel for its JetPack)"
+_LITERT = "pip install ai-edge-litert ({arch} wheels on PyPI)"
+# (module, runtime device or None for any) -> what to install on the board; {arch}: its architecture
+INSTALL_HINTS = {
+    ("numpy", None): "pip install numpy (wheels exist for {arch})",
+    ("onnxruntime", "cuda"): _ORT_GPU,
+    ("onnxruntime", "tensorrt"): _ORT_GPU,
+    ("onnxruntime", None): "pip install onnxruntime (wheels for {arch} on PyPI)",
+    ("ai_edge_litert", None): _LITERT,
+    ("tflite_runtime", None): _LITERT,
+    ("litert", None): _LITERT,
+    ("openvino", "npu"): "pip install openvino, and install Intel's linux-npu-driver so /dev/accel shows the NPU",
+    ("openvino", None): "pip install openvino ({arch} wheels on PyPI)",
+}
+
+
 def install_hint(module: str, arch: str | None, runtime_device: str = "cpu") -> str:
     """The pip package that provides `module` on a board of this architecture."""
     arch = arch or "this architecture"
-    if module == "numpy":
-        return f"pip install numpy (wheels exist for {arch})"
-    if module == "onnxruntime" and runtime_device in ("cuda", "tensorrt"):
-        return "pip install onnxruntime-gpu (on a Jetson: NVIDIA's onnxruntime-gpu wheel for its JetPack)"
-    if module == "onnxruntime":
-        return f"pip install onnxruntime (wheels for {arch} on PyPI)"
-    if module in ("ai_edge_litert", "tflite_runtime", "litert"):
-        if arch.startswith("armv7"):
-            return "pip install tflite-runtime (ai-edge-litert has no 32-bit Arm wheels)"
-        return f"pip install ai-edge-litert ({arch} wheels on PyPI)"
-    if module == "openvino":
-        if runtime_device == "npu":
-            return "pip install openvino, and install Intel's linux-npu-driver so /dev/accel shows the NPU"
-        return f"pip install openvino ({arch} wheels on PyPI)"
-    return f"pip install {module}"
+    hint = INSTALL_HINTS.get((module, runtime_device)) or INSTALL_HINTS.get((module, None)) or f"pip install {module}"
+    if hint == _LITERT and arch.startswith("armv7"):
+        return "pip install tflite-runtime (ai-edge-litert has no 32-bit Arm wheels)"
+    return hint.format(arch=arch)

@@ -148,3 +148,29 @@ def test_the_check_sees_imports_inside_functions_and_relative_ones(tmp_path):
     assert (2, "edgekit.cli.main") in found and (3, "onnxruntime") in found and (4, "edgekit.registry.REGISTRY") in found
     assert edgekit_part("edgekit.cli.main") == "cli" and edgekit_part("numpy") is None
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def format_comparisons(path: Path, formats: set[str], shown_from: Path = ROOT.parent) -> list[str]:
+    """`x == "onnx"`, `fmt in ("torch", "keras")` and the like: a comparison with a registered format's name."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        names = {c.value for side in sides for c in ast.walk(side) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+        if names & formats:
+            found.append(f"{path.relative_to(shown_from)}:{node.lineno} compares with {sorted(names & formats)}")
+    return found
+
+
+def test_no_format_name_is_compared_outside_the_registry(tmp_path):
+    """Adding a format is a folder and a registry entry: the drivers ask the registry's capabilities, not names."""
+    from edgekit.registry import backends
+
+    formats = set(backends())
+    outside = [p for p in sorted(ROOT.rglob("*.py")) if part_of(p) not in {"backends", "registry"} and p not in STANDALONE]
+    found = [line for path in outside for line in format_comparisons(path, formats)]
+    assert not found, "format names compared outside edgekit/registry.py and edgekit/backends/:\n" + "\n".join(found)
+    probe = tmp_path / "probe.py"
+    probe.write_text('if source.family in ("torch", "keras") or to != "tflite" or x == "onnxruntime":\n    pass\n')
+    assert format_comparisons(probe, formats, tmp_path) == ["probe.py:1 compares with ['keras', 'torch']", "probe.py:1 compares with ['tflite']"]
