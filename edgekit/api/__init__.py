@@ -115,12 +115,13 @@ def quantize(
     emit_recipe: str | Path | None = None,
 ) -> Converted:
     """`edgekit quantize`: an existing ONNX model to fp16, int8-dynamic, or static int8 (with `calib`)."""
+    from edgekit import registry
     from edgekit.conversion import CalibrationOptions, ConvertOptions
     from edgekit.errors import EdgekitError
     from edgekit.source import open_source
 
     source = open_source(str(model))
-    if source.format != "onnx":
+    if not registry.backend(source.family).quantizes_in_place:
         raise EdgekitError(
             f"quantize takes an .onnx file, not {source.format}",
             hint="use `edgekit convert MODEL --to ... --precision ...` for other formats",
@@ -164,6 +165,7 @@ def prune(
     emit_recipe: str | Path | None = None,
 ) -> Prune:
     """`edgekit prune`: compress a model, save it, compare original vs compressed (vs quantized) on `data`."""
+    from edgekit import registry
     from edgekit.api import guess
     from edgekit.compress import PruneOptions, method_chain
     from edgekit.pruning import STAGE_NAMES, compare_stages, fill_int8_accuracy, gate_compressed
@@ -185,7 +187,7 @@ def prune(
     stage = run_prune(source, options, output, specs, data, finetune)
     result = new_report("prune", ("torch", "onnxruntime"))
     result.update(model=model, output=str(output), options=options.__dict__, stage=stage.to_dict(), stages=[])
-    if data and source.family == "torch":
+    if data and registry.backend(source.family).compares_stages:
         workdir = output.parent / f"{output.stem}.stages"
         name = STAGE_NAMES[method_chain(method)[-1]]
         result["stages"] = compare_stages(source, output, specs, data, workdir, precision, calib, threads, name=name)
