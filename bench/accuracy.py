@@ -18,9 +18,9 @@ from bench.common import (
 )
 from edgekit.calibration import load_samples
 from edgekit.demo import run_demo
+from edgekit.metrics.compare import run_batches
 from edgekit.source import open_source
 from edgekit.targets import DEFAULT_TARGET, make_runner
-from edgekit.metrics.compare import run_batches
 from edgekit.zoo.photos import PHOTO_CLASSES, crop_labels
 
 PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic", "int8-weights")

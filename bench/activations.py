@@ -26,10 +26,10 @@ from bench.common import (
     publish,
     ratio_text,
 )
-from edgekit.calibration import load_samples
 from edgekit.backends.onnx.float_activations import activation_pairs, quantized_range, unrounded
-from edgekit.provenance import read_provenance
+from edgekit.calibration import load_samples
 from edgekit.metrics.compare import compare_output
+from edgekit.provenance import read_provenance
 
 MODEL = "efficientnet_lite0"
 RANK_CROPS = 100  # seed 4: other crops than the calibration (seed 0) and the test sets (seeds 1-3)
@@ -138,8 +138,8 @@ def _channel_max(fp32: Path, tensors: list[str]) -> dict[str, np.ndarray]:
     """Each tensor's per-channel |max| over STREAM_CROPS calibration crops, from the float model."""
     import onnx
 
-    from edgekit.calibration.samples import Samples
     from edgekit.backends.onnx.sensitivity import tensor_batches
+    from edgekit.calibration.samples import Samples
 
     crops = load_samples(str(photo_calibration(300, seed=0, model=MODEL)))
     crops = Samples({name: array[:STREAM_CROPS] for name, array in crops.arrays.items()})

@@ -11,9 +11,9 @@ from edgekit.artifact import TensorSpec
 from edgekit.conversion import SUFFIXES, CalibrationOptions, ConvertOptions
 from edgekit.converters.pipeline import convert
 from edgekit.isa import host_class
+from edgekit.report.schema import new_report, write_json
 from edgekit.source import ModelSource, open_source
 from edgekit.validate.benchmark import BenchSettings, bench
-from edgekit.report.schema import new_report, write_json
 
 ROOT = Path(__file__).parent
 CACHE = ROOT / ".cache"

@@ -102,8 +102,7 @@ def run() -> None:
 
 def _data() -> dict:
     """Training subset (20k), test (10k) and calibration (1k) .npz files, cached."""
-    from edgekit.zoo.fashion_mnist import write_demo_data
-    from edgekit.zoo.fashion_mnist import IDX_DIR, read_idx, to_model_input
+    from edgekit.zoo.fashion_mnist import IDX_DIR, read_idx, to_model_input, write_demo_data
 
     out = CACHE / "deep_compression"
     out.mkdir(parents=True, exist_ok=True)
@@ -207,9 +206,9 @@ def _surgery_vs_iterative(source: ModelSource, data: dict) -> list[dict]:
     """Same sparsity, same epochs, same data: gradual magnitude pruning vs dynamic network surgery (LeNet-300-100)."""
     from edgekit.calibration import load_samples
     from edgekit.compress import PruneOptions
-    from edgekit.pruning import _torch_accuracy
     from edgekit.compress.torch_prune import magnitude_prune
     from edgekit.conversion import load_for_conversion
+    from edgekit.pruning import _torch_accuracy
 
     cached = data["dir"] / f"surgery.{Path(source.weights).stem}.e{FINETUNE['LeNet-300-100'][0]}.json"
     if cached.exists():
@@ -286,9 +285,9 @@ def _one_shot(data: dict, method: str, sparsity: float) -> Path:
 def _sparse_latency(source: ModelSource, data: dict) -> list[dict]:
     """Dense vs 90%-sparse int8 LeNet-300-100 (fully connected: where OpenVINO's sparse int8 path applies), batch 1 and 64."""
     from edgekit.compress import PruneOptions
-    from edgekit.pruning import prune
     from edgekit.conversion import CalibrationOptions, ConvertOptions
     from edgekit.converters.pipeline import convert
+    from edgekit.pruning import prune
     from edgekit.source import open_source
 
     sparse_pt2 = data["dir"] / "LeNet-300-100.s0.9.pt2"

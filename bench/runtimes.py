@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from bench.common import MODELS, artifact, p50, photo_calibration, publish, ratio_text, spread
 from edgekit.calibration import load_samples
+from edgekit.metrics.compare import compare_output, run_batches
 from edgekit.source import open_source
 from edgekit.targets import DEFAULT_TARGET, make_runner
-from edgekit.metrics.compare import compare_output, run_batches
 
 FORMATS = ("onnx", "openvino", "tflite", "executorch")
 PRECISIONS = ("fp32", "int8")

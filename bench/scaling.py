@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 
 from bench.common import CACHE, IMAGE, photo_calibration, publish
+from edgekit.backends.onnx.loader import onnx_summary
 from edgekit.conversion import CalibrationOptions, ConvertOptions
 from edgekit.converters.pipeline import convert
 from edgekit.source import ModelSource, open_source
-from edgekit.backends.onnx.loader import onnx_summary
 
 SIZES = (
     ("efficientnet_lite0", "edgekit.zoo.models:efficientnet_lite0"),

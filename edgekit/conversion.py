@@ -37,6 +37,17 @@ PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic", "int8-weights")
 CALIB_METHODS = ("auto", "minmax", "entropy", "percentile", "histogram")
 
 
+# What a recipe's `calibration:` and `convert:` sections (and the commands, edgekit.commands) call the fields below
+# that have other names here; every other field has its key's name.
+SECTION_NAMES = {"data": "path", "allow_random": "random", "validation_data": "val", "validation_samples": "val_samples"}
+
+
+def _from_section(cls, section: dict) -> dict:
+    """`section`'s values (recipe keys) under the field names of `cls`; keys it has no field for are left out."""
+    fields = {SECTION_NAMES.get(f.name, f.name): f.name for f in dataclasses.fields(cls)}
+    return {fields[key]: value for key, value in section.items() if key in fields}
+
+
 @dataclass(frozen=True)
 class CalibrationOptions:
     """Where calibration data comes from and how ranges are computed."""
@@ -48,6 +59,11 @@ class CalibrationOptions:
     preprocess: str | None = None
     allow_random: bool = False
     default_of: str | None = None  # the zoo model whose declared calibration set this is (no --calib given)
+
+    @classmethod
+    def from_section(cls, section: dict, default_of: str | None = None) -> CalibrationOptions:
+        """The options a `calibration:` section's keys (path, samples, method, ...) ask for."""
+        return cls(**_from_section(cls, section), default_of=default_of)
 
 
 @dataclass(frozen=True)
@@ -74,6 +90,15 @@ class ConvertOptions:
     max_batch: int = 64  # TensorRT: the largest batch of the engine's optimisation profile
     opt_batch: int = 1  # TensorRT: the batch the profile is tuned for
     keep_sensitive: bool = True  # int8 keeps the layers whose sensitivity stands out in float (quantize.sensitivity)
+
+    @classmethod
+    def from_section(cls, precision: str, inputs, calibration: CalibrationOptions, section: dict) -> ConvertOptions:
+        """The options a `convert:` section's keys (val, per_tensor, ...) ask for; those it lacks keep their defaults.
+        io_dtype unset is float32, or int8 with a device (an NPU takes int8 inputs)."""
+        values = _from_section(cls, section)
+        values["exclude"] = tuple(values.get("exclude") or ())
+        values["io_dtype"] = values.get("io_dtype") or ("int8" if values.get("device") else "float32")
+        return cls(precision, inputs, calibration, **values)
 
 
 @dataclass(frozen=True)

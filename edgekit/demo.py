@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-
 from edgekit.artifact import TensorSpec
 from edgekit.source import ModelSource
 
@@ -45,8 +44,8 @@ def run_demo(
     workdir: Path | None, threads: int | None = None, runs: int = 200, keras: bool = False, precisions=None, progress=None
 ) -> tuple[dict, list]:
     """Run the demo recipe; returns the matrix report and the report files written."""
-    from edgekit.report.write import write_reports
     from edgekit.recipe.run import run_recipe
+    from edgekit.report.write import write_reports
 
     recipe = demo_recipe(workdir, threads, runs, keras, precisions)
     report = run_recipe(recipe, progress=progress)

@@ -21,7 +21,6 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 
-
 @dataclass(frozen=True)
 class IsaClass:
     """A family of CPUs that run int8 the same way."""

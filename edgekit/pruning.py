@@ -39,7 +39,8 @@ def prune(
     pruner = registry.backend(source.family).pruner
     if pruner is None:
         raise EdgekitError(
-            f"edgekit prunes {registry.titles(lambda b: b.pruner)} models, not {source.format}", hint="prune the original model, then convert"
+            f"edgekit prunes {registry.titles(lambda b: b.pruner)} models, not {source.format}",
+            hint="prune the original model, then convert",
         )
     with progress.step(f"{source.name}: {options.method}"), third_party_quiet():
         return import_attr(pruner)(source, options, out, inputs, data, finetune_data)

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.artifact import TensorSpec, is_generated_name
+from edgekit.artifact import TensorSpec, check_array, is_generated_name
 from edgekit.errors import EdgekitError, InputMismatchError
-from edgekit.artifact import check_array
 
 log = logging.getLogger("edgekit")
 LABEL_KEYS = ("labels", "label", "y")

@@ -1,56 +1,45 @@
-"""Options shared by several commands, declared once."""
+"""Typer commands built from the options edgekit.commands declares (typer reads a function's `__signature__`)."""
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+
 import typer
 
-INPUT = typer.Option(
-    None,
-    "--input",
-    "-i",
-    help="Model input as NAME:SHAPE[:DTYPE], e.g. image:1x3x224x224:float32, or a constant NAME=VALUE[:DTYPE], e.g. sr=16000:int64 (repeat per input).",
-)
-WEIGHTS = typer.Option(None, "--weights", help="State dict for a module:factory model.")
-ALLOW_PICKLE = typer.Option(
-    False,
-    "--allow-pickle",
-    help="Allow loading a whole pickled torch module. Unpickling runs code from the file: only for files you trust.",
-)
-THREADS = typer.Option(None, "--threads", help="Intra-op threads (default: all usable cores). Always recorded.")
-TARGET = typer.Option(None, "--target", "-t", help="runtime:device, e.g. onnxruntime:cpu (see `edgekit targets`).")
-PREPROCESS = typer.Option(
-    None,
-    "--preprocess",
-    help="Image preprocessing: key=value,... (resize, crop, scale, mean, std, order, layout, dtype) or a YAML/JSON file.",
-)
+from edgekit import commands
+from edgekit.commands import Command, Option
+from edgekit.conversion import CALIB_METHODS, FORMATS, PRECISIONS
+
+# What a help text's {formats}, {precisions} and {calib_methods} name: the library's own lists.
+CHOICES = {"formats": ", ".join(FORMATS), "precisions": ", ".join(PRECISIONS), "calib_methods": ", ".join(CALIB_METHODS)}
 
 
-EMIT_RECIPE = typer.Option(None, "--emit-recipe", help="Also write the recipe that reproduces this command (`edgekit run FILE`).")
+def parameter(option: Option) -> typer.models.ParameterInfo:
+    """The typer Argument (an option without flags) or Option for a declared option."""
+    text = option.help.format_map(CHOICES)
+    if not option.flags:
+        return typer.Argument(option.default, help=text, metavar=option.metavar)
+    return typer.Option(option.default, *option.flags.split(), help=text, metavar=option.metavar)
 
 
-# Gate thresholds, shared by `validate` (applied to the new result) and `gate` (replacing a saved report's).
-MAX_DROP = typer.Option(None, "--max-drop", help="Gate: fail (exit 2) if accuracy falls more than this many points.")
-MIN_COSINE = typer.Option(None, "--min-cosine", help="Gate: fail (exit 2) if any output's mean cosine similarity is below this.")
-MIN_AGREEMENT = typer.Option(
-    None, "--min-agreement", help="Gate: fail (exit 2) if top-1 agreement with the reference is below this percent (classification)."
-)
-MIN_SNR = typer.Option(None, "--min-snr", help="Gate: fail (exit 2) if any output's SNR vs the reference is below this many dB.")
-MAX_FALLBACK = typer.Option(
-    None,
-    "--max-fallback",
-    "--max-npu-fallback",
-    help="Gate: fail (exit 2) if more than this percent of ops run outside the NPU or delegate (Ethos-U, XNNPACK).",
-)
-MAX_NPU_FALLBACK = MAX_FALLBACK  # the option's old name; --max-npu-fallback stays an alias
-NO_DEFAULT_GATES = typer.Option(
-    False,
-    "--no-default-gates",
-    help="Without thresholds of your own, non-finite outputs and a fidelity floor (cosine, SNR) still fail; this turns that off.",
-)
+def command(declared: Command) -> Callable:
+    """Decorator: the function (taking `**values`) gets `declared`'s CLI options as its signature, in their order."""
+
+    def with_options(function: Callable) -> Callable:
+        function.__signature__ = inspect.Signature([_typer_parameter(o) for o in declared.cli_options()])
+        return function
+
+    return with_options
 
 
-def thresholds(max_drop=None, min_cosine=None, min_agreement=None, min_snr=None, max_fallback=None):
-    """The Thresholds the threshold options ask for."""
-    from edgekit.metrics.gate import Thresholds
+def _typer_parameter(option: Option) -> inspect.Parameter:
+    kind = list[str] if option.kind is list else option.kind
+    return inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, default=parameter(option), annotation=kind)
 
-    return Thresholds(max_drop=max_drop, min_cosine=min_cosine, min_agreement=min_agreement, min_snr_db=min_snr, max_fallback=max_fallback)
+
+# For the commands that have no API function (info, debug, init): the same options as the others.
+INPUT = parameter(commands.INPUTS)
+WEIGHTS = parameter(commands.WEIGHTS)
+ALLOW_PICKLE = parameter(commands.ALLOW_PICKLE)
+PREPROCESS = parameter(commands.PREPROCESS)

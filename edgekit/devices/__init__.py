@@ -4,5 +4,3 @@ Importing this package imports no framework and starts no connection.
 """
 
 from __future__ import annotations
-
-

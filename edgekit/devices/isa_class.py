@@ -7,6 +7,7 @@ from edgekit.devices.presets import PRESETS
 from edgekit.errors import EdgekitError
 from edgekit.isa import CLASSES, IsaClass, classify, host_class
 
+
 def class_for(for_target: str | None) -> tuple[IsaClass, str]:
     """(class, where it came from) for `--for-target`: a class name, a device preset, a device of the
     inventory (NAME or runtime:device@NAME), or a target on this host."""

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.artifact import TensorSpec
+from edgekit.artifact import TensorSpec, check_array
 from edgekit.devices import ssh
 from edgekit.devices.inventory import Device, get_device
 from edgekit.devices.presets import install_hint
@@ -25,7 +25,6 @@ from edgekit.errors import EdgekitError, InputMismatchError, ModelLoadError, Run
 from edgekit.fileio import sha256_of_file
 from edgekit.source import ModelSource
 from edgekit.targets.base import Runner
-from edgekit.artifact import check_array
 
 RUNNER_SCRIPT = Path(__file__).with_name("device_runner.py")
 DEVICE_RUNTIMES = ("onnxruntime", "litert", "openvino")  # what device_runner.py can run

@@ -9,6 +9,7 @@ import numpy as np
 from edgekit.artifact import file_size
 from edgekit.source import ModelSource
 
+
 @dataclass(frozen=True)
 class LatencyStats:
     """Per-batch latency in milliseconds over the timed runs."""

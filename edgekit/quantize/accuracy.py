@@ -107,9 +107,9 @@ def on_target(target: str | None):
     """Validator's `logits`: a model file run on `target` (None: its format's own runtime), one sample at a time."""
 
     def logits(model, samples) -> np.ndarray:
+        from edgekit.metrics.compare import run_batches
         from edgekit.source import open_source
         from edgekit.targets import make_runner
-        from edgekit.metrics.compare import run_batches
 
         runner = make_runner(open_source(str(model)), target)
         runner.load()

@@ -152,35 +152,24 @@ def relative_to(value: str | None, folder: Path) -> str | None:
 
 
 def convert_section(options) -> dict:
-    """The recipe's `convert:` section for ConvertOptions: every option besides precision, inputs and calibration."""
-    return {
-        "for_target": options.for_target,
-        "per_tensor": options.per_tensor,
-        "exclude": list(options.exclude),
-        "keep_sensitive": options.keep_sensitive,
-        "model_type": options.model_type,
-        "val": options.validation_data,
-        "val_samples": options.validation_samples,
-        "max_drop": options.max_drop,
-        "min_agreement": options.min_agreement,
-        "min_cosine": options.min_cosine,
-        "io_dtype": options.io_dtype,
-        "layout": options.layout,
-        "device": options.device,
-        "max_batch": options.max_batch,
-        "opt_batch": options.opt_batch,
-    }
+    """The recipe's `convert:` section for ConvertOptions: every key of ConvertSection, in its order (the fields a
+    command option fills, edgekit.commands: every option besides precision, inputs and calibration)."""
+    from edgekit.conversion import SECTION_NAMES
+    from edgekit.recipe.schema import ConvertSection
+
+    field = {key: name for name, key in SECTION_NAMES.items()}  # val: validation_data, ...
+    return {f.name: getattr(options, field.get(f.name, f.name)) for f in fields(ConvertSection)}
 
 
 def convert_section_of(recorded: dict | None) -> dict | None:
     """The `convert:` section for the options an artifact's provenance records (ConvertOptions' names)."""
+    from edgekit.conversion import SECTION_NAMES
     from edgekit.recipe.schema import ConvertSection
 
     if not recorded:
         return None
-    names = {"validation_data": "val", "validation_samples": "val_samples"}
     allowed = {f.name for f in fields(ConvertSection)}
-    return {names.get(k, k): v for k, v in recorded.items() if names.get(k, k) in allowed}
+    return {SECTION_NAMES.get(k, k): v for k, v in recorded.items() if SECTION_NAMES.get(k, k) in allowed}
 
 
 def calibration_section(calibration) -> dict:

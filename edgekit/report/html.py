@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.errors import EdgekitError
-from edgekit.report.write import COLUMNS, cells, failed_gates, machine_text, row_notes
 from edgekit.report.schema import fmt_size
+from edgekit.report.write import COLUMNS, cells, failed_gates, machine_text, row_notes
 
 LOG_SPREAD = 5.0  # largest / smallest plotted latency above which an axis is logarithmic
 PRECISION_SYMBOLS = {"fp32": "circle", "fp16": "diamond", "bf16": "diamond-open", "int8": "square", "int8-dynamic": "square-open"}

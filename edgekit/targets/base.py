@@ -12,8 +12,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from edgekit.artifact import TensorSpec, is_generated_name
-from edgekit.artifact import check_array
+from edgekit.artifact import TensorSpec, check_array, is_generated_name
 from edgekit.errors import EdgekitError, InputMismatchError, RuntimeMissingError
 from edgekit.source import ModelSource
 
@@ -250,5 +249,3 @@ def feed_batch(specs: list[TensorSpec], feeds: dict[str, np.ndarray]) -> int:
         if spec.name in feeds and axis is not None and np.ndim(feeds[spec.name]) > axis:
             return int(np.shape(feeds[spec.name])[axis])
     return 1
-
-

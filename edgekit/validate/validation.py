@@ -10,13 +10,13 @@ import numpy as np
 from edgekit import progress
 from edgekit.artifact import TensorSpec
 from edgekit.calibration import Samples, load_samples, random_samples
+from edgekit.metrics.compare import CHANGES_SHOWN, compare, is_classifier_output, paired_accuracy, run_batches
+from edgekit.metrics.gate import Thresholds, check_row, failures, with_default_gates
+from edgekit.metrics.task import pair_outputs, resolve_task
+from edgekit.report.schema import new_report
 from edgekit.source import ModelSource
 from edgekit.targets import make_runner
 from edgekit.validate.benchmark import BenchSettings, bench
-from edgekit.metrics.compare import CHANGES_SHOWN, compare, is_classifier_output, paired_accuracy, run_batches
-from edgekit.metrics.gate import Thresholds, check_row, failures, with_default_gates
-from edgekit.report.schema import new_report
-from edgekit.metrics.task import pair_outputs, resolve_task
 
 log = logging.getLogger("edgekit")
 RANDOM_WARNING = "NO DATA GIVEN: inputs are uniform random. Fidelity on random inputs says little about real inputs, and there is no accuracy. Pass --data."

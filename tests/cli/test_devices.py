@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgekit.targets import device_name
 from edgekit.devices.inventory import Device, device_facts, get_device, inventory_path
 from edgekit.devices.remote import RUNNER_SCRIPT, content_key, split_target
+from edgekit.targets import device_name
 from tests.conftest import assert_clean_error, run_cli
 from tests.sshd import bare_python, device_venv, sshd_unavailable, start_sshd, stop_sshd
 

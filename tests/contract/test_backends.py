@@ -58,9 +58,9 @@ def converted(tmp_path_factory):
 
     def convert(fmt: str, source_family: str) -> Path:
         if (fmt, source_family) not in cache:
-            from edgekit.registry import backend
             from edgekit.conversion import ConvertOptions
             from edgekit.converters.pipeline import convert as run_convert
+            from edgekit.registry import backend
             from edgekit.source import open_source
 
             spec = REFERENCES[source_family] if source_family in REFERENCES else str(convert(source_family, "torch"))

@@ -234,7 +234,7 @@ def test_keras_front_door_refuses_random_bytes(suffix):
         path = SCRATCH / f"model{suffix}"
         path.write_bytes(random.Random(seed).randbytes(256 * (seed + 1)))
         with pytest.raises(EdgekitError):
-            from edgekit.source import open_source
             from edgekit.backends.keras.loader import KerasModel
+            from edgekit.source import open_source
 
             KerasModel(open_source(str(path)))

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2] / "edgekit"
 # Lowest first. A part is a top-level module or subpackage of edgekit; each belongs to one layer.
 LAYERS = (
     ("core", {"errors", "artifact", "fileio", "native", "progress", "imports", "isa", "machine", "emulation"}),
-    ("registry", {"registry"}),
+    ("registry", {"registry", "commands"}),
     ("data", {"source", "zoo", "calibration", "provenance"}),
     ("metrics and reports", {"metrics", "report"}),
     ("runtime", {"targets", "devices"}),
@@ -173,4 +173,7 @@ def test_no_format_name_is_compared_outside_the_registry(tmp_path):
     assert not found, "format names compared outside edgekit/registry.py and edgekit/backends/:\n" + "\n".join(found)
     probe = tmp_path / "probe.py"
     probe.write_text('if source.family in ("torch", "keras") or to != "tflite" or x == "onnxruntime":\n    pass\n')
-    assert format_comparisons(probe, formats, tmp_path) == ["probe.py:1 compares with ['keras', 'torch']", "probe.py:1 compares with ['tflite']"]
+    assert format_comparisons(probe, formats, tmp_path) == [
+        "probe.py:1 compares with ['keras', 'torch']",
+        "probe.py:1 compares with ['tflite']",
+    ]

@@ -12,8 +12,8 @@ import pytest
 from edgekit.artifact import TensorSpec
 from edgekit.calibration import load_samples
 from edgekit.errors import EdgekitError, InputMismatchError, ModelLoadError
-from edgekit.targets.base import apply_given_inputs
 from edgekit.report.schema import write_json
+from edgekit.targets.base import apply_given_inputs
 
 SPEC = [TensorSpec("image", ("batch", 1, 4, 4), "float32")]
 
@@ -90,8 +90,8 @@ def test_a_pt2_exported_at_batch_1_converts_at_that_batch(exported, tmp_path):
 
 
 def test_a_pt2_exported_in_training_mode_says_how_to_export_it(exported):
-    from edgekit.source import open_source
     from edgekit.backends.torch.loader import load_torch
+    from edgekit.source import open_source
 
     with pytest.raises(ModelLoadError, match="training mode") as info:
         load_torch(open_source(str(exported / "train.pt2")))

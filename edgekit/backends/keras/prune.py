@@ -15,9 +15,7 @@ from edgekit.fileio import atomic_output
 from edgekit.source import ModelSource
 
 
-def prune_keras(
-    source: ModelSource, options: PruneOptions, out: Path, inputs, data: str | None, finetune_data: str | None
-) -> StageReport:
+def prune_keras(source: ModelSource, options: PruneOptions, out: Path, inputs, data: str | None, finetune_data: str | None) -> StageReport:
     """The Keras pruner (the registry names it); `inputs` are not needed: a Keras model records its own."""
     from edgekit.backends.keras.loader import KerasModel
 

@@ -17,4 +17,7 @@ class LiteRTQuantizer(MobilePatterns, PT2EQuantizer):
 def litert_quantizer(options: ConvertOptions, keep_float: tuple[str, ...] = ()) -> tuple[LiteRTQuantizer, dict]:
     """The static int8 quantizer for `options` with the `keep_float` modules float, and its scheme for the provenance."""
     config, scheme = static_config(get_symmetric_quantization_config, options)
-    return LiteRTQuantizer(keep_float).set_global(config), {"quantizer": "litert-torch PT2EQuantizer + backends.torch.pt2e patterns", **scheme}
+    return LiteRTQuantizer(keep_float).set_global(config), {
+        "quantizer": "litert-torch PT2EQuantizer + backends.torch.pt2e patterns",
+        **scheme,
+    }

@@ -151,8 +151,8 @@ def test_the_committed_raw_data_files_are_read_with_their_declared_preprocessing
 
 
 def test_a_factory_with_random_weights_is_not_silent(caplog):
-    from edgekit.source import open_source
     from edgekit.backends.torch.loader import load_torch
+    from edgekit.source import open_source
     from edgekit.zoo.fashion_mnist import WEIGHTS
 
     with caplog.at_level(logging.WARNING, logger="edgekit"):

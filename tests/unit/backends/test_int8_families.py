@@ -12,9 +12,9 @@ pytest.importorskip("nncf")
 
 import edgekit  # noqa: E402
 from edgekit.calibration import Samples  # noqa: E402
+from edgekit.metrics.compare import compare_output, run_batches  # noqa: E402
 from edgekit.source import open_source  # noqa: E402
 from edgekit.targets import make_runner  # noqa: E402
-from edgekit.metrics.compare import compare_output, run_batches  # noqa: E402
 from edgekit.zoo.names import zoo_data  # noqa: E402
 
 TEST_SAMPLES = 1000
@@ -55,9 +55,8 @@ def test_openvino_int8_of_a_cnn_for_x86_goes_through_onnx_runtime_and_a_transfor
 
     import openvino as ov
 
-    from edgekit.conversion import ConvertOptions
     from edgekit.backends.openvino.convert import _onnx_runtime_route, _to_openvino
-    from edgekit.conversion import load_for_conversion
+    from edgekit.conversion import ConvertOptions, load_for_conversion
 
     cnn = _to_openvino(*load_for_conversion(open_source("zoo:fashion-cnn"), []))
     vit, avx2 = ov.convert_model(str(vit_onnx)), ConvertOptions("int8", for_target="x86-avx2")

@@ -1,8 +1,8 @@
 import pytest
 
+from edgekit.backends.onnx.loader import onnx_artifact, onnx_summary, read_onnx
 from edgekit.errors import ModelLoadError
 from edgekit.source import open_source
-from edgekit.backends.onnx.loader import onnx_artifact, onnx_summary, read_onnx
 
 
 def test_open_source_classifies_factories_and_files(tmp_path, weights_path, fashion_onnx):

@@ -40,8 +40,8 @@ def test_labels_are_a_class_each_or_label_sets(tmp_path):
 
 def test_nncf_accuracy_control_sees_the_samples_that_carry_a_label():
     pytest.importorskip("nncf")
-    from edgekit.calibration import Samples
     from edgekit.backends.openvino.calibration import nncf_validation
+    from edgekit.calibration import Samples
 
     sets = np.zeros((5, 10), bool)
     sets[[0, 3], 4] = True

@@ -4,16 +4,16 @@ import numpy as np
 import pytest
 import torch
 
+from edgekit.backends.torch.loader import load_torch
 from edgekit.calibration import load_samples
 from edgekit.compress import PruneOptions
-from edgekit.pruning import gzip_size, prune
 from edgekit.conversion import ConvertOptions
 from edgekit.converters.pipeline import convert
 from edgekit.errors import EdgekitError
-from edgekit.source import open_source
-from edgekit.backends.torch.loader import load_torch
-from edgekit.targets import make_runner
 from edgekit.metrics.compare import accuracy_percent, run_batches
+from edgekit.pruning import gzip_size, prune
+from edgekit.source import open_source
+from edgekit.targets import make_runner
 from tests.conftest import INPUTS
 
 pytest.importorskip("torch_pruning")
@@ -69,8 +69,8 @@ def test_channel_pruning_removes_channels_and_still_converts(tmp_path, fashion_s
 
 
 def test_batchnorm_recalibration_matters(fashion_source, small_test_npz, test2k):
-    from edgekit.compress.torch_prune import channel_prune, recalibrate_batchnorm
     from edgekit.backends.torch.loader import example_tensors
+    from edgekit.compress.torch_prune import channel_prune, recalibrate_batchnorm
 
     module, _ = load_torch(fashion_source)
     pruned, _ = channel_prune(module, PruneOptions("channels", channel_ratio=0.4), example_tensors(list(INPUTS), 1)[0], None, None)

@@ -2,8 +2,8 @@ import numpy as np
 import onnx
 import pytest
 
-from edgekit.conversion import CalibrationOptions, ConvertOptions, needs_calibration, plan
 from edgekit.backends.onnx.quantize import choose_scheme
+from edgekit.conversion import CalibrationOptions, ConvertOptions, needs_calibration, plan
 from edgekit.converters.pipeline import convert
 from edgekit.errors import EdgekitError
 from edgekit.source import open_source
@@ -57,8 +57,8 @@ def test_tensorrt_qdq_is_symmetric_int8_with_per_channel_weights(tmp_path, fashi
 
 
 def test_cpu_int8_uses_the_host_class_scheme_and_records_why(fashion_onnx):
-    from edgekit.provenance import read_provenance
     from edgekit.isa import host_class
+    from edgekit.provenance import read_provenance
 
     host = host_class()
     prov = read_provenance(fashion_onnx["int8"])

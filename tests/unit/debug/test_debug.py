@@ -9,8 +9,8 @@ import pytest
 from edgekit.conversion import CalibrationOptions, ConvertOptions
 from edgekit.converters.pipeline import convert
 from edgekit.debug import DebugRequest, debug
-from edgekit.metrics.tensors import first_jump
 from edgekit.errors import EdgekitError
+from edgekit.metrics.tensors import first_jump
 from edgekit.source import open_source
 from tests.conftest import INPUTS, assert_clean_error, run_cli
 

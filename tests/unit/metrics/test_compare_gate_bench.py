@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 
 from edgekit.errors import InputMismatchError
-from edgekit.source import open_source
-from edgekit.validate.benchmark import BenchSettings, bench, bench_in_process
-from edgekit.metrics.latency import LatencyStats
 from edgekit.metrics.compare import accuracy_percent, compare, compare_output, paired_accuracy
 from edgekit.metrics.gate import DEFAULT_GATES, Thresholds, check_row, compare_latency, failures, fmt_against, with_default_gates
+from edgekit.metrics.latency import LatencyStats
+from edgekit.source import open_source
+from edgekit.validate.benchmark import BenchSettings, bench, bench_in_process
 from edgekit.validate.validation import summary_row
 
 

@@ -5,18 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from edgekit.backends.onnx.float_activations import activation_pairs, activation_sensitivity, quantized_range, unrounded
 from edgekit.calibration import load_samples
 from edgekit.calibration.samples import Samples
 from edgekit.conversion import CalibrationOptions, ConvertOptions
-from edgekit.quantize.accuracy import ACTIVATION
-from edgekit.backends.onnx.float_activations import activation_pairs, activation_sensitivity, quantized_range, unrounded
 from edgekit.converters.pipeline import convert
-from edgekit.provenance import read_provenance
-from edgekit.quantize.sensitivity import LayerSensitivity, fake_quantize, outliers
 from edgekit.errors import EdgekitError
+from edgekit.metrics.compare import accuracy_percent, compare_output, run_batches
+from edgekit.provenance import read_provenance
+from edgekit.quantize.accuracy import ACTIVATION
+from edgekit.quantize.sensitivity import LayerSensitivity, fake_quantize, outliers
 from edgekit.source import open_source
 from edgekit.targets import make_runner
-from edgekit.metrics.compare import accuracy_percent, compare_output, run_batches
 from tests.conftest import INPUTS
 
 pytest.importorskip("onnxruntime")

@@ -13,8 +13,8 @@ import pytest
 
 from edgekit.conversion import ConvertOptions
 from edgekit.converters.pipeline import convert
-from edgekit.source import open_source
 from edgekit.recipe.cache import MANIFEST, RUN_LOCK, cached_build, damage, file_lock
+from edgekit.source import open_source
 from tests.conftest import assert_clean_error, run_cli
 from tests.corpus.make_corpus import _tiny_onnx
 

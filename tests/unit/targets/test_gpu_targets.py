@@ -8,15 +8,15 @@ import importlib.util
 import numpy as np
 import pytest
 
+from edgekit.backends.tensorrt.checks import check_for_tensorrt, errors_of
+from edgekit.backends.tensorrt.loader import check_engine_identity
 from edgekit.calibration import load_samples
 from edgekit.conversion import CalibrationOptions, ConvertOptions, plan
 from edgekit.converters.pipeline import convert
-from edgekit.backends.tensorrt.checks import check_for_tensorrt, errors_of
 from edgekit.errors import EdgekitError, ModelLoadError
-from edgekit.source import open_source
-from edgekit.backends.tensorrt.loader import check_engine_identity
-from edgekit.targets import make_runner, parse_target
 from edgekit.metrics.compare import accuracy_percent, run_batches
+from edgekit.source import open_source
+from edgekit.targets import make_runner, parse_target
 from tests.conftest import INPUTS, assert_clean_error, run_cli
 
 

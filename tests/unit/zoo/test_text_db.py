@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from edgekit.artifact import parse_input_spec
-from edgekit.conversion import CalibrationOptions, ConvertOptions
 from edgekit.backends.onnx.exponential_ops import exponential_chains
+from edgekit.conversion import CalibrationOptions, ConvertOptions
 from edgekit.converters.pipeline import convert
 from edgekit.debug import DebugRequest, debug
 from edgekit.errors import EdgekitError

@@ -34,8 +34,8 @@ def test_an_op_outside_the_delegate_is_counted(tmp_path):
     from edgekit.backends.executorch.describe import executorch_summary
     from edgekit.conversion import ConvertOptions
     from edgekit.converters.pipeline import convert
-    from edgekit.source import ModelSource
     from edgekit.metrics.gate import Thresholds, check_row, failures
+    from edgekit.source import ModelSource
     from edgekit.validate.validation import summary_row
 
     source = ModelSource(f"{__name__}:fashion_with_argmax", "torch-factory")
@@ -63,13 +63,12 @@ def test_a_middle_layer_kept_in_float_runs_in_float_inside_the_delegate(tmp_path
 
     from edgekit.backends.executorch.convert import lower_to_xnnpack
     from edgekit.backends.executorch.quantizer import xnnpack_quantizer
-    from edgekit.calibration import load_samples
-    from edgekit.conversion import CalibrationOptions, ConvertOptions
-    from edgekit.quantize.accuracy import on_target
-    from edgekit.conversion import load_for_conversion
-    from edgekit.backends.torch.pt2e import first_outputs, int8
-    from edgekit.source import open_source
     from edgekit.backends.torch.loader import example_tensors
+    from edgekit.backends.torch.pt2e import first_outputs, int8
+    from edgekit.calibration import load_samples
+    from edgekit.conversion import CalibrationOptions, ConvertOptions, load_for_conversion
+    from edgekit.quantize.accuracy import on_target
+    from edgekit.source import open_source
 
     module, specs = load_for_conversion(open_source("zoo:fashion-cnn"), [])
     module = module.eval()
@@ -117,8 +116,8 @@ def test_a_kept_layer_after_an_add_takes_both_branches_to_float_and_no_further()
     float ops); the stem, which they read, stays int8. The graph lowers whole into XNNPACK."""
     from edgekit.backends.executorch.convert import lower_to_xnnpack
     from edgekit.backends.executorch.quantizer import xnnpack_quantizer
-    from edgekit.conversion import CalibrationOptions, ConvertOptions
     from edgekit.backends.torch.pt2e import int8_module
+    from edgekit.conversion import CalibrationOptions, ConvertOptions
 
     module = TwoBranches().eval()
     options = ConvertOptions("int8", (), CalibrationOptions(method="minmax"))

@@ -94,8 +94,8 @@ def test_ops_that_cannot_follow_leave_their_space_as_it_is(tmp_path):
 def test_a_reordering_that_changed_the_outputs_is_not_kept(fashion_onnx, demo_data, small_test_npz, tmp_path, monkeypatch):
     """Fault injected: the readers' inputs left in the old order (a rule that missed an op would do the same). The
     conversion checks the float outputs on calibration samples and quantizes the model as it was."""
-    from edgekit.conversion import CalibrationOptions, ConvertOptions
     from edgekit.backends.onnx import channel_order
+    from edgekit.conversion import CalibrationOptions, ConvertOptions
     from edgekit.converters.pipeline import convert
     from edgekit.source import open_source
 

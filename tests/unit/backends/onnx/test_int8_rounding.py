@@ -55,9 +55,9 @@ def test_efficientnet_lite0_all_int8_agrees_with_fp32_on_photo_crops(lite0_int8)
     """Every layer in int8 (no float layers): round-to-nearest scored 86.7% / cosine 0.985 here, and the
     former default (sensitive layers in float) 90.8% / 0.9918; fitted weights with minmax ranges 95.83% / 0.9966,
     with L2-optimal ranges (the default, --calib-method auto) 97.5% / 0.9977 (x86-vnni EPYC Zen 5)."""
+    from edgekit.metrics.compare import compare_output, paired_accuracy, run_batches
     from edgekit.source import open_source
     from edgekit.targets import make_runner
-    from edgekit.metrics.compare import compare_output, paired_accuracy, run_batches
     from edgekit.zoo.photos import crop_labels
 
     samples = lite0_int8["test"]
@@ -80,9 +80,9 @@ def test_efficientnet_lite0_accuracy_control_returns_activations_to_float(lite0_
     from edgekit.cli.render import _control_text
     from edgekit.conversion import CalibrationOptions, ConvertOptions
     from edgekit.converters.pipeline import convert
+    from edgekit.metrics.compare import compare_output, run_batches
     from edgekit.source import open_source
     from edgekit.targets import make_runner
-    from edgekit.metrics.compare import compare_output, run_batches
     from edgekit.zoo.photos import photo_crops
 
     val = tmp_path / "val.npz"

@@ -11,9 +11,9 @@ from edgekit.calibration import load_samples  # noqa: E402
 from edgekit.conversion import CalibrationOptions, ConvertOptions  # noqa: E402
 from edgekit.converters.pipeline import convert  # noqa: E402
 from edgekit.errors import EdgekitError, RuntimeMissingError  # noqa: E402
+from edgekit.metrics.compare import accuracy_percent, run_batches  # noqa: E402
 from edgekit.source import open_source  # noqa: E402
 from edgekit.targets import make_runner  # noqa: E402
-from edgekit.metrics.compare import accuracy_percent, run_batches  # noqa: E402
 from tests.conftest import INPUTS  # noqa: E402
 
 
@@ -127,8 +127,8 @@ def test_accuracy_control_reverts_layers_until_the_limit_holds(tmp_path, fashion
 
 def test_an_ir_that_misses_the_limit_is_refused(tmp_path, fashion_source, garbage_calib, small_test_npz):
     """The written IR is scored again on OpenVINO (NNCF hands back its best model whether or not the limit holds)."""
-    from edgekit.conversion import ConversionData
     from edgekit.backends.openvino.convert import NNCF_MISSED, _validated_ir
+    from edgekit.conversion import ConversionData
     from edgekit.errors import ConversionError
 
     ir = convert(fashion_source, "openvino", tmp_path / "int8.xml", ConvertOptions("int8", INPUTS, garbage_calib, for_target="x86-avx512"))
@@ -178,8 +178,8 @@ def test_missing_device_and_missing_bin_are_clear(tmp_path, ir):
         make_runner(open_source(str(ir["fp32"].path)), "openvino:npu").load()
     lonely = tmp_path / "lonely.xml"
     lonely.write_bytes(ir["fp32"].path.read_bytes())
-    from edgekit.errors import ModelLoadError
     from edgekit.backends.openvino.loader import read_ir
+    from edgekit.errors import ModelLoadError
 
     with pytest.raises(ModelLoadError, match="weights file lonely.bin is missing"):
         read_ir(lonely)

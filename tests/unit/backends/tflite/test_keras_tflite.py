@@ -10,9 +10,9 @@ from edgekit.calibration import load_samples  # noqa: E402
 from edgekit.conversion import CalibrationOptions, ConvertOptions  # noqa: E402
 from edgekit.converters.pipeline import convert  # noqa: E402
 from edgekit.errors import EdgekitError  # noqa: E402
+from edgekit.metrics.compare import accuracy_percent, run_batches  # noqa: E402
 from edgekit.source import open_source  # noqa: E402
 from edgekit.targets import make_runner  # noqa: E402
-from edgekit.metrics.compare import accuracy_percent, run_batches  # noqa: E402
 from edgekit.validate.validation import ValidationRequest, validate  # noqa: E402
 from edgekit.zoo.fashion_mnist import KERAS_MODEL  # noqa: E402
 from tests.conftest import INPUTS  # noqa: E402

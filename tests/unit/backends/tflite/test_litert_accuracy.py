@@ -65,12 +65,11 @@ def test_a_middle_layer_kept_in_float_runs_in_float_in_the_tflite(tmp_path, demo
     """A layer between int8 ones, left out of PT2E's annotation, is float in the written .tflite: its input edge is float
     too (through the max pool, to the conv before it, which runs in float as well), else litert-torch fuses dequantize ->
     float conv -> quantize back into an int8 conv with round-to-nearest weights."""
-    from edgekit.calibration import load_samples
-    from edgekit.conversion import ConversionData
-    from edgekit.conversion import load_for_conversion
     from edgekit.backends.tflite.from_torch import _converted, _int8_static, export
-    from edgekit.source import open_source
     from edgekit.backends.torch.loader import example_tensors
+    from edgekit.calibration import load_samples
+    from edgekit.conversion import ConversionData, load_for_conversion
+    from edgekit.source import open_source
 
     module, specs = load_for_conversion(open_source("zoo:fashion-cnn"), [])
     data = ConversionData(load_samples(str(demo_data[1]), specs=specs, limit=50))

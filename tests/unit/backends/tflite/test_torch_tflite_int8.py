@@ -34,8 +34,8 @@ def lite0_prepared():
     """Prepared with the LiteRT quantizer (default options) and calibrated on 16 real photo crops."""
     import torch
 
-    from edgekit.backends.tflite.quantizer import litert_quantizer
     from edgekit.backends.tflite.from_torch import TorchToTflite
+    from edgekit.backends.tflite.quantizer import litert_quantizer
     from edgekit.zoo.photos import photo_crops
 
     crops = torch.from_numpy(photo_crops(16, seed=0))

@@ -42,8 +42,8 @@ def test_pt2e_calibration_method_outside_its_observers_is_refused_before_any_wor
 
 def test_torch_to_tflite_per_tensor_weights_and_the_observer_used_are_recorded(tmp_path, demo_data):
     pytest.importorskip("litert_torch")
-    from edgekit.backends.torch.pt2e import OBSERVERS
     from edgekit.backends.tflite.from_torch import TorchToTflite
+    from edgekit.backends.torch.pt2e import OBSERVERS
 
     assert set(TorchToTflite.calib_methods) == set(OBSERVERS)
     calibration = CalibrationOptions(str(demo_data[1]), 100)
@@ -98,11 +98,11 @@ def test_empirical_bias_correction_brings_each_layer_mean_to_the_float_model(dem
     import torch
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
+    from edgekit.backends.tflite.quantizer import litert_quantizer
+    from edgekit.backends.torch import pt2e
+    from edgekit.backends.torch.loader import load_torch
     from edgekit.calibration import load_samples
     from edgekit.conversion import CalibrationOptions, ConvertOptions
-    from edgekit.backends.torch import pt2e
-    from edgekit.backends.tflite.quantizer import litert_quantizer
-    from edgekit.backends.torch.loader import load_torch
     from edgekit.source import zoo_model
 
     model = load_torch(zoo_model("zoo:fashion-cnn")[0])[0].eval()
@@ -135,10 +135,10 @@ def test_pt2e_quantize_leaves_the_source_module_as_it_was(demo_data):
     correction edits in place), and the sensitivity search and accuracy control quantize the same module again."""
     import torch
 
-    from edgekit.calibration import load_samples
     from edgekit.backends.tflite.quantizer import litert_quantizer
-    from edgekit.conversion import load_for_conversion
     from edgekit.backends.torch.pt2e import calibration_batches, quantize
+    from edgekit.calibration import load_samples
+    from edgekit.conversion import load_for_conversion
 
     pytest.importorskip("litert_torch")
     module, specs = load_for_conversion(open_source("zoo:fashion-cnn"), [])

@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 import torch
 
+from edgekit.backends.torch.loader import check_forward, load_torch, resolve_input_specs
 from edgekit.errors import InputMismatchError, ModelLoadError
 from edgekit.source import open_source
-from edgekit.backends.torch.loader import check_forward, load_torch, resolve_input_specs
 from edgekit.zoo.models import FashionCNN
 from tests.conftest import INPUTS
 

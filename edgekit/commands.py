@@ -1,0 +1,488 @@
+"""Each command's options, declared once.
+
+An `Option` is one declaration: its name (the Python API's keyword and the typer parameter), its default, its CLI flags,
+its help text and the recipe key that holds it. The typer commands (edgekit.cli.options.command), the API
+functions' signatures and defaults (edgekit.api) and the mapping from the options to ConvertOptions and to a recipe's
+`convert:` and `calibration:` sections (ConvertOptions.from_section in edgekit.conversion) are derived from these
+tuples, so a new option is a line here and the code that reads it.
+
+Strings and defaults only: `import edgekit; edgekit.convert` reads this without numpy or typer. Help texts name
+the library's choices as `{formats}`, `{precisions}` and `{calib_methods}`; the CLI fills them in.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+REQUIRED = ...  # the default of an option that has none (typer's spelling of "required")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a command, as the command line, the Python API and a recipe know it."""
+
+    name: str
+    default: object
+    flags: str  # "--output -o"; "--x/--no-x" declares both switches; "" makes it a positional CLI argument
+    help: str
+    type: type | None = None  # str, int, float, bool, Path, list (of str) or Callable; None: the default's type
+    recipe: str | None = None  # "section.key" of a recipe that holds it; None: no recipe key does
+    metavar: str | None = None
+    cli: bool = True  # False: the API's alone (a progress callback)
+    api: bool = True  # False: the command line's alone (run --quiet)
+    annotation: str | None = None  # the API's annotation where the type's does not say it (bench takes one artifact too)
+
+    @property
+    def kind(self) -> type:
+        """The value's type: the declared one, else the default's (str for a default of None)."""
+        if self.type is not None:
+            return self.type
+        return str if self.default is None or self.default is REQUIRED else type(self.default)
+
+    def at(self, recipe: str) -> Option:
+        """The same option, kept under another recipe key (--preprocess: calibration's or validation's)."""
+        return replace(self, recipe=recipe)
+
+    def api_annotation(self) -> str:
+        """The annotation the API's signature shows: 'str | None', 'str | Path', 'Sequence[str] | None', ..."""
+        if self.annotation:
+            return self.annotation
+        kind = {Path: "str | Path", list: "Sequence[str]"}.get(self.kind, self.kind.__name__)
+        return f"{kind} | None" if self.default is None else kind
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command's options in their CLI order; the API takes the first `positional` by position too."""
+
+    name: str
+    options: tuple[Option, ...]
+    positional: int
+
+    def api_options(self) -> tuple[Option, ...]:
+        return tuple(o for o in self.options if o.api)
+
+    def cli_options(self) -> tuple[Option, ...]:
+        return tuple(o for o in self.options if o.cli)
+
+    def signature(self, returns: object = inspect.Signature.empty) -> inspect.Signature:
+        """The API function's signature: every keyword with its default."""
+        return inspect.Signature([_parameter(o, i < self.positional) for i, o in enumerate(self.api_options())], return_annotation=returns)
+
+    def recipe_values(self, section: str, values: dict) -> dict:
+        """{key: value} of the options a recipe keeps in `section` (e.g. "convert"), from the command's `values`."""
+        keys = {o.name: (o.recipe or "").partition(".") for o in self.options}
+        return {key: values[name] for name, (where, _, key) in keys.items() if where == section}
+
+
+def _parameter(option: Option, positional: bool) -> inspect.Parameter:
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD if positional else inspect.Parameter.KEYWORD_ONLY
+    default = inspect.Parameter.empty if option.default is REQUIRED else option.default
+    return inspect.Parameter(option.name, kind, default=default, annotation=option.api_annotation())
+
+
+# --- options several commands take -----------------------------------------------------------------------------
+
+INPUTS = Option(
+    "inputs",
+    None,
+    "--input -i",
+    "Model input as NAME:SHAPE[:DTYPE], e.g. image:1x3x224x224:float32, or a constant NAME=VALUE[:DTYPE], e.g. sr=16000:int64 (repeat per input).",
+    list,
+    recipe="model.inputs",
+)
+WEIGHTS = Option("weights", None, "--weights", "State dict for a module:factory model.", recipe="model.weights")
+ALLOW_PICKLE = Option(
+    "allow_pickle",
+    False,
+    "--allow-pickle",
+    "Allow loading a whole pickled torch module. Unpickling runs code from the file: only for files you trust.",
+    recipe="model.allow_pickle",
+)
+MODEL_OPTIONS = (INPUTS, WEIGHTS, ALLOW_PICKLE)
+PREPROCESS = Option(
+    "preprocess",
+    None,
+    "--preprocess",
+    "Image preprocessing: key=value,... (resize, crop, scale, mean, std, order, layout, dtype) or a YAML/JSON file.",
+)
+TARGET = Option("target", None, "--target -t", "runtime:device, e.g. onnxruntime:cpu (see `edgekit targets`).", recipe="matrix.targets")
+THREADS = Option("threads", None, "--threads", "Intra-op threads (default: all usable cores). Always recorded.", int, "latency.threads")
+WARMUP = Option("warmup", 10, "--warmup", "Untimed runs before timing.", recipe="latency.warmup")
+RUNS = Option("runs", 100, "--runs", "Timed runs; percentiles are over these.", recipe="latency.runs")
+BATCH = Option("batch", 1, "--batch", "Batch size of the latency runs.", recipe="latency.batch")
+REPORT = Option("report", None, "--report", "Write the JSON report here.", Path)
+EMIT_RECIPE = Option("emit_recipe", None, "--emit-recipe", "Also write the recipe that reproduces this command (`edgekit run FILE`).", Path)
+PROGRESS = Option("progress", None, "", "A callable taking a line of text: hears of each step.", Callable, cli=False)
+
+# Gate thresholds, shared by `validate` (applied to the new result) and `gate` (replacing a saved report's).
+THRESHOLDS = (
+    Option("max_drop", None, "--max-drop", "Gate: fail (exit 2) if accuracy falls more than this many points.", float, "gates.max_drop"),
+    Option(
+        "min_cosine",
+        None,
+        "--min-cosine",
+        "Gate: fail (exit 2) if any output's mean cosine similarity is below this.",
+        float,
+        "gates.min_cosine",
+    ),
+    Option(
+        "min_agreement",
+        None,
+        "--min-agreement",
+        "Gate: fail (exit 2) if top-1 agreement with the reference is below this percent (classification).",
+        float,
+        "gates.min_agreement",
+    ),
+    Option(
+        "min_snr",
+        None,
+        "--min-snr",
+        "Gate: fail (exit 2) if any output's SNR vs the reference is below this many dB.",
+        float,
+        "gates.min_snr_db",
+    ),
+    Option(
+        "max_npu_fallback",  # the option's old name; --max-npu-fallback stays an alias of --max-fallback
+        None,
+        "--max-fallback --max-npu-fallback",
+        "Gate: fail (exit 2) if more than this percent of ops run outside the NPU or delegate (Ethos-U, XNNPACK).",
+        float,
+        "gates.max_npu_fallback",
+    ),
+    Option(
+        "no_default_gates",
+        False,
+        "--no-default-gates",
+        "Without thresholds of your own, non-finite outputs and a fidelity floor (cosine, SNR) still fail; this turns that off.",
+    ),
+)
+
+# --- convert and quantize ------------------------------------------------------------------------------------------
+
+QUANTIZATION = (
+    Option(
+        "calib",
+        None,
+        "--calib",
+        "Calibration data: .npz/.npy, a folder of images (labels: class subfolders or a labels.json), module:function or a zoo: data name.",
+        recipe="calibration.path",
+    ),
+    Option(
+        "calib_samples",
+        300,
+        "--calib-samples",
+        "Samples drawn (deterministically, --seed) from the calibration data.",
+        recipe="calibration.samples",
+    ),
+    Option(
+        "calib_method",
+        "auto",
+        "--calib-method",
+        "Range estimation: {calib_methods} (auto: the backend's best measured method).",
+        recipe="calibration.method",
+    ),
+    PREPROCESS.at("calibration.preprocess"),
+    Option("per_tensor", False, "--per-tensor", "Per-tensor weight scales instead of per-channel.", recipe="convert.per_tensor"),
+    Option("exclude", None, "--exclude", "Node name to keep in float (repeatable).", list, "convert.exclude"),
+    Option(
+        "keep_sensitive",
+        True,
+        "--keep-sensitive/--no-keep-sensitive",
+        "int8: keep in float the few layers whose int8 sensitivity stands out (> 10x the median layer's, at most 3).",
+        recipe="convert.keep_sensitive",
+    ),
+    Option(
+        "for_target",
+        "onnxruntime:cpu",
+        "--for-target",
+        "Where the model will run; picks the int8 scheme: a target on this host (onnxruntime:cpu), tensorrt:cuda (symmetric s8), "
+        "an ISA class (x86-avx2, x86-vnni, x86-amx, arm64-dotprod, ... see docs/int8-schemes.md), a device preset (raspberry-pi-5) "
+        "or an inventory device (NAME, runtime:device@NAME).",
+        recipe="convert.for_target",
+    ),
+    Option("seed", 0, "--seed", "Seed of the calibration sampling.", recipe="calibration.seed"),
+    Option(
+        "random_calibration",
+        False,
+        "--random-calibration",
+        "Calibrate on random data (plumbing only: the report marks the result as not meaningful).",
+        recipe="calibration.random",
+    ),
+)
+ACCURACY_CONTROL = (
+    Option(
+        "val",
+        None,
+        "--val",
+        "Validation data for accuracy-controlled int8 (ONNX, OpenVINO, TFLite from PyTorch), with a limit: --max-drop (and labels), "
+        "--min-agreement or --min-cosine.",
+        recipe="convert.val",
+    ),
+    Option("val_samples", 1000, "--val-samples", "Validation samples drawn for accuracy control.", recipe="convert.val_samples"),
+    Option(
+        "max_drop",
+        None,
+        "--max-drop",
+        "Accuracy control: keep layers in float until the top-1 drop is at most this many points.",
+        float,
+        "convert.max_drop",
+    ),
+    Option(
+        "min_agreement",
+        None,
+        "--min-agreement",
+        "Accuracy control: keep layers in float until top-1 agreement with fp32 is at least this percent.",
+        float,
+        "convert.min_agreement",
+    ),
+    Option(
+        "min_cosine",
+        None,
+        "--min-cosine",
+        "Accuracy control: keep layers in float until the first output's mean cosine with fp32's is at least this "
+        "(embeddings, detection maps: models whose output is not a class).",
+        float,
+        "convert.min_cosine",
+    ),
+)
+CONVERT = Command(
+    "convert",
+    (
+        Option(
+            "model",
+            REQUIRED,
+            "",
+            "Model file (.pt2, TorchScript, .onnx, .keras, .h5, SavedModel), module:factory or zoo: name (zoo:fashion-cnn).",
+            recipe="model.path",
+        ),
+        Option("to", REQUIRED, "--to", "Target format: {formats}.", recipe="matrix.formats"),
+        Option("output", None, "--output -o", "Output file (default: next to the model, named by precision).", Path),
+        *MODEL_OPTIONS,
+        Option(
+            "precision",
+            "fp32",
+            "--precision -p",
+            "One of {precisions}. int8 needs --calib (a zoo: model brings its own).",
+            recipe="matrix.precisions",
+        ),
+        *QUANTIZATION,
+        *ACCURACY_CONTROL,
+        Option(
+            "model_type",
+            None,
+            "--model-type",
+            "'transformer' for NNCF's transformer scheme (detected when not given).",
+            recipe="convert.model_type",
+        ),
+        Option(
+            "io_dtype",
+            None,
+            "--io-dtype",
+            "TFLite full int8: float32, int8 or uint8 inputs/outputs (default float32; int8 with --device).",
+            recipe="convert.io_dtype",
+        ),
+        Option("layout", "nchw", "--layout", "PyTorch -> TFLite: nhwc gives the model channels-last inputs.", recipe="convert.layout"),
+        Option(
+            "device",
+            None,
+            "--device",
+            "Compile the int8 TFLite for an NPU with Vela, e.g. ethos-u55-128 (see the README).",
+            recipe="convert.device",
+        ),
+        Option(
+            "max_batch",
+            64,
+            "--max-batch",
+            "TensorRT: the largest batch the engine takes (its optimisation profile).",
+            recipe="convert.max_batch",
+        ),
+        Option("opt_batch", 1, "--opt-batch", "TensorRT: the batch the engine is tuned for.", recipe="convert.opt_batch"),
+        EMIT_RECIPE,
+    ),
+    positional=3,
+)
+QUANTIZE = Command(
+    "quantize",
+    (
+        Option("model", REQUIRED, "", "An .onnx file.", recipe="model.path"),
+        Option("output", REQUIRED, "--output -o", "Output .onnx file.", Path),
+        Option("precision", "int8", "--precision -p", "One of {precisions}.", recipe="matrix.precisions"),
+        *QUANTIZATION,
+        EMIT_RECIPE,
+    ),
+    positional=2,
+)
+
+# --- prune ---------------------------------------------------------------------------------------------------------
+
+PRUNE = Command(
+    "prune",
+    (
+        Option("model", REQUIRED, "", "PyTorch (.pt2, TorchScript, module:factory) or Keras model.", recipe="model.path"),
+        Option(
+            "method",
+            REQUIRED,
+            "--method -m",
+            "magnitude (unstructured), cluster (weight sharing), channels (structured), lowrank (Linear/Dense SVD); "
+            "a chain runs in order: magnitude,cluster.",
+            recipe="compress.method",
+        ),
+        Option("output", REQUIRED, "--output -o", "The compressed model: .pt2 for PyTorch, .keras for Keras.", Path),
+        *MODEL_OPTIONS,
+        Option("sparsity", 0.5, "--sparsity", "magnitude: fraction of weights set to zero.", recipe="compress.sparsity"),
+        Option("scope", "global", "--scope", "magnitude: global (one threshold) or layer (per layer).", recipe="compress.scope"),
+        Option("channels", 0.3, "--channels", "channels: fraction of channels removed per layer.", recipe="compress.channels"),
+        Option(
+            "energy",
+            None,
+            "--energy",
+            "lowrank: keep singular values holding this share of the energy (e.g. 0.9).",
+            float,
+            "compress.energy",
+        ),
+        Option("keep", 0.5, "--keep", "lowrank (without --energy): fraction of each layer's parameters to keep.", recipe="compress.keep"),
+        Option("clusters", 16, "--clusters", "cluster: shared non-zero values per layer (k-means).", recipe="compress.clusters"),
+        Option("init", "linear", "--init", "cluster: centroid initialisation, linear or density.", recipe="compress.init"),
+        Option(
+            "surgery",
+            False,
+            "--surgery",
+            "magnitude + --epochs: dynamic network surgery (masks recomputed while fine-tuning; cut weights may return).",
+            recipe="compress.surgery",
+        ),
+        Option("data", None, "--data -d", "Labelled data: batch-norm recalibration and the stage comparison.", recipe="validation.path"),
+        Option("finetune", None, "--finetune", "Labelled training data for fine-tuning (PyTorch).", recipe="compress.finetune"),
+        Option("epochs", 0, "--epochs", "Fine-tuning epochs (magnitude: a gradual sparsity schedule over them).", recipe="compress.epochs"),
+        Option("lr", 1e-3, "--lr", "Fine-tuning learning rate.", recipe="compress.lr"),
+        Option(
+            "precision",
+            None,
+            "--precision -p",
+            "Also compare the pruned model at this precision (e.g. int8) in the stage table.",
+            recipe="matrix.precisions",
+        ),
+        Option("calib", None, "--calib", "Calibration data for --precision int8.", recipe="calibration.path"),
+        THREADS,
+        Option("max_size_mb", None, "--max-size-mb", "Gate: the compressed model's size (exit 2 when over).", float, "gates.max_size_mb"),
+        Option(
+            "size_metric",
+            "stored",
+            "--size-metric",
+            "What --max-size-mb limits: stored, gzip or coded (entropy-coded).",
+            recipe="gates.size_metric",
+        ),
+        REPORT,
+        EMIT_RECIPE,
+    ),
+    positional=3,
+)
+
+# --- validate and bench --------------------------------------------------------------------------------------------
+
+VALIDATE = Command(
+    "validate",
+    (
+        Option("artifact", REQUIRED, "", "The converted model (.onnx)."),
+        Option(
+            "reference",
+            None,
+            "--reference -r",
+            "The original model: file, module:factory or zoo: name (default: the artifact's provenance).",
+            recipe="model.path",
+        ),
+        Option(
+            "data",
+            None,
+            "--data -d",
+            ".npz keyed by input name (+ optional `labels`), .npy, image folder (labels: class subfolders or a labels.json), "
+            "module:function or zoo: name "
+            "(default: a zoo reference's validation set).",
+            recipe="validation.path",
+        ),
+        TARGET,
+        REPORT,
+        EMIT_RECIPE,
+        *MODEL_OPTIONS,
+        Option("limit", None, "--limit", "Use at most N samples of DATA (seeded).", int, "validation.limit"),
+        PREPROCESS.at("validation.preprocess"),
+        THREADS,
+        WARMUP,
+        RUNS,
+        BATCH,
+        Option(
+            "task",
+            None,
+            "--task",
+            "classification, detection, embedding, regression or segmentation (decides the metrics); inferred when absent.",
+            recipe="validation.task",
+        ),
+        *THRESHOLDS,
+    ),
+    positional=3,
+)
+BENCH = Command(
+    "bench",
+    (
+        Option("artifacts", REQUIRED, "", "One or more model files.", list, "model.path", annotation="str | Sequence[str]"),
+        TARGET,
+        THREADS,
+        BATCH,
+        WARMUP,
+        RUNS,
+        *MODEL_OPTIONS,
+        REPORT,
+        EMIT_RECIPE,
+    ),
+    positional=1,
+)
+
+# --- run and gate --------------------------------------------------------------------------------------------------
+
+RUN = Command(
+    "run",
+    (
+        Option("recipe", REQUIRED, "", "The recipe (edgekit.yaml).", Path),
+        Option("no_cache", False, "--no-cache", "Convert every cell again, even when a cached artifact matches."),
+        Option("quiet", False, "--quiet -q", "No progress, only the table and errors (for CI logs).", api=False),
+        Option(
+            "ray",
+            False,
+            "--ray",
+            "Run the host-side work (conversion, calibration, accuracy) as Ray tasks; timings still run alone on their machine. "
+            "`--ray` starts a local Ray; `--ray auto` or `--ray ray://HEAD:10001` joins a cluster (docs/scale.md).",
+        ),
+        Option("address", None, "", "With --ray: the Ray cluster to join (auto, ray://HEAD:10001).", metavar="[ADDRESS]"),
+        Option("ray_cpus", None, "--ray-cpus", "CPUs of the local Ray that --ray starts (default: this machine's cores).", int),
+        PROGRESS,
+    ),
+    positional=1,
+)
+GATE = Command(
+    "gate",
+    (
+        Option("saved", REQUIRED, "", "A JSON report from `edgekit run`, `validate`, `bench` or `prune`.", Path),
+        Option("baseline", None, "--baseline", "An earlier report of the same kind: check latency against it.", Path),
+        Option(
+            "baseline_artifact",
+            None,
+            "--baseline-artifact",
+            "The baseline's model file, when its report's artifact path is not at hand: both are re-timed here.",
+        ),
+        Option("tolerance", 0.10, "--tolerance", "The smallest latency regression that counts (0.10 = 10%)."),
+        Option("max_rounds", 8, "--max-rounds", "Re-timing: at most this many A-B-B-A rounds before INCONCLUSIVE."),
+        Option(
+            "reports_only",
+            False,
+            "--reports-only",
+            "Judge latency from the two reports' times, without re-timing (flags only gross changes).",
+        ),
+        Option("junit", None, "--junit", "Write the gate results as JUnit XML.", Path),
+        *THRESHOLDS,
+        PROGRESS,
+    ),
+    positional=1,
+)
