@@ -486,3 +486,21 @@ GATE = Command(
     ),
     positional=1,
 )
+
+
+def options_markdown(choices: dict[str, str]) -> str:
+    """docs/options.md: every command's options as this module declares them (`choices` fills {formats} and the like)."""
+    lines = ["# Options", "", "Every option of every command, generated from `edgekit/commands.py` (the one place each is declared):",
+             "`python -c 'from edgekit.cli.options import options_markdown; print(options_markdown(), end=\"\")' > docs/options.md`.",
+             "The recipe key is where `edgekit run` reads the same setting; `--emit-recipe` writes it there."]  # fmt: skip
+    for command in [value for value in globals().values() if isinstance(value, Command)]:
+        lines += ["", f"## edgekit {command.name}", "", "| option | default | recipe key | what it does |", "|---|---|---|---|"]
+        lines += [_option_row(option, choices) for option in command.cli_options()]
+    return "\n".join(lines) + "\n"
+
+
+def _option_row(option: Option, choices: dict[str, str]) -> str:
+    flags = " ".join(f"`{flag}`" for flag in option.flags.split()) or f"`{option.name.upper()}` (argument)"
+    default = "required" if option.default is REQUIRED else "" if option.default is None else f"`{option.default}`"
+    text = option.help.format_map(choices).replace("|", "\\|")
+    return f"| {flags} | {default} | {f'`{option.recipe}`' if option.recipe else ''} | {text} |"

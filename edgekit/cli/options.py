@@ -43,3 +43,8 @@ INPUT = parameter(commands.INPUTS)
 WEIGHTS = parameter(commands.WEIGHTS)
 ALLOW_PICKLE = parameter(commands.ALLOW_PICKLE)
 PREPROCESS = parameter(commands.PREPROCESS)
+
+
+def options_markdown() -> str:
+    """docs/options.md, with the library's choices filled in."""
+    return commands.options_markdown(CHOICES)

@@ -54,3 +54,12 @@ def test_the_api_takes_every_declared_keyword_with_its_default(command):
     required = {o.name: "x" for o in command.api_options() if o.default is commands.REQUIRED}
     with pytest.raises(TypeError, match="unexpected keyword argument 'no_such_option'"):
         getattr(edgekit, command.name)(**required, no_such_option=1)
+
+
+def test_docs_options_md_is_generated_from_the_declaration():
+    from pathlib import Path
+
+    from edgekit.cli.options import options_markdown
+
+    page = Path(__file__).parents[2] / "docs" / "options.md"
+    assert page.read_text() == options_markdown(), "regenerate docs/options.md (its first lines say how)"
