@@ -27,7 +27,7 @@ demo: setup
 	$(BIN)/edgekit demo
 
 # Two workers, a test file each (its module fixtures built once), each pinned to its own core (tests/conftest.py):
-# 13m22s-14m16s on a 2-core Zen 4 from a clean clone (sessions 21-22); unpinned on the 2-core Zen 3, 14m26s instead of 18m09s serial.
+# 12m15s on a 2-core Zen 4 from a clean clone (2026-11-27; 13m22s-14m16s in sessions 21-22); unpinned on the 2-core Zen 3, 14m26s instead of 18m09s serial.
 test: setup
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25
 
