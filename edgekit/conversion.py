@@ -149,8 +149,7 @@ def converter_for(family: str, to: str) -> type[Converter]:
     if key not in CONVERTERS:
         known = ", ".join(f"{a}->{b}" for a, b in CONVERTERS)
         raise EdgekitError(f"edgekit cannot convert {family} models to {to}", hint=f"supported: {known}")
-    module_name, _, cls = CONVERTERS[key].partition(":")
-    return getattr(importlib.import_module(module_name), cls)
+    return import_attr(CONVERTERS[key], "converter")
 
 
 def plan(family: str, to: str, precision: str) -> list[tuple[type[Converter], str]]:

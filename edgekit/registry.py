@@ -160,9 +160,12 @@ REGISTRY = (
 )
 
 
+BY_FORMAT = {backend.format: backend for backend in REGISTRY}
+
+
 def backends() -> dict[str, Backend]:
     """Every registered backend by format."""
-    return {backend.format: backend for backend in REGISTRY}
+    return BY_FORMAT
 
 
 def backend(fmt: str) -> Backend | None:

@@ -44,8 +44,6 @@ class ModelSource:
 def open_source(spec: str, weights: str | None = None, allow_pickle: bool = False) -> ModelSource:
     """Classify `spec` as a model source (a file, a module:factory, or a zoo: name), failing early with a clear message."""
     if spec.startswith("zoo:") and not weights:
-        from edgekit.source import zoo_model
-
         return zoo_model(spec)[0]
     path = Path(spec)
     _finish_interrupted_write(path)

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import importlib
-
 from edgekit import registry
 from edgekit.artifact import TensorSpec
 from edgekit.errors import EdgekitError
@@ -23,8 +21,7 @@ def runner_class(runtime: str):
     """The Runner class registered for `runtime`."""
     if runtime not in RUNNERS:
         raise EdgekitError(f"unknown runtime '{runtime}'", hint=f"known: {', '.join(RUNNERS)} (see `edgekit targets`)")
-    module_name, _, cls = RUNNERS[runtime].partition(":")
-    return getattr(importlib.import_module(module_name), cls)
+    return import_attr(RUNNERS[runtime], "runner")
 
 
 def parse_target(target: str) -> tuple[str, str, dict[str, str]]:

@@ -49,8 +49,6 @@ def load_split(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def write_demo_data(workdir: Path, layout: str = "nchw") -> tuple[Path, Path]:
     """The committed Fashion-MNIST splits as .npz files keyed by the model's input name."""
-    from edgekit.zoo.fashion_mnist import CALIB_NPZ, TEST_NPZ, load_split
-
     paths = []
     for split, name in ((TEST_NPZ, "test"), (CALIB_NPZ, "calib")):
         path = workdir / f"fashion_mnist_{name}{'' if layout == 'nchw' else '_nhwc'}.npz"
