@@ -25,6 +25,7 @@ $(STAMP): pyproject.toml constraints.txt constraints-cuda.txt
 
 demo: setup
 	$(BIN)/edgekit demo
+	$(BIN)/edgekit demo --detector
 
 # Two workers, a test file each (its module fixtures built once), each pinned to its own core (tests/conftest.py):
 # 12m15s on a 2-core Zen 4 from a clean clone (2026-11-27; 13m22s-14m16s in sessions 21-22); unpinned on the 2-core Zen 3, 14m26s instead of 18m09s serial.
@@ -56,4 +57,4 @@ lint: setup
 	$(BIN)/ruff check edgekit tests bench scripts && $(BIN)/ruff format --check edgekit tests bench scripts
 
 clean:
-	rm -rf $(VENV) edgekit-demo edgekit-demo-keras .pytest_cache .arm64
+	rm -rf $(VENV) edgekit-demo edgekit-demo-keras edgekit-demo-detector .pytest_cache .arm64

@@ -29,14 +29,26 @@ class TensorSpec:
         return all(isinstance(d, int) for d in self.shape)
 
     def batch_axis(self) -> int | None:
-        """Where the batch goes: a dim named batch (or N, batch_size), else the first dynamic dim, else dim 0.
+        """Where the batch goes: a dim named batch (or N, batch_size), else dim 0 where it is fixed and two or more dims
+        are dynamic (an image fixed at batch 1 whose H and W are not: [1, 3, H, W]), else the first dynamic dim, else dim 0.
 
         A recurrent state [layers, batch, hidden] has its batch in the middle; a scalar has none (None)."""
         if not self.shape:
             return None
         named = [i for i, d in enumerate(self.shape) if isinstance(d, str) and d.lower() in BATCH_NAMES]
         dynamic = [i for i, d in enumerate(self.shape) if not isinstance(d, int)]
+        if not named and len(dynamic) > 1 and dynamic[0] > 0:
+            return 0
         return (named or dynamic or [0])[0]
+
+    def fixed_batch(self) -> int | None:
+        """The size the model fixes this input's batch at (its batch axis static), or None: a dynamic batch, a scalar
+        or a constant input."""
+        axis = self.batch_axis()
+        if axis is None or self.value is not None:
+            return None
+        size = self.shape[axis]
+        return size if isinstance(size, int) else None
 
     def sample_shape(self) -> tuple[Dim, ...]:
         """The shape of one sample: the model's shape without its batch axis."""
@@ -87,6 +99,13 @@ class TensorSpec:
                 hint=f"give its shape too: --input {self.name}:{self.shape_text()} and the data, or fix the model's dims",
             )
         return np.full(shape, self.value, dtype=self.dtype)
+
+
+def fixed_batch(specs) -> int | None:
+    """The batch a model takes only, from its first data input (constants aside): every batch fed to it must be
+    exactly this size. None where that input's batch is dynamic (any size fits)."""
+    data = [s for s in specs if s.value is None and s.batch_axis() is not None]
+    return data[0].fixed_batch() if data else None
 
 
 BATCH_NAMES = {"batch", "batch_size", "n", "bs"}  # a dim given one of these names is the batch axis

@@ -120,7 +120,15 @@ PROGRESS = Option("progress", None, "", "A callable taking a line of text: hears
 
 # Gate thresholds, shared by `validate` (applied to the new result) and `gate` (replacing a saved report's).
 THRESHOLDS = (
-    Option("max_drop", None, "--max-drop", "Gate: fail (exit 2) if accuracy falls more than this many points.", float, "gates.max_drop"),
+    Option(
+        "max_drop",
+        None,
+        "--max-drop",
+        "Gate: fail (exit 2) if the task metric against the labels falls more than this many points (top-1 accuracy, mAP@0.5, "
+        "mIoU or F1 x 100, Recall@1).",
+        float,
+        "gates.max_drop",
+    ),
     Option(
         "min_cosine",
         None,
@@ -133,7 +141,8 @@ THRESHOLDS = (
         "min_agreement",
         None,
         "--min-agreement",
-        "Gate: fail (exit 2) if top-1 agreement with the reference is below this percent (classification).",
+        "Gate: fail (exit 2) if the task metric against the reference is below this percent: top-1 agreement, mAP@0.5, "
+        "F1 or mIoU of maps, recall@k.",
         float,
         "gates.min_agreement",
     ),
@@ -383,6 +392,38 @@ PRUNE = Command(
 
 # --- validate and bench --------------------------------------------------------------------------------------------
 
+TASK_OPTIONS = (
+    Option(
+        "task",
+        None,
+        "--task",
+        "classification, detection, embedding, regression or segmentation (decides the metrics); inferred when absent.",
+        recipe="validation.task",
+    ),
+    Option(
+        "labels",
+        None,
+        "--labels",
+        "A task's labels: COCO instances .json or a YOLO labels folder (detection), a folder of PNG masks (segmentation); "
+        "default: the zoo data's own.",
+        recipe="validation.labels",
+    ),
+    Option(
+        "postprocess",
+        None,
+        "--postprocess",
+        "How a detector's outputs become boxes: detections, yolov5, yolov8, or module:function (outputs dict -> per sample "
+        "{{boxes, scores, classes}}); default: read from the outputs' layout.",
+        recipe="validation.postprocess",
+    ),
+    Option(
+        "mask_threshold",
+        0.5,
+        "--mask-threshold",
+        "Segmentation: the probability at which a single-channel map counts as foreground.",
+        recipe="validation.mask_threshold",
+    ),
+)
 VALIDATE = Command(
     "validate",
     (
@@ -413,13 +454,7 @@ VALIDATE = Command(
         WARMUP,
         RUNS,
         BATCH,
-        Option(
-            "task",
-            None,
-            "--task",
-            "classification, detection, embedding, regression or segmentation (decides the metrics); inferred when absent.",
-            recipe="validation.task",
-        ),
+        *TASK_OPTIONS,
         *THRESHOLDS,
     ),
     positional=3,

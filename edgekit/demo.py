@@ -20,17 +20,20 @@ def demo_source() -> ModelSource:
     return ModelSource("edgekit.zoo.models:fashion_cnn", "torch-factory", WEIGHTS)
 
 
-RECIPES = {False: Path(__file__).parent / "recipes" / "demo.yaml", True: Path(__file__).parent / "recipes" / "demo-keras.yaml"}
+RECIPE_DIR = Path(__file__).parent / "recipes"
+# the classifier from PyTorch (the default), from Keras, and the zoo's detector (judged by mAP)
+RECIPES = {"pytorch": RECIPE_DIR / "demo.yaml", "keras": RECIPE_DIR / "demo-keras.yaml", "detector": RECIPE_DIR / "demo-detector.yaml"}
 
 
-def demo_recipe(workdir: Path | None, threads: int | None = None, runs: int = 200, keras: bool = False, precisions=None):
+def demo_recipe(workdir: Path | None, threads: int | None = None, runs: int = 200, variant: str = "pytorch", precisions=None):
     """The embedded demo recipe, with the run's folder (default: the recipe's own, in the current folder: edgekit-demo,
-    edgekit-demo-keras, so one variant never replaces the other's reports and artifacts), threads and run count."""
+    edgekit-demo-keras, edgekit-demo-detector, so one variant never replaces another's reports and artifacts), threads
+    and run count."""
     from dataclasses import replace
 
     from edgekit.recipe.schema import load_recipe
 
-    recipe = load_recipe(RECIPES[keras])
+    recipe = load_recipe(RECIPES[variant])
     matrix = replace(recipe.matrix, precisions=tuple(precisions)) if precisions else recipe.matrix
     return replace(
         recipe,
@@ -41,12 +44,12 @@ def demo_recipe(workdir: Path | None, threads: int | None = None, runs: int = 20
 
 
 def run_demo(
-    workdir: Path | None, threads: int | None = None, runs: int = 200, keras: bool = False, precisions=None, progress=None
+    workdir: Path | None, threads: int | None = None, runs: int = 200, variant: str = "pytorch", precisions=None, progress=None
 ) -> tuple[dict, list]:
     """Run the demo recipe; returns the matrix report and the report files written."""
     from edgekit.recipe.run import run_recipe
     from edgekit.report.write import write_reports
 
-    recipe = demo_recipe(workdir, threads, runs, keras, precisions)
+    recipe = demo_recipe(workdir, threads, runs, variant, precisions)
     report = run_recipe(recipe, progress=progress)
     return report, write_reports(report, Path(recipe.report.dir), recipe.report.formats)

@@ -158,6 +158,8 @@ def validate(args) -> Validation:
         latency=_bench_settings(args),
         thresholds=_thresholds(args),
         task=args.task,
+        labels=args.labels,
+        task_settings=task_settings(args),
         default_gates=not args.no_default_gates,
     )
     if args.emit_recipe:
@@ -251,6 +253,13 @@ def _specs(inputs: Strings):
     from edgekit.artifact import parse_input_spec
 
     return tuple(parse_input_spec(v) for v in inputs or [])
+
+
+def task_settings(args):
+    """How the task's outputs are read (--postprocess, --mask-threshold)."""
+    from edgekit.metrics.task_metrics import TaskSettings
+
+    return TaskSettings(postprocess=args.postprocess, mask_threshold=args.mask_threshold)
 
 
 def _thresholds(args):

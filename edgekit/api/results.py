@@ -156,6 +156,7 @@ class Validation(Report):
     data: dict = field(default_factory=dict)
     fidelity: list[Fidelity] = field(default_factory=list)
     accuracy: dict | None = None
+    task_metrics: dict | None = None  # detection, segmentation, embedding, regression (metrics.task_metrics)
     latency: BenchResult | None = None
     gate: Gate = field(default_factory=Gate)
 

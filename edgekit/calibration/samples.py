@@ -51,11 +51,33 @@ class Samples:
     def __len__(self) -> int:
         return len(next(iter(self.arrays.values()))) if self.arrays else 0
 
-    def batches(self, size: int) -> Iterator[dict[str, np.ndarray]]:
+    def batches(self, size: int, fixed: int | None = None) -> Iterator[dict[str, np.ndarray]]:
         """Consecutive batches of at most `size` samples, in order, each input in the model's layout (a recurrent
-        state [layers, batch, hidden] gets its batch on axis 1)."""
+        state [layers, batch, hidden] gets its batch on axis 1). For a model whose batch is fixed (`fixed`: the
+        fixed_batch of the model fed, artifact.fixed_batch or Runner.fixed_batch), batches of exactly that size, the
+        last one filled up by repeating its samples: `counted_batches` says how many of each are real."""
+        for feeds, _ in self.counted_batches(size, fixed):
+            yield feeds
+
+    def counted_batches(self, size: int, fixed: int | None = None) -> Iterator[tuple[dict[str, np.ndarray], int]]:
+        """(feeds, how many of the batch's samples are real) for each of `batches(size, fixed)`: a model fixed at 4
+        takes 10 samples as 4, 4 and 2 real ones + 2 repeated (drop what the repeats give with `unpadded`)."""
+        size = fixed or size
         for start in range(0, len(self), size):
-            yield {k: self._layout(k, v[start : start + size]) for k, v in self.arrays.items()}
+            real = min(size, len(self) - start)
+            rows = np.resize(np.arange(start, start + real), size) if real < size and fixed else slice(start, start + real)
+            yield {k: self._layout(k, v[rows]) for k, v in self.arrays.items()}, real
+
+    def subset(self, rows) -> Samples:
+        """The samples at `rows` (a slice, indices or a mask), with their labels, ids and the specs they are bound to."""
+        picked = np.arange(len(self))[rows]
+        labels = None if self.labels is None else self.labels[picked]
+        ids = None if self.ids is None else [self.ids[i] for i in picked]
+        return Samples({k: v[picked] for k, v in self.arrays.items()}, labels, {}, dict(self.specs), ids)
+
+    def head(self, count: int) -> Samples:
+        """The first `count` samples (a probe for sensitivity measurements), bound as these are."""
+        return self if count >= len(self) else self.subset(slice(0, count))
 
     def _layout(self, name: str, batch: np.ndarray) -> np.ndarray:
         spec = self.specs.get(name)
@@ -83,6 +105,14 @@ class Samples:
         nonfinite = _check_finite(bound, source, self.provenance.get("nonfinite", "error"))
         provenance = {**self.provenance, "sha256": content_hash(bound, self.labels), "nonfinite_values": nonfinite}
         return Samples(bound, self.labels, provenance, {s.name: s for s in specs}, self.ids)
+
+
+def unpadded(outputs: list[np.ndarray], batch: int | None, real: int) -> list[np.ndarray]:
+    """A batch's outputs without what its repeated samples gave (Samples.counted_batches): the first `real` entries of
+    each output whose axis 0 holds the `batch`; an output without one is kept whole."""
+    if not batch or real == batch:
+        return outputs
+    return [out[:real] if np.ndim(out) and np.shape(out)[0] == batch else out for out in outputs]
 
 
 def _check_finite(arrays: dict[str, np.ndarray], source: str, policy: str) -> int:

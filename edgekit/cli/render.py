@@ -214,6 +214,8 @@ def print_validation(report: dict) -> None:
     if len(report.get("output_pairing") or []) > 1:
         pairs = ", ".join(f"{p['artifact']} ~ {p['reference']}" for p in report["output_pairing"])
         console.print(f"  outputs paired by {report['output_pairing'][0]['by']}: {escape(pairs)}")
+    if report.get("task_metrics"):
+        _print_task_metrics(report["task_metrics"])
     table = Table("output", "max abs", "mean abs", "cosine (mean/min)", "SNR dB", "top-1 agree", "non-finite")
     for f in report["fidelity"]:
         broken = f.get("nonfinite", 0)
@@ -231,7 +233,7 @@ def print_validation(report: dict) -> None:
         if f.get("top1_flips") is not None:
             console.print(_flips_text(f))
     acc = report.get("accuracy")
-    if acc:
+    if acc and not report.get("task_metrics"):
         console.print(
             f"accuracy: reference {acc['reference']:.2f}%, artifact {acc['artifact']:.2f}%, drop {acc['drop_points']:+.2f} points"
             + (f" (95% CI {acc['drop_ci95'][0]:+.2f} to {acc['drop_ci95'][1]:+.2f}, paired)" if acc.get("drop_ci95") else "")
@@ -243,6 +245,51 @@ def print_validation(report: dict) -> None:
             console.print(f"  {classes_lost_text(acc)}")
     _print_latency_rows([report["latency"]], report)
     _print_gate(report["gate"])
+
+
+def _print_task_metrics(judged: dict) -> None:
+    """The task metric first: against the reference, against the labels, and the samples that changed most."""
+    from edgekit.validate.validation import metric_label
+
+    metric, ours = judged["metric"], judged["vs_reference"]
+    name = metric_label(metric)
+    ci = ours.get(f"{metric}_ci95")
+    head = f"[bold]{name} {ours[metric]:.4g}[/]" + (f" (95% CI {ci[0]:.4g} to {ci[1]:.4g})" if ci else "")
+    console.print(f"  {judged['task']}: {head} against the reference{_task_context(judged)}")
+    labelled = judged.get("vs_labels")
+    if labelled:
+        console.print(
+            f"  against labels: reference {metric_label(labelled['metric'])} {labelled['reference']:.4g}, artifact {labelled['artifact']:.4g}, "
+            f"drop {labelled['drop_points']:+.2f} points (95% CI {labelled['drop_ci95'][0]:+.2f} to {labelled['drop_ci95'][1]:+.2f}, paired) "
+            f"on {labelled['samples']} samples"
+        )
+    changed = judged.get("changes") or []
+    if changed:
+        console.print(f"  changed most: {escape(changes_listed(changed[:3]))} (changes in the JSON lists {len(changed)})")
+
+
+def _task_context(judged: dict) -> str:
+    """What the headline is of: a detector's decoding and mAP@0.5:0.95, a map's threshold, an embedding's rank correlation."""
+    ours = judged["vs_reference"]
+    if judged["task"] == "detection":
+        return f"'s {ours['reference_detections']} confident detections; mAP@0.5:0.95 {ours['map50_95']:.4g} (outputs read as {judged['decoded']})"
+    if "threshold" in ours:
+        return (
+            f" (maps at {ours['threshold']:g}; {ours['false_on_empty']} of {ours['empty_maps']} empty maps marked; IoU {ours['iou']:.4g})"
+        )
+    if "rank_correlation" in ours:
+        return f" (rank correlation of similarities {ours['rank_correlation']:.4f})"
+    return f" (output {judged['output']})" if judged.get("output") else ""
+
+
+def changes_listed(changes: list[dict]) -> str:
+    """Changed samples as a clause: `canvas 3 (2 missed, 1 added)` or `page 7 (0.412)`."""
+    parts = []
+    for c in changes:
+        name = c.get("id") or f"sample {c['sample']}"
+        detail = f"{c['missed']} missed, {c['added']} added" if "missed" in c else f"{c['score']:.3g}"
+        parts.append(f"{name} ({detail})")
+    return ", ".join(parts)
 
 
 def _flips_text(f: dict) -> str:

@@ -77,7 +77,7 @@ def verify_written(path: Path, specs: list[TensorSpec]) -> str:
     runner = make_runner(source, None, 1, None if registry.backend(source.family).own_input_shapes else specs)
     try:
         runner.load()
-        outputs = runner.infer(next(random_samples(runner.inputs, 1).batches(1)))
+        outputs = runner.infer(next(random_samples(runner.inputs, 1).batches(1, runner.fixed_batch())))
     except EdgekitError as exc:
         message = exc.message.replace(str(path), path.name)  # the staging folder means nothing to the user
         raise ConversionError(f"{runtime} cannot run the {source.format} just written: {message}", hint=exc.hint) from None

@@ -1,6 +1,7 @@
 """`edgekit debug`: where an artifact starts to differ from its reference, tensor by tensor.
 
-Both models run on the same samples, one at a time; every intermediate tensor they share (matched by name)
+Both models run on the same samples, one at a time (or in the batch a model with a fixed batch takes, the
+repeated samples that fill up its last batch left out); every intermediate tensor they share (matched by name)
 is compared (metrics.tensors). One capture module per format family: onnx (ONNX Runtime), tflite (LiteRT),
 openvino, torch (forward hooks named through an ONNX export's module scopes).
 """
@@ -144,9 +145,11 @@ def compare(
     `orders`: the reference's and the artifact's reordered channels ({tensor name: order}), compared in the source's order."""
     stats: dict[str, ErrorStats] = {}
     dropped: set[str] = set()
-    for i in range(len(samples)):
-        ref_values = reference.run({k: v[i : i + 1] for k, v in ref_samples.arrays.items()})
-        art_values = artifact.run({k: v[i : i + 1] for k, v in samples.arrays.items()})
+    fixed = debug_batch(reference, artifact)
+    size = fixed or 1
+    batches = zip(ref_samples.counted_batches(1, fixed), samples.counted_batches(1, fixed), strict=True)
+    for (ref_feeds, real), (art_feeds, _) in batches:
+        ref_values, art_values = reference.run(ref_feeds), artifact.run(art_feeds)
         for ref, art in pairs:
             if ref.key in dropped:
                 continue
@@ -157,13 +160,38 @@ def compare(
                 unmatched["skipped"].append({"tensor": ref.key, "artifact_tensor": art.key, "why": why})
                 continue
             ref_value, art_value = _source_order(ref_values[ref.key], ref, orders[0]), _source_order(art_values[art.key], art, orders[1])
-            stats.setdefault(ref.key, ErrorStats()).add(ref_value, art_value)
+            for ref_row, art_row in _per_sample(ref_value, art_value, size, real):
+                stats.setdefault(ref.key, ErrorStats()).add(ref_row, art_row)
     if not stats:
         raise InputMismatchError(
             "no tensor shared by name has the same shape in both models",
             hint="debug an artifact against the model it was converted from (layouts must agree: NCHW vs NCHW)",
         )
     return stats
+
+
+def debug_batch(reference, artifact) -> int | None:
+    """The batch both models are fed: the one a model with a fixed batch takes (artifact.fixed_batch), None (one sample
+    at a time) where both take any; two different fixed batches are an error."""
+    from edgekit.artifact import fixed_batch
+
+    sizes = {name: fixed_batch(capture.inputs) for name, capture in (("artifact", artifact), ("reference", reference))}
+    fixed = sorted({size for size in sizes.values() if size is not None})
+    if len(fixed) > 1:
+        raise InputMismatchError(
+            f"the artifact takes batches of {sizes['artifact']} only and the reference batches of {sizes['reference']}: "
+            "edgekit debug feeds both the same batches",
+            hint="debug the artifact against the model it was converted from, exported with the same batch",
+        )
+    return fixed[0] if fixed else None
+
+
+def _per_sample(ref: np.ndarray, art: np.ndarray, size: int, real: int):
+    """A tensor's values sample by sample, for the `real` samples of a batch of `size` (the rest repeat samples to fill
+    a fixed batch): rows along axis 0 where it holds the batch, else the whole tensor once."""
+    if size == 1 or not ref.ndim or ref.shape[0] != size:
+        return [(ref, art)]
+    return [(ref[j : j + 1], art[j : j + 1]) for j in range(real)]
 
 
 def _provenance(source: ModelSource) -> dict:

@@ -42,16 +42,25 @@ class OutputFidelity:
 
 
 def run_batches(runner, samples: Samples, batch: int) -> list[np.ndarray]:
-    """All outputs of `runner` over `samples`, batch by batch, concatenated sample-major per output."""
+    """All outputs of `runner` over `samples`, batch by batch, concatenated sample-major per output. A model whose batch
+    is fixed (runner.fixed_batch()) is fed batches of exactly that size, the last one filled up with repeated samples
+    whose outputs are dropped."""
+    from edgekit.calibration.samples import unpadded
+
     per_output: list[list[np.ndarray]] = []
-    sizes = []
-    for feeds in samples.batches(batch):
+    sizes, reals = [], []
+    fixed = runner.fixed_batch()
+    for feeds, real in samples.counted_batches(batch, fixed):
         outs = runner.infer(feeds)
-        sizes.append(min(batch, len(samples) - batch * len(sizes)))
+        sizes.append(fixed or real)
+        reals.append(real)
         per_output = per_output or [[] for _ in outs]
         for acc, out in zip(per_output, outs, strict=True):
             acc.append(np.asarray(out))
-    return [np.concatenate(sample_major(chunks, sizes)) for chunks in per_output]
+    return [
+        np.concatenate([unpadded([c], size, real)[0] for c, size, real in zip(sample_major(chunks, sizes), sizes, reals, strict=True)])
+        for chunks in per_output
+    ]
 
 
 def sample_major(chunks: list[np.ndarray], sizes: list[int]) -> list[np.ndarray]:

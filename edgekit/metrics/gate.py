@@ -16,7 +16,7 @@ class Thresholds:
     max_drop: float | None = None  # accuracy points, reference minus artifact
     max_drop_relative: float | None = None  # percent of the reference accuracy
     min_cosine: float | None = None  # mean cosine similarity, worst output
-    min_agreement: float | None = None  # top-1 agreement with the reference, percent (classification only)
+    min_agreement: float | None = None  # the task metric against the reference, percent: top-1 agreement, mAP@0.5, mIoU, F1, recall@k
     min_snr_db: float | None = None  # signal-to-noise ratio of the artifact's outputs vs the reference's, worst output
     max_nonfinite: int | None = None  # NaN/inf values in the artifact's outputs where the reference is finite
     max_p50_ms: float | None = None
@@ -37,6 +37,9 @@ FIDELITY = {"max_drop", "max_drop_relative", "min_cosine", "min_agreement", "min
 # (docs/ci.md): the worst is EfficientNet-Lite0 int8 ONNX at cosine 0.985 / SNR 14.9 dB; a broken int8 sits far
 # lower (the sentence-embedding int8 of issue 15: cosine 0.61, SNR 1.1 dB).
 DEFAULT_GATES = Thresholds(min_cosine=0.97, min_snr_db=10.0)
+# Where cosine says nothing (a detector's boxes, a map that is blank on most images), the floor is on the task metric
+# against the reference instead: mAP@0.5 of the reference's confident detections, the F1 or mIoU of its maps.
+TASK_GATES = {"detection": Thresholds(min_agreement=90.0), "segmentation": Thresholds(min_agreement=90.0)}
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,7 @@ CHECKS = {
     "max_drop": ("drop_points", "accuracy_drop", "max", " pts"),
     "max_drop_relative": ("drop_relative", "accuracy_drop_relative", "max", "%"),
     "min_cosine": ("cosine", "cosine", "min", ""),
-    "min_agreement": ("top1_agreement", "top1_agreement", "min", "%"),
+    "min_agreement": ("agreement", "top1_agreement", "min", "%"),  # the metric's name: the row's agreement_metric
     "min_snr_db": ("snr_db", "snr_db", "min", " dB"),
     "max_nonfinite": ("nonfinite", "nonfinite_values", "max", ""),
     "max_p50_ms": ("p50_ms", "p50_ms", "max", " ms"),
@@ -83,6 +86,8 @@ def _check(name: str, limit: float, row: dict, size_metric: str | None = None) -
         key, metric = SIZE_METRICS[size_metric or "stored"]
     if name == "min_speedup" and row.get("precision") == "fp32":
         return None
+    if name == "min_agreement":  # rows of reports written before 1.5 hold top1_agreement alone
+        metric, key = row.get("agreement_metric") or metric, key if "agreement" in row else "top1_agreement"
     value = row.get(key)
     if value is None:
         if name in ("max_fallback", "max_npu_fallback"):  # no NPU or delegate: nothing falls back
@@ -125,7 +130,7 @@ def _flips_note(row: dict) -> str:
 
 def _why_missing(name: str, row: dict) -> str:
     if name == "min_agreement" and row.get("task") not in (None, "classification"):
-        return f"top-1 agreement applies to classification only; the task is {row['task']}"
+        return f"the {row['task']} outputs were not read by a task metric (see the report's warnings)"
     return "labels, a baseline or the data are missing"
 
 
@@ -143,12 +148,15 @@ def fmt_against(value: float, limit: float) -> tuple[str, str]:
     return repr(value), allowed
 
 
-def with_default_gates(thresholds: Thresholds, default_gates: bool = True) -> Thresholds:
-    """The thresholds that apply: non-finite outputs always fail, and without a fidelity threshold of the
-    user's own, the fidelity floor (DEFAULT_GATES) applies; `default_gates=False` leaves the user's alone."""
+def with_default_gates(thresholds: Thresholds, default_gates: bool = True, row: dict | None = None) -> Thresholds:
+    """The thresholds that apply: non-finite outputs always fail, and without a fidelity threshold of the user's own,
+    the floor applies: the task's (TASK_GATES) where the row has its task metric, else the fidelity floor
+    (DEFAULT_GATES); `default_gates=False` leaves the user's alone."""
     if not default_gates:
         return thresholds
-    floor = {} if FIDELITY & set(thresholds.to_dict()) else DEFAULT_GATES.to_dict()
+    task = (row or {}).get("task")
+    task_floor = TASK_GATES.get(task) if isinstance(task, str) and (row or {}).get("agreement") is not None else None
+    floor = {} if FIDELITY & set(thresholds.to_dict()) else (task_floor or DEFAULT_GATES).to_dict()
     return replace(thresholds, **{**floor, "max_nonfinite": 0, **thresholds.to_dict()})
 
 

@@ -26,20 +26,44 @@ class Task:
         return asdict(self)
 
 
-def resolve_task(given: str | None, outputs: list[np.ndarray], names: list[str], labels: np.ndarray | None) -> Task:
-    """The task the user gave (checked), or one inferred from the reference's outputs, their names and the labels."""
+def resolve_task(
+    given: str | None, outputs: list[np.ndarray], names: list[str], labels: np.ndarray | None, other_names: list[str] = ()
+) -> Task:
+    """The task the user gave (checked), or one inferred from the reference's outputs, their names (`names`, paired with
+    `outputs`; `other_names`: the same outputs as the other side names them) and the labels. A detector is told by the
+    layout of its outputs (metrics.detection) before any shape rule could call its heads an embedding."""
     if given is not None:
         if given not in TASKS:
             from edgekit.errors import EdgekitError
 
             raise EdgekitError(f"unknown task '{given}'", hint=f"choose one of: {', '.join(TASKS)}")
         return Task(given, False, "given")
+    detector = _detector(outputs, names)
+    if detector:
+        return detector
     for task, words in _HINTS.items():
-        named = [n for n in names if any(w in n.lower() for w in words)]
+        named = [n for n in [*names, *other_names] if any(w in n.lower() for w in words)]
         if named:
             return Task(task, True, f"output name '{named[0]}'")
     name, why = _task_from_shape(outputs[0], labels)
     return Task(name, True, why)
+
+
+def _detector(outputs: list[np.ndarray], names: list[str]) -> Task | None:
+    from edgekit.metrics.detection import detector_layout, raw_heads
+
+    named = dict(zip(names, outputs, strict=False)) if len(names) == len(outputs) else {f"output_{i}": o for i, o in enumerate(outputs)}
+    layout = detector_layout(named)
+    if layout:
+        return Task("detection", True, f"the outputs read as {layout} detections")
+    if raw_heads(named):
+        return Task(
+            "detection",
+            True,
+            "per-stride class and box heads (a detector before its decoding): pass --postprocess module:function to read "
+            "them as detections, or --task embedding to judge them as vectors",
+        )
+    return None
 
 
 def _labels_fit(labels: np.ndarray, classes: int) -> bool:

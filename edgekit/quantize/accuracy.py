@@ -53,7 +53,7 @@ class Limit:
         return drop_ok and agree_ok and cosine_ok
 
     def text(self) -> str:
-        drop = f"top-1 drop <= {self.max_drop} pts" if self.max_drop is not None else None
+        drop = f"drop <= {self.max_drop} pts" if self.max_drop is not None else None
         agreement = f"agreement >= {self.min_agreement}%" if self.min_agreement is not None else None
         cosine = f"cosine >= {self.min_cosine}" if self.min_cosine is not None else None
         return " and ".join(filter(None, (drop, agreement, cosine)))
@@ -64,11 +64,14 @@ class Limit:
 
 
 class Validator:
-    """A model's first output against the fp32 model's on the validation samples: the mean cosine, and where the output
-    holds class scores ([N, classes]) top-1 agreement and, with labels, accuracy. `logits(model, samples)` runs either
-    on the target's runtime (ONNX Runtime: backends.onnx.accuracy.ort_logits)."""
+    """A model's first output against the fp32 model's on the validation samples: the mean cosine, and the task's own
+    measure where it has one: top-1 agreement (and, with labels, accuracy) for class scores ([N, classes]), mAP@0.5
+    of fp32's detections (and, with the data's box labels, its drop in mAP points) for a detector, F1 or mIoU of fp32's
+    maps for a map. `logits(model, samples)` runs either on the target's runtime (ONNX Runtime:
+    backends.onnx.accuracy.ort_logits)."""
 
     def __init__(self, reference_model, samples, logits) -> None:
+        from edgekit.calibration.task_labels import task_labels
         from edgekit.metrics.compare import is_classifier_output
 
         self.samples = samples
@@ -76,29 +79,63 @@ class Validator:
         reference = self.logits(reference_model, samples)
         self.shape = reference.shape
         self.classes = is_classifier_output(reference)  # top-1 means something only for class scores
+        self.task = None if self.classes else map_task(reference)
+        self.output = reference
         self.reference = reference.reshape(len(samples), -1)
-        self.reference_accuracy = _accuracy(self.reference, samples.labels) if self.classes else None
+        self.labels = task_labels(self.task, samples) if self.task == "detection" else None  # a zoo set's boxes
+        if self.task:
+            labelled = self._judge(reference)["vs_labels"]
+            self.reference_accuracy = round(100 * labelled["reference"], 3) if labelled else None
+        else:
+            self.reference_accuracy = _accuracy(self.reference, samples.labels) if self.classes else None
 
     def check(self, limit: Limit) -> None:
-        check_top1(limit, self.shape)
+        check_top1(limit, self.shape, self.classes or self.task is not None)
 
     def score(self, model) -> dict:
-        logits = self.logits(model, self.samples).reshape(len(self.samples), -1)
+        output = self.logits(model, self.samples)
+        logits = output.reshape(len(self.samples), -1)
+        cosine = _cosine(self.reference, logits)
+        if self.task:
+            judged = self._judge(output)
+            labelled = judged["vs_labels"]
+            accuracy, drop = (round(100 * labelled["artifact"], 3), round(labelled["drop_points"], 3)) if labelled else (None, None)
+            return {"accuracy": accuracy, "drop_points": drop, "agreement": round(judged["agreement"], 3), "cosine": cosine}
         accuracy = _accuracy(logits, self.samples.labels) if self.classes else None
         agreement = round(float((logits.argmax(1) == self.reference.argmax(1)).mean() * 100), 3) if self.classes else None
         drop = None if accuracy is None else round(self.reference_accuracy - accuracy, 3)
-        return {"accuracy": accuracy, "drop_points": drop, "agreement": agreement, "cosine": _cosine(self.reference, logits)}
+        return {"accuracy": accuracy, "drop_points": drop, "agreement": agreement, "cosine": cosine}
+
+    def _judge(self, output: np.ndarray) -> dict:
+        from edgekit.calibration.task_labels import image_size
+        from edgekit.metrics.task_metrics import TaskSettings, task_metrics
+
+        size = image_size(self.samples)
+        return task_metrics(self.task, ["output"], [self.output], [output], self.labels, TaskSettings(intervals=False), size)
 
 
-def check_top1(limit: Limit, shape) -> None:
-    """Refuse a top-1 limit (--max-drop, --min-agreement) for a first output of `shape` that holds no class scores (a
-    map, an embedding)."""
+def map_task(output: np.ndarray) -> str | None:
+    """detection for outputs a detection decoder reads, segmentation for a map [N, C, H, W]; None otherwise."""
+    from edgekit.metrics.detection import detector_layout
+
+    if detector_layout({"output": output}):
+        return "detection"
+    return "segmentation" if output.ndim == 4 and output.shape[-1] > 1 and output.shape[-2] > 1 else None
+
+
+def check_top1(limit: Limit, shape, measured: bool | None = None) -> None:
+    """Refuse a limit on the task's measure (--max-drop, --min-agreement) for a first output that has none: `measured`
+    says whether it has one (Validator knows from the values: class scores, detections, a map); None judges the `shape`
+    alone, before any calibration: class scores [N, C], or a rank that detections ([N, 4+C, A]) and maps ([N, C, H, W])
+    have, which the validation run then reads."""
     from edgekit.metrics.compare import is_classifier_shape
 
-    if not is_classifier_shape(shape) and (limit.max_drop is not None or limit.min_agreement is not None):
+    if measured is None:
+        measured = is_classifier_shape(shape) or len(shape) in (3, 4)
+    if not measured and (limit.max_drop is not None or limit.min_agreement is not None):
         raise EdgekitError(
-            f"--max-drop and --min-agreement measure top-1 classes, and the model's first output ({'x'.join(map(str, shape))}) "
-            "holds no class scores",
+            f"--max-drop and --min-agreement measure top-1 classes, detections (mAP) or maps (F1, mIoU), and the model's first "
+            f"output ({'x'.join(map(str, shape))}) is none of them",
             hint="hold it to the fp32 model's outputs with --min-cosine instead, e.g. --min-cosine 0.999",
         )
 
@@ -152,7 +189,7 @@ def accuracy_aware(quantizer, out, validation, limit: Limit, logits) -> dict:
         quantizer.quantize(kept[False], out, kept[True])
         trial = validator.score(out)
         gain = _gain(score, trial)
-        better = gain["cosine_gain"] > MIN_COSINE_GAIN  # the finer measure decides: top-1 moves in whole samples
+        better = _closer(validator, gain)
         steps.append(
             {
                 "kept_in_float": candidate.name,
@@ -182,6 +219,14 @@ def accuracy_aware(quantizer, out, validation, limit: Limit, logits) -> dict:
     }
 
 
+def _closer(validator: Validator, gain: dict) -> bool:
+    """Whether a step brought the model closer to fp32: by cosine (the finer measure: top-1 moves in whole samples), or
+    for a detector or a map by its own measure (a box output's cosine is its coordinates', not its scores')."""
+    if validator.task:
+        return gain.get("agreement_gain", 0.0) > 0
+    return gain["cosine_gain"] > MIN_COSINE_GAIN
+
+
 def _missed(limit: Limit, steps: list[dict], samples: int) -> EdgekitError:
     """The limit no step met: where int8 stood, where the kept steps got it, and every step (the cause lines)."""
     kept = [step for step in steps if step.get("kept", True)]
@@ -205,9 +250,9 @@ def _step_text(step: dict) -> str:
 
 
 def score_text(score: dict) -> str:
-    """A score in one line: agreement (class scores), top-1 drop (labelled), cosine."""
+    """A score in one line: agreement (top-1, mAP@0.5 or map F1/mIoU with fp32), drop (labelled), cosine."""
     agreement = f"agreement {score['agreement']:.2f}%, " if score["agreement"] is not None else ""
-    drop = f"top-1 drop {score['drop_points']:.2f} pts, " if score["drop_points"] is not None else ""
+    drop = f"drop {score['drop_points']:.2f} pts, " if score["drop_points"] is not None else ""
     back = "" if score.get("kept", True) else " (no closer to fp32: put back)"
     return f"{agreement}{drop}cosine {score['cosine']:.6g}{back}"
 

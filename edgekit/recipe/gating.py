@@ -90,10 +90,11 @@ def regate(
     requested, recorded_defaults = report_thresholds(report)
     requested = Thresholds(**{**requested.to_dict(), **(overrides or Thresholds()).to_dict()})
     use_defaults = recorded_defaults if default_gates is None else default_gates
-    limits = with_default_gates(requested, use_defaults and report.get("kind") in FIDELITY_KINDS)
+    defaults = use_defaults and report.get("kind") in FIDELITY_KINDS
+    limits = with_default_gates(requested, defaults)
     rows = report_rows(report)
     old = _baseline_rows(baseline, latency.baseline_artifact, rows)
-    rows = [_regate_row(row, limits, old.get(_key(row)), latency) for row in rows]
+    rows = [_regate_row(row, with_default_gates(requested, defaults, row), old.get(_key(row)), latency) for row in rows]
     return {
         **report,
         "model": report.get("model") or _model_name(report),

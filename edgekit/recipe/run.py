@@ -47,7 +47,7 @@ def run_recipe(recipe: Recipe, use_cache: bool = True, progress=None, ray=None) 
     rows = publish_artifacts(with_speedups(rows), cached, workdir / ARTIFACTS / model_name)
     gates = with_default_gates(recipe.gates)
     for row in rows:
-        results = check_row(row, gates) if row["status"] == "ok" else []
+        results = check_row(row, with_default_gates(recipe.gates, True, row)) if row["status"] == "ok" else []
         row["gates"] = [r.to_dict() for r in results]
         row["passed"] = row["status"] == "ok" and not failures(results)
     report = new_report(SCHEMA, ("torch", "onnxruntime", "openvino", "ai-edge-litert", "tensorflow-cpu"))
@@ -172,7 +172,9 @@ def run_cell(recipe, source, inputs, fmt, precision, target, validation, calibra
 
 def prepare_cell(recipe, source, inputs, fmt, precision, target, validation, calibration, cache: Path, use_cache: bool) -> PreparedCell:
     """The host-side work of a cell (convert or reuse, fidelity and accuracy): the part that may run anywhere."""
+    from edgekit.metrics.task_metrics import TaskSettings
     from edgekit.validate.validation import ValidationRequest, evaluate
+    from edgekit.zoo.names import zoo_labels
 
     cell = PreparedCell({"format": fmt, "precision": precision, "target": target}, host_work=where_this_runs())
     try:
@@ -188,6 +190,8 @@ def prepare_cell(recipe, source, inputs, fmt, precision, target, validation, cal
             inputs,
             latency=BenchSettings(target, lat.threads, lat.batch, lat.warmup, lat.runs),
             task=recipe.validation.task,
+            labels=recipe.resolve(recipe.validation.labels) or zoo_labels(recipe.validation.path or ""),  # a zoo set's own boxes
+            task_settings=TaskSettings(recipe.validation.postprocess, recipe.validation.mask_threshold),
         )
         cell.report, cell.feeds = evaluate(cell.request)
         if recipe.gates.size_metric in ("gzip", "coded") and artifact.path:

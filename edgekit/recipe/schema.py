@@ -45,6 +45,9 @@ class ValidationSection:
     limit: int | None = None
     preprocess: str | None = None
     task: str | None = None  # classification, detection, embedding, regression, segmentation; inferred when absent
+    labels: str | None = None  # boxes (COCO JSON, YOLO folder) or masks (PNG folder), relative to the recipe
+    postprocess: str | None = None  # a detector's decoder: detections, yolov5, yolov8 or module:function
+    mask_threshold: float = 0.5
 
 
 @dataclass(frozen=True)

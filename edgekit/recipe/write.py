@@ -219,7 +219,15 @@ def recipe_of_validation(request, reference: str, weights: str | None, inputs) -
         "targets": {fmt: [request.target or DEFAULT_TARGET[fmt]]},
         "calibration": {k: calibration.get(k) for k in ("samples", "method", "seed", "preprocess")}
         | ({"path": None, "random": True} if calibration.get("random") else {"path": calibration.get("source")}),
-        "validation": {"path": request.data, "limit": request.data_limit, "preprocess": request.preprocess, "task": request.task},
+        "validation": {
+            "path": request.data,
+            "limit": request.data_limit,
+            "preprocess": request.preprocess,
+            "task": request.task,
+            "labels": request.labels,
+            "postprocess": request.task_settings.postprocess,
+            "mask_threshold": request.task_settings.mask_threshold,
+        },
         "convert": options or None,
         "latency": {"threads": lat.threads, "batch": lat.batch, "warmup": lat.warmup, "runs": lat.runs},
         "gates": request.thresholds.to_dict(),

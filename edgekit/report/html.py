@@ -127,7 +127,7 @@ def _hover(row: dict) -> str:
     for name, key, spec, unit in (
         ("accuracy", "accuracy", ".2f", "%"),
         ("drop", "drop_points", "+.2f", " pts"),
-        ("top-1 agree", "top1_agreement", ".2f", "%"),
+        ("vs reference", "agreement", ".2f", "%"),
         ("top-1 changed", "top1_flips", "d", ""),
         ("largest margin changed", "flip_margin_max", ".3g", ""),
         ("expected top-1 cost", "expected_top1_drop", ".3f", " pts"),
@@ -238,10 +238,11 @@ def _axis(title: str, values: list[float], log: bool, pad: float, min_span: floa
 def _scatter(rows: list[dict]):
     import plotly.graph_objects as go
 
+    name = next((r["metric"] for r in rows if r.get("metric")), "top-1")
     metric, title = (
-        ("accuracy", "accuracy (%)")
+        ("accuracy", f"{name} against the labels (%)")
         if any(r.get("accuracy") is not None for r in rows)
-        else ("top1_agreement", "top-1 agreement with the reference (%)")
+        else ("agreement", f"{name} against the reference (%)")
     )
     rows = [r for r in rows if r.get(metric) is not None and r.get("p50_ms")]
     if not rows:

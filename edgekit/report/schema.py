@@ -11,7 +11,7 @@ from pathlib import Path
 from edgekit.fileio import atomic_output
 from edgekit.machine import machine_info, package_versions
 
-SCHEMA_VERSION = "1.4"  # 1.1: fidelity nonfinite/reference_name/task, gate requested/default_gates, latency notes; 1.2: peak_gpu_memory_mb; 1.3: fidelity expected_top1_drop; 1.4: fidelity top1_changes, accuracy classes_lost
+SCHEMA_VERSION = "1.5"  # 1.5: task_metrics (detection, segmentation, embedding, regression); 1.1: fidelity nonfinite/reference_name/task, gate requested/default_gates, latency notes; 1.2: peak_gpu_memory_mb; 1.3: fidelity expected_top1_drop; 1.4: fidelity top1_changes, accuracy classes_lost
 SCHEMA_FILE = Path(__file__).with_name("report.schema.json")
 NOT_A_REPORT_HINT = "give a JSON report written by `edgekit validate/bench/prune --report` or `edgekit run`"
 

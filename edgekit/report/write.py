@@ -14,9 +14,10 @@ COLUMNS = (
     "precision",
     "target",
     "status",
-    "accuracy",
+    "metric",
+    "vs labels",
     "drop (pts)",
-    "top-1 agree",
+    "vs reference",
     "cosine",
     "p50 ms",
     "p90 ms",
@@ -29,7 +30,7 @@ COLUMNS = (
 def cells(row: dict) -> list[str]:
     """A row's table cells, shared by every renderer."""
     if row["status"] != "ok":
-        return [row["format"], row["precision"], row["target"], row["status"], *["-"] * 8, "error"]
+        return [row["format"], row["precision"], row["target"], row["status"], *["-"] * 9, "error"]
     failed = [g["metric"] for g in row.get("gates", []) if not g["passed"]]
     gates = "pass" if not failed else "FAIL: " + ", ".join(failed)
     return [
@@ -37,9 +38,10 @@ def cells(row: dict) -> list[str]:
         row["precision"],
         row["target"],
         "ok" + (" (cached)" if row.get("cached") else ""),
+        row.get("metric") or "-",
         fmt(row.get("accuracy"), ".2f") + ("%" if row.get("accuracy") is not None else ""),
         fmt(row.get("drop_points"), "+.2f"),
-        fmt(row.get("top1_agreement"), ".2f") + ("%" if row.get("top1_agreement") is not None else ""),
+        fmt(_agreement(row), ".2f") + ("%" if _agreement(row) is not None else ""),
         fmt(row.get("cosine"), ".5f"),
         f"{row['p50_ms']:.3f}",
         f"{row['p90_ms']:.3f}",
@@ -47,6 +49,11 @@ def cells(row: dict) -> list[str]:
         fmt_size(row["size_bytes"]),
         gates if row.get("gates") else "-",
     ]
+
+
+def _agreement(row: dict) -> float | None:
+    """The task metric against the reference, percent (top-1 agreement in reports written before schema 1.5)."""
+    return row.get("agreement", row.get("top1_agreement"))
 
 
 def row_label(row: dict) -> str:
@@ -73,7 +80,7 @@ def row_notes(report: dict) -> list[str]:
 
 def _agreement_failed(row: dict) -> bool:
     """A failed top-1 agreement gate, whose reason already says which answers changed."""
-    return any(g["metric"] == "top1_agreement" and not g["passed"] for g in row.get("gates", []))
+    return any(g["metric"] == row.get("agreement_metric", "top1_agreement") and not g["passed"] for g in row.get("gates", []))
 
 
 def failed_gates(report: dict) -> list[str]:

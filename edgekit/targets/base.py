@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from edgekit.artifact import TensorSpec, check_array, is_generated_name
+from edgekit.artifact import TensorSpec, check_array, fixed_batch, is_generated_name
 from edgekit.errors import EdgekitError, InputMismatchError, RuntimeMissingError
 from edgekit.source import ModelSource
 
@@ -143,6 +143,13 @@ class Runner:
                 f"{self.runtime}:{self.device} is not available here" + ("" if installable else f": {info.detail or 'not present'}"),
                 hint=info.detail if installable else DEVICE_HINTS.get(self.device.lower(), "see `edgekit targets`"),
             )
+
+    def fixed_batch(self) -> int | None:
+        """The batch the loaded model takes only (artifact.fixed_batch of its inputs): every batch fed to it must be
+        exactly this size (Samples.batches fills the last one up). None: any batch."""
+        if self.load_seconds is None:
+            self.load()
+        return fixed_batch(self.inputs)
 
     def infer(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Run one batch; `feeds` maps input names to arrays. Returns outputs in model order."""

@@ -6,6 +6,8 @@ peak RSS is its own, and one runtime's thread pools cannot slow the next one dow
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import multiprocessing
 import resource
 import time
@@ -19,6 +21,8 @@ from edgekit.artifact import TensorSpec
 from edgekit.errors import EdgekitError
 from edgekit.metrics.latency import BenchResult, LatencyStats, _size
 from edgekit.source import ModelSource
+
+log = logging.getLogger("edgekit")
 
 
 @dataclass(frozen=True)
@@ -72,8 +76,14 @@ def bench_in_process(
 
     runner = make_runner(source, settings.target, settings.threads, inputs)
     runner.load()
+    fixed = runner.fixed_batch()
+    if fixed and fixed != settings.batch:
+        log.warning("%s takes batches of %d only: timed at batch %d, not %d", source.name, fixed, fixed, settings.batch)
+        settings = dataclasses.replace(settings, batch=fixed)
     if feeds is None:
-        feeds = next(random_samples(runner.inputs, settings.batch).batches(settings.batch))
+        feeds = next(random_samples(runner.inputs, settings.batch).batches(settings.batch, fixed))
+    elif fixed:
+        feeds = _sized(feeds, runner.inputs, fixed)
     first, times, reported = measure(runner, feeds, settings.warmup, settings.runs)
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return BenchResult(
@@ -92,6 +102,18 @@ def bench_in_process(
         None if runner.compile_seconds is None else runner.compile_seconds * 1000,
         peak_gpu_memory_mb=runner.peak_gpu_memory_mb(),
     )
+
+
+def _sized(feeds: dict[str, np.ndarray], specs: list[TensorSpec], batch: int) -> dict[str, np.ndarray]:
+    """Feeds (a validation's first samples) cut or filled up, by repeating them, to the `batch` a model takes only."""
+    from edgekit.targets.base import feed_batch
+
+    have = feed_batch(specs, feeds)
+    if have == batch:
+        return feeds
+    rows = np.resize(np.arange(have), batch)
+    axes = {s.name: s.batch_axis() for s in specs if s.batch_axis() is not None}
+    return {name: np.take(value, rows, axis=axes[name]) if name in axes else value for name, value in feeds.items()}
 
 
 def bench(

@@ -13,6 +13,7 @@ from edgekit.calibration import Samples, load_samples, random_samples
 from edgekit.metrics.compare import CHANGES_SHOWN, compare, is_classifier_output, paired_accuracy, run_batches
 from edgekit.metrics.gate import Thresholds, check_row, failures, with_default_gates
 from edgekit.metrics.task import pair_outputs, resolve_task
+from edgekit.metrics.task_metrics import TaskSettings
 from edgekit.report.schema import new_report
 from edgekit.source import ModelSource
 from edgekit.targets import make_runner
@@ -38,6 +39,8 @@ class ValidationRequest:
     latency: BenchSettings = field(default_factory=BenchSettings)
     thresholds: Thresholds = field(default_factory=Thresholds)
     task: str | None = None  # classification, detection, embedding, regression, segmentation; None: inferred
+    labels: str | None = None  # a task's labels: COCO JSON or YOLO folder (boxes), PNG folder (masks); None: the data's own
+    task_settings: TaskSettings = field(default_factory=TaskSettings)
     default_gates: bool = True  # non-finite outputs fail, and a fidelity floor applies without fidelity thresholds
 
 
@@ -58,16 +61,18 @@ def evaluate(request: ValidationRequest) -> tuple[dict, dict[str, np.ndarray] | 
         )
         reference.load()
         samples = _samples(request, artifact.inputs)
-    batch = _accuracy_batch(artifact.inputs, request.batch)
     ref_samples, alignment = align_inputs(samples, artifact.inputs, reference.inputs)
     with progress.step(f"{request.artifact.name}: {len(samples)} samples through it and the reference"):
-        ref_out, art_out = run_batches(reference, ref_samples, batch), run_batches(artifact, samples, batch)
+        # each in batches of request.batch, or of the batch it is fixed at (run_batches): an artifact fixed at 1 does not
+        # hold the reference to 1
+        ref_out, art_out = run_batches(reference, ref_samples, request.batch), run_batches(artifact, samples, request.batch)
     if hasattr(artifact, "close"):  # a board's session ends before its timed runs start
         artifact.close()
     ref_out, pairing = _paired(ref_out, artifact.output_names, reference.output_names)
-    task = resolve_task(request.task, ref_out, artifact.output_names + reference.output_names, samples.labels)
+    task = resolve_task(request.task, ref_out, artifact.output_names, samples.labels, reference.output_names)
     classification = task.name == "classification"
     fidelity = compare(ref_out, art_out, artifact.output_names, classification)
+    judged = judge_task(task, request, samples, artifact.output_names, ref_out, art_out)
     report = new_report("validate", (artifact.package, reference.package))
     report.update(
         artifact=_describe(request.artifact, artifact.target),
@@ -78,11 +83,14 @@ def evaluate(request: ValidationRequest) -> tuple[dict, dict[str, np.ndarray] | 
         task=task.to_dict(),
         output_pairing=pairing,
         fidelity=[_named(f.to_dict(), samples) | {"reference_name": p["reference"]} for f, p in zip(fidelity, pairing, strict=True)],
-        accuracy=_accuracy(ref_out[0], art_out[0], samples) if classification else None,
+        accuracy=_accuracy(ref_out[0], art_out[0], samples) if classification else labelled_accuracy(judged),
+        task_metrics=judged,
     )
     report["input_alignment"] = alignment
     if samples.provenance.get("random"):
         report["warnings"].append(RANDOM_WARNING)
+    if task.name not in ("classification", "regression") and judged is None:
+        report["warnings"].append(f"no {task.name} metric: {task.why}")
     if samples.provenance.get("nonfinite_values"):
         report["warnings"].append(f"the data holds {samples.provenance['nonfinite_values']} non-finite values (NaN/Inf), used as asked")
     feeds = next(samples.batches(request.latency.batch)) if len(samples) >= request.latency.batch else None
@@ -98,6 +106,35 @@ def add_latency(report: dict, request: ValidationRequest, feeds: dict[str, np.nd
         report["device"] = report["latency"]["device"]
     report["gate"] = gate_section(report, request.thresholds, request.default_gates)
     return report
+
+
+def judge_task(task, request: ValidationRequest, samples: Samples, names: list[str], ref_out: list, art_out: list) -> dict | None:
+    """The task's own metrics (metrics.task_metrics) with each changed sample named; None for classification, and for an
+    inferred detection whose outputs no decoder reads (raw heads: the report's warning names --postprocess)."""
+    from edgekit.metrics.detection import detector_layout
+    from edgekit.metrics.task_metrics import task_metrics
+
+    if task.name == "detection" and task.inferred and not request.task_settings.postprocess:
+        if detector_layout(dict(zip(names, ref_out, strict=True))) is None:
+            return None
+    from edgekit.calibration.task_labels import image_size, task_labels
+
+    size = image_size(samples)
+    maps = [o for o in ref_out if o.ndim >= 3]
+    labels = task_labels(task.name, samples, request.labels, maps[0].shape[-2:] if maps else None)
+    judged = task_metrics(task.name, names, ref_out, art_out, labels, request.task_settings, size)
+    for change in (judged or {}).get("changes", []):
+        change["id"] = samples.ids[change["sample"]] if samples.ids else None
+    return judged
+
+
+def labelled_accuracy(judged: dict | None) -> dict | None:
+    """A task metric against labels as the report's `accuracy` section holds accuracy: both sides and the drop, in percent
+    (mAP points for a detector), so tables, `--max-drop` and the HTML plot read every task alike."""
+    labelled = (judged or {}).get("vs_labels")
+    if not labelled:
+        return None
+    return {**labelled, "reference": 100 * labelled["reference"], "artifact": 100 * labelled["artifact"]}
 
 
 def _paired(ref_out: list[np.ndarray], artifact_names: list[str], reference_names: list[str]) -> tuple[list[np.ndarray], list[dict]]:
@@ -153,8 +190,8 @@ def _source_inputs(source: ModelSource) -> list[TensorSpec]:
 
 def gate_section(report: dict, requested: Thresholds, default_gates: bool = True) -> dict:
     """The gates checked on a validation: the user's thresholds (`requested`) plus, unless turned off, the default gates."""
-    thresholds = with_default_gates(requested, default_gates)
     row = summary_row(report)
+    thresholds = with_default_gates(requested, default_gates, row)
     if thresholds.size_metric in ("gzip", "coded") and report.get("artifact"):
         from edgekit.metrics.coding import size_metrics
 
@@ -182,6 +219,7 @@ def summary_row(result: dict) -> dict:
     size = result["latency"]["size_bytes"] if result.get("latency") else artifact.get("size_bytes", 0)
     reference = accuracy.get("reference")
     top1 = _least_agreeing(fidelity)
+    judged = result.get("task_metrics") or {}
     return {
         "format": artifact.get("format"),
         "precision": artifact.get("precision"),
@@ -196,6 +234,10 @@ def summary_row(result: dict) -> dict:
         "samples": (result.get("data") or {}).get("samples"),
         "drop_relative": 100 * accuracy["drop_points"] / reference if reference else None,
         "top1_agreement": top1.get("top1_agreement"),
+        "metric": metric_label(judged.get("metric") or ("top1" if top1 else None)),
+        "agreement": judged["agreement"] if judged else top1.get("top1_agreement"),
+        "agreement_ci95": judged["agreement_ci95"] if judged else top1.get("top1_agreement_ci95"),
+        "agreement_metric": judged.get("metric", "top1_agreement"),
         "top1_agreement_confident": top1.get("top1_agreement_confident"),
         "flip_margin_max": top1.get("flip_margin_max"),
         "expected_top1_drop": top1.get("expected_top1_drop"),
@@ -218,6 +260,16 @@ def summary_row(result: dict) -> dict:
         "task": (result.get("task") or {}).get("name"),
         "emulated": ((result.get("device") or {}).get("facts") or {}).get("emulated"),  # timed on an emulated board
     }
+
+
+METRIC_LABELS = {"top1": "top-1", "map50": "mAP@0.5", "miou": "mIoU", "f1": "F1", "mean_abs_error": "MAE"}
+
+
+def metric_label(metric: str | None) -> str | None:
+    """How tables name a task metric: top-1, mAP@0.5, mIoU, F1, recall@10, MAE."""
+    if metric and metric.startswith("recall_at_"):
+        return f"recall@{metric.removeprefix('recall_at_')}"
+    return METRIC_LABELS.get(metric, metric)
 
 
 def fallback_of(provenance: dict) -> dict | None:
@@ -261,11 +313,6 @@ def _samples(request: ValidationRequest, specs: list[TensorSpec]) -> Samples:
         return load_samples(request.data, request.data_limit, 0, request.preprocess, specs)
     log.warning(RANDOM_WARNING)
     return random_samples(specs, request.random_count)
-
-
-def _accuracy_batch(specs: list[TensorSpec], wanted: int) -> int:
-    first = specs[0].shape[0] if specs and specs[0].shape else None
-    return first if isinstance(first, int) else wanted
 
 
 def _accuracy(ref_logits, art_logits, samples: Samples) -> dict | None:

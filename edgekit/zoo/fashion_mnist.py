@@ -13,6 +13,10 @@ DATA_DIR = Path(__file__).parent / "data"
 WEIGHTS = DATA_DIR / "fashion_cnn.pt"
 GRU_WEIGHTS = DATA_DIR / "fashion_gru.pt"  # zoo:fashion-gru, the stateful example (scripts/train_fashion_gru.py)
 VIT_WEIGHTS = DATA_DIR / "fashion_vit.pt"  # zoo:fashion-vit, the transformer example (scripts/train_fashion_vit.py)
+DET_WEIGHTS = DATA_DIR / "fashion_det.pt"  # zoo:fashion-det, the detector (scripts/train_fashion_det.py)
+DET_TEST_NPZ = DATA_DIR / "fashion_det_test.npz"  # its test canvases (edgekit.zoo.canvases), uint8 `images` [200, 96, 96]
+DET_TEST_JSON = DATA_DIR / "fashion_det_test.json"  # their boxes, COCO instances
+DET_CALIB_NPZ = DATA_DIR / "fashion_det_calib.npz"  # its calibration canvases, uint8 `images` [200, 96, 96]
 KERAS_MODEL = DATA_DIR / "fashion_cnn.keras"
 KERAS_BN_MODEL = DATA_DIR / "fashion_cnn_bn.keras"  # zoo:fashion-cnn-bn-keras, FER-shaped (scripts/train_fashion_cnn_bn_keras.py)
 TEST_NPZ = DATA_DIR / "fashion_mnist_test.npz"
@@ -37,7 +41,7 @@ def read_idx(split: str, idx_dir: Path = IDX_DIR) -> tuple[np.ndarray, np.ndarra
 
 
 def to_model_input(images_u8: np.ndarray) -> np.ndarray:
-    """uint8 [N, 28, 28] -> float32 [N, 1, 28, 28] in [0, 1], the FashionCNN's input."""
+    """uint8 [N, H, W] -> float32 [N, 1, H, W] in [0, 1], the input of the FashionCNN (28x28) and the FashionDet (96x96)."""
     return (images_u8.astype(np.float32) / 255.0)[:, None]
 
 
@@ -47,13 +51,21 @@ def load_split(path: Path) -> tuple[np.ndarray, np.ndarray]:
         return to_model_input(npz["images"]), npz["labels"].astype(np.int64)
 
 
+def write_preprocessed(raw: Path, folder: Path, layout: str = "nchw") -> Path:
+    """A committed raw file (uint8 `images` [N, H, W], `labels` if it has them) written once into `folder` as the
+    models take it: float32 `image` [N, 1, H, W] in [0, 1] (nchw) or [N, H, W, 1] (nhwc), int64 `labels` when
+    there are any. Named after the raw file (`_nhwc` added for nhwc); rewritten when the raw file is newer."""
+    path = folder / f"{raw.stem}{'' if layout == 'nchw' else '_nhwc'}.npz"
+    if not path.exists() or path.stat().st_mtime < raw.stat().st_mtime:
+        with np.load(raw) as npz:
+            images = to_model_input(npz["images"])
+            arrays = {"image": images if layout == "nchw" else images.transpose(0, 2, 3, 1)}
+            if "labels" in npz:
+                arrays["labels"] = npz["labels"].astype(np.int64)
+        np.savez(path, **arrays)
+    return path
+
+
 def write_demo_data(workdir: Path, layout: str = "nchw") -> tuple[Path, Path]:
-    """The committed Fashion-MNIST splits as .npz files keyed by the model's input name."""
-    paths = []
-    for split, name in ((TEST_NPZ, "test"), (CALIB_NPZ, "calib")):
-        path = workdir / f"fashion_mnist_{name}{'' if layout == 'nchw' else '_nhwc'}.npz"
-        if not path.exists():
-            images, labels = load_split(split)
-            np.savez(path, image=images if layout == "nchw" else images.transpose(0, 2, 3, 1), labels=labels)
-        paths.append(path)
-    return paths[0], paths[1]
+    """The committed Fashion-MNIST splits (test, calibration) as .npz files keyed by the model's input name."""
+    return write_preprocessed(TEST_NPZ, workdir, layout), write_preprocessed(CALIB_NPZ, workdir, layout)

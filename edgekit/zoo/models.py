@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -313,3 +315,96 @@ class FashionViT(nn.Module):
 def fashion_vit() -> FashionViT:
     """Factory for `edgekit.zoo.models:fashion_vit` (untrained; zoo:fashion-vit comes with its weights)."""
     return FashionViT().eval()
+
+
+class FashionDet(nn.Module):
+    """A small anchor-free single-stage detector (YOLOv8-style) for 1x96x96 canvases of Fashion-MNIST items in [0, 1].
+
+    Backbone of 3x3 conv-BN-SiLU blocks to strides 8 (64 ch) and 16 (80 ch), a top-down fusion (the stride-16
+    features upsampled x2 and concatenated into stride 8), and per stride a decoupled head: a class branch
+    (10 logits) and a box branch (4 x reg_max = 16 bins, the distances left, top, right, bottom in strides as
+    distributions: DFL). Decoded inside forward as Ultralytics' YOLOv8 export does it: softmax over the bins,
+    their expectation (a fixed 1x1 conv), distances to cx, cy, w, h around each anchor (cell centre) times the
+    stride, the strides' anchors concatenated. Output [N, 4 + 10, A], A = 12*12 + 6*6 = 180 at 96x96: rows 0-3 the
+    box cx, cy, w, h in input pixels, rows 4.. the sigmoid class probabilities. No NMS inside.
+    """
+
+    edgekit_inputs = ("image:batchx1x96x96",)
+    strides = (8, 16)
+    widths = (16, 32, 64, 80)  # strides 2, 4, 8, 16
+    reg_max = 16
+    num_classes = 10
+    box_width, cls_width = 32, 48  # the heads' hidden channels
+
+    def __init__(self) -> None:
+        super().__init__()
+        w = self.widths
+        self.stem = _conv_bn_silu(1, w[0], 2)
+        self.stage4 = nn.Sequential(_conv_bn_silu(w[0], w[1], 2), _conv_bn_silu(w[1], w[1]))
+        self.stage8 = nn.Sequential(_conv_bn_silu(w[1], w[2], 2), _conv_bn_silu(w[2], w[2]))
+        self.stage16 = nn.Sequential(_conv_bn_silu(w[2], w[3], 2), _conv_bn_silu(w[3], w[3]))
+        self.fuse8 = _conv_bn_silu(w[2] + w[3], w[2], kernel=1)
+        levels = (w[2], w[3])
+        self.box_heads = nn.ModuleList(_head(c, self.box_width, 4 * self.reg_max) for c in levels)
+        self.cls_heads = nn.ModuleList(_head(c, self.cls_width, self.num_classes) for c in levels)
+        self.dfl = nn.Conv2d(self.reg_max, 1, 1, bias=False).requires_grad_(False)  # the bins' expectation, as Ultralytics' DFL
+        self.dfl.weight.data[:] = torch.arange(self.reg_max, dtype=torch.float32).view(1, self.reg_max, 1, 1)
+        for box, cls, s in zip(self.box_heads, self.cls_heads, self.strides, strict=True):  # Ultralytics' bias_init
+            box[-1].bias.data[:] = 1.0
+            cls[-1].bias.data[:] = math.log(5 / self.num_classes / (96 / s) ** 2)  # ~5 objects per canvas a priori
+
+    def features(self, image: torch.Tensor) -> list[torch.Tensor]:
+        """The strides' feature maps, stride 8 then 16."""
+        c8 = self.stage8(self.stage4(self.stem(image)))
+        c16 = self.stage16(c8)
+        p8 = self.fuse8(torch.cat([c8, nn.functional.interpolate(c16, scale_factor=2.0, mode="nearest")], 1))
+        return [p8, c16]
+
+    def raw(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The heads' outputs, strides concatenated: box bins [N, 4 * reg_max, A] and class logits [N, C, A]."""
+        levels = self.features(image)
+        boxes = [head(x).flatten(2) for head, x in zip(self.box_heads, levels, strict=True)]
+        logits = [head(x).flatten(2) for head, x in zip(self.cls_heads, levels, strict=True)]
+        return torch.cat(boxes, 2), torch.cat(logits, 2)
+
+    def anchors(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Anchor points (cell centres, in strides of their level) [2, A] and each one's stride [1, A]."""
+        points, strides = [], []
+        for s in self.strides:
+            h, w = image.shape[2] // s, image.shape[3] // s
+            ys, xs = torch.meshgrid(torch.arange(h, dtype=torch.float32) + 0.5, torch.arange(w, dtype=torch.float32) + 0.5, indexing="ij")
+            points.append(torch.stack([xs.flatten(), ys.flatten()]))
+            strides.append(torch.full((1, h * w), float(s)))
+        return torch.cat(points, 1), torch.cat(strides, 1)
+
+    def distances(self, bins: torch.Tensor) -> torch.Tensor:
+        """Box bins [N, 4 * reg_max, A] -> expected distances left, top, right, bottom [N, 4, A], in strides."""
+        n, _, a = bins.shape
+        return self.dfl(bins.view(n, 4, self.reg_max, a).transpose(2, 1).softmax(1)).view(n, 4, a)
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        bins, logits = self.raw(image)
+        points, strides = self.anchors(image)
+        lt, rb = self.distances(bins).chunk(2, 1)
+        x1y1, x2y2 = points - lt, points + rb
+        box = torch.cat([(x1y1 + x2y2) / 2, x2y2 - x1y1], 1) * strides
+        return torch.cat([box, logits.sigmoid()], 1)
+
+
+def _conv_bn_silu(cin: int, cout: int, stride: int = 1, kernel: int = 3) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(cin, cout, kernel, stride, kernel // 2, bias=False), nn.BatchNorm2d(cout), nn.SiLU(inplace=True))
+
+
+def _head(cin: int, width: int, cout: int) -> nn.Sequential:
+    return nn.Sequential(_conv_bn_silu(cin, width), nn.Conv2d(width, cout, 1))
+
+
+def fashion_det() -> FashionDet:
+    """Factory for `edgekit.zoo.models:fashion_det`, with the committed weights when they are there
+    (edgekit.zoo.fashion_mnist.DET_WEIGHTS, written by scripts/train_fashion_det.py)."""
+    from edgekit.zoo.fashion_mnist import DET_WEIGHTS
+
+    model = FashionDet()
+    if DET_WEIGHTS.exists():
+        model.load_state_dict(torch.load(DET_WEIGHTS, map_location="cpu", weights_only=True))
+    return model.eval()

@@ -42,11 +42,23 @@ MODELS = {
     "zoo:fashion-vit": ZooModel("edgekit.zoo.models:fashion_vit", ("image:1x1x28x28",), **FASHION),
     # a facial-expression-style Keras CNN: Conv(relu) -> BatchNorm, Dense(relu) -> BatchNorm, dropout, softmax out
     "zoo:fashion-cnn-bn-keras": ZooModel("fashion_cnn_bn.keras", (), "nhwc", **FASHION),
+    # a YOLOv8-style single-stage detector, decoded inside: one output [N, 4 + 10, 180] (cx, cy, w, h in pixels, then
+    # class probabilities; NMS is the caller's) on 96x96 canvases of Fashion-MNIST items (edgekit.zoo.canvases)
+    "zoo:fashion-det": ZooModel(
+        "edgekit.zoo.models:fashion_det", ("image:1x1x96x96",), calibration="zoo:fashion-det-calib", validation="zoo:fashion-det-test"
+    ),
 }
-# zoo data -> (the committed raw file, its preprocessing): uint8 `images` [N, 28, 28] -> float32 `image` in [0, 1],
-# [N, 1, 28, 28] (nchw) or [N, 28, 28, 1] (nhwc), with int64 `labels`
-DATA = {"zoo:fashion-mnist-test": "fashion_mnist_test.npz", "zoo:fashion-mnist-calib": "fashion_mnist_calib.npz"}
-PREPROCESSING = "uint8 images / 255 -> float32 `image` [N, 1, 28, 28] (channels-last for Keras), int64 labels"
+# zoo data -> the committed raw file, and its preprocessing: uint8 `images` [N, H, W] -> float32 `image` in [0, 1],
+# [N, 1, H, W] (nchw) or [N, H, W, 1] (nhwc), with int64 `labels` where the raw file has them
+DATA = {
+    "zoo:fashion-mnist-test": "fashion_mnist_test.npz",
+    "zoo:fashion-mnist-calib": "fashion_mnist_calib.npz",
+    "zoo:fashion-det-test": "fashion_det_test.npz",  # 96x96 canvases; their boxes are in LABELS
+    "zoo:fashion-det-calib": "fashion_det_calib.npz",
+}
+# zoo data -> its labels file under edgekit/zoo/data, where they are not the npz's `labels` (COCO instances for boxes)
+LABELS = {"zoo:fashion-det-test": "fashion_det_test.json"}
+PREPROCESSING = "uint8 images / 255 -> float32 `image` [N, 1, H, W] (channels-last for Keras), int64 labels if any"
 
 
 def is_zoo(spec: str | None) -> bool:
@@ -61,13 +73,20 @@ def zoo_entry(spec: str) -> ZooModel:
 
 def zoo_data(spec: str, folder: Path | None = None, layout: str = "nchw") -> Path:
     """The path of a zoo data set, written out (once) with its declared preprocessing as an .npz the models take."""
-    from edgekit.zoo.fashion_mnist import write_demo_data
+    from edgekit.zoo.fashion_mnist import DATA_DIR, write_preprocessed
 
     if spec not in DATA:
         raise EdgekitError(f"unknown zoo data '{spec}'", hint=f"known: {', '.join(DATA)}")
     folder = folder or Path(os.environ.get("EDGEKIT_CACHE", Path.home() / ".cache" / "edgekit")) / "zoo"
     folder.mkdir(parents=True, exist_ok=True)
-    return write_demo_data(folder, layout)[list(DATA).index(spec)]
+    return write_preprocessed(DATA_DIR / DATA[spec], folder, layout)
+
+
+def zoo_labels(spec: str) -> Path | None:
+    """The committed labels file of a zoo data set kept beside it (COCO instances of zoo:fashion-det-test), else None."""
+    from edgekit.zoo.fashion_mnist import DATA_DIR
+
+    return DATA_DIR / LABELS[spec] if spec in LABELS else None
 
 
 def zoo_name_of_file(path: str | Path) -> str | None:

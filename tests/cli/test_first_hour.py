@@ -43,7 +43,7 @@ def test_the_report_needs_no_extra_flags(converted, folder):
     assert validated.code == 0, validated.stderr
     report = run_cli("report", "report.json", cwd=folder)
     assert report.code == 0, report.stderr
-    row = re.search(r"\| onnx \| int8 \| onnxruntime:cpu \| ok \| (\d+\.\d+)%", report.stdout)
+    row = re.search(r"\| onnx \| int8 \| onnxruntime:cpu \| ok \| top-1 \| (\d+\.\d+)%", report.stdout)
     assert row and float(row.group(1)) > 91.0, report.stdout  # the trained model's int8 (fp32: 91.98%)
 
 

@@ -13,7 +13,19 @@ pytestmark = pytest.mark.e2e
 def _rows(tmp_path, *extra):
     result = run_cli("demo", "--workdir", tmp_path, "--runs", "30", *extra)
     assert result.code == 0, result.stderr
-    for header in ("format", "precision", "status", "accuracy", "drop (pts)", "p50 ms", "speed-up", "size", "gates"):
+    for header in (
+        "format",
+        "precision",
+        "status",
+        "metric",
+        "vs labels",
+        "drop (pts)",
+        "vs reference",
+        "p50 ms",
+        "speed-up",
+        "size",
+        "gates",
+    ):
         assert header in result.stdout
     assert "gates passed" in result.stdout
     for name in ("report.md", "report.html", "junit.xml"):

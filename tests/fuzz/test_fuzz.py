@@ -148,7 +148,10 @@ json_value = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
     max_leaves=20,
 )
-ROW_KEYS = ["format", "precision", "target", "status", "accuracy", "drop_points", "top1_agreement", "cosine", "p50_ms", "times_ms"]
+ROW_KEYS = [
+    *("format", "precision", "target", "status", "accuracy", "drop_points", "top1_agreement", "cosine", "p50_ms", "times_ms"),
+    *("task", "metric", "agreement", "agreement_metric"),
+]
 report_like = st.fixed_dictionaries(
     {
         "schema_version": st.sampled_from(["1.0", "1.1", "2.0", 1]),

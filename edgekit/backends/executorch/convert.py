@@ -40,7 +40,8 @@ class TorchToExecutorch(Converter):
 
         logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
         check_forward(model, specs)
-        args = example_tensors(specs, export_batch(model, EXPORT_BATCH))
+        batch = export_batch(model, EXPORT_BATCH)  # a .pt2 exported at a fixed batch keeps it
+        args = example_tensors(specs, batch)
         try:
             with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()), stderr_silenced():
                 program, split, quantization = _lower(in_eval_mode(model), args, options, data, specs)
@@ -52,7 +53,7 @@ class TorchToExecutorch(Converter):
                 hint="torch.export must trace the model (no data-dependent control flow); try --to onnx",
             ) from None
         Path(out).write_bytes(program.buffer)
-        return {"executorch": {"delegate": DELEGATE, "batch": EXPORT_BATCH, "quantization": quantization}, "fallback": split}
+        return {"executorch": {"delegate": DELEGATE, "batch": batch, "quantization": quantization}, "fallback": split}
 
 
 def _lower(module, args, options: ConvertOptions, data: ConversionData, specs):

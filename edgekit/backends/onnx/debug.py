@@ -76,8 +76,8 @@ def _shaped(flat: np.ndarray, shape: tuple[int, ...] | None) -> np.ndarray:
 
 
 def _static_shapes(model, fed: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
-    """Tensor name -> shape at batch 1, for the tensors whose other dims shape inference finds with the inputs
-    at the shapes fed (a detector's dynamic height and width included)."""
+    """Tensor name -> shape at the batch fed (1, or the batch a model fixes), for the tensors whose other dims shape
+    inference finds with the inputs at the shapes fed (a detector's dynamic height and width included)."""
     import onnx
 
     model = onnx.ModelProto.FromString(model.SerializeToString())
@@ -89,7 +89,7 @@ def _static_shapes(model, fed: dict[str, tuple[int, ...]]) -> dict[str, tuple[in
     for value in (*inferred.graph.value_info, *inferred.graph.output, *inferred.graph.input):
         dims = [d.dim_value if d.HasField("dim_value") else None for d in value.type.tensor_type.shape.dim]
         if dims and all(d is not None for d in dims[1:]):
-            shapes[value.name] = (1, *dims[1:])
+            shapes[value.name] = (dims[0] or 1, *dims[1:])
     return shapes
 
 

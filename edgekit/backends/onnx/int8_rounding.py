@@ -61,12 +61,11 @@ def input_statistics(model_path: Path, samples, count: int = SAMPLES, positions:
     import torch
 
     from edgekit.backends.onnx.sensitivity import tensor_batches
-    from edgekit.calibration.samples import Samples
 
     model = onnx.load(str(model_path))
     layers = _layers(model)
     shapes = {i.name: tuple(i.dims) for i in model.graph.initializer}
-    probe = Samples({k: v[:count] for k, v in samples.arrays.items()})
+    probe = samples.head(count)
     rng = np.random.default_rng(0)
     stats: dict[str, LayerStats] = {}
     for values in tensor_batches(model, [node.input[0] for node in layers], probe, 8, threads):
@@ -222,9 +221,9 @@ class _LayerEdit:
         axis = self._channel_axis(weight_dq, weights.ndim)
         if (stats.gram.ndim == 3 and weights.shape[0] != len(stats.gram)) or (scale.size > 1 and axis is None):
             return 0
-        w2, c2 = _rows(weights, axis), _rows(codes, axis)
-        s2 = scale.reshape(-1, 1) if scale.size > 1 else np.full((len(w2), 1), float(scale))
-        z2 = zero.astype(np.float64).reshape(-1, 1) if zero.size > 1 else np.full((len(w2), 1), float(zero))
+        w2, c2 = _rows(weights, axis), _rows(codes, axis)  # a per-channel scale of one channel has shape (1,), not ()
+        s2 = scale.reshape(-1, 1) if scale.size > 1 else np.full((len(w2), 1), float(scale.reshape(-1)[0]))
+        z2 = zero.astype(np.float64).reshape(-1, 1) if zero.size > 1 else np.full((len(w2), 1), float(zero.reshape(-1)[0]))
         key = (float_name, scale.tobytes(), zero.tobytes())
         if key not in self.rounding._codes:
             fitted = stats.rows >= 4 * w2.shape[1]  # fewer input rows than that would fit the codes to the samples

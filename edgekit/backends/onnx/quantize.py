@@ -251,11 +251,10 @@ def _channel_order(pre: Path, scheme: Int8Scheme, samples) -> dict | None:
 
     from edgekit.backends.onnx.channel_order import reorder
     from edgekit.backends.onnx.sensitivity import outputs
-    from edgekit.calibration.samples import Samples
 
     ordered = pre.with_name("ordered.onnx")
     notes = reorder(pre, ordered)
-    probe = Samples({k: v[:4] for k, v in samples.arrays.items()})
+    probe = samples.head(4)
     before, after = outputs(pre, probe), outputs(ordered, probe)
     moved = max(float(np.abs(a - b).max() / max(np.abs(a).max(), 1e-12)) for a, b in zip(before, after, strict=True))
     if moved > ORDER_TOLERANCE:
@@ -298,13 +297,12 @@ class StaticQuantizer:
     cache), quantized with any set of float layers; and the sensitivity measurements on a few samples."""
 
     def __init__(self, pre: Path, samples, specs, options: ConvertOptions, scheme: Int8Scheme, workdir: Path) -> None:
-        from edgekit.calibration.samples import Samples
         from edgekit.quantize.sensitivity import SAMPLES
 
         self.pre, self.samples, self.specs, self.options, self.scheme = pre, samples, specs, options, scheme
         self.cache = workdir / "calibration.json"
         self.sensitivity_samples = min(SAMPLES, len(samples))
-        self.probe = Samples({k: v[: self.sensitivity_samples] for k, v in samples.arrays.items()})
+        self.probe = samples.head(self.sensitivity_samples)
         self._reference = None
         self.exponential = exponential_chains(pre)  # always float: no int8 scale holds exp(x) (backends.onnx.exponential_ops)
         self.rounding = WeightRounding(pre, samples, scheme.pair_safe_weights)
@@ -319,7 +317,7 @@ class StaticQuantizer:
             return
         from edgekit.backends.onnx.activation_ranges import refine_cache
 
-        _quantize_static(self.pre, self.workdir / "minmax.onnx", self.samples, self.specs, self.options, self.scheme, [], self.cache)
+        _quantize_static(self.pre, self.workdir / "minmax.onnx", self.samples, self.options, self.scheme, [], self.cache)
         changed = refine_cache(self.cache, self.pre, self.samples, self.scheme.symmetric_activations)
         self.ranges_notes = {
             "activation_ranges": "L2-optimal from histograms of the calibration samples (backends.onnx.activation_ranges)",
@@ -352,7 +350,6 @@ class StaticQuantizer:
             self.pre,
             out,
             self.samples,
-            self.specs,
             self.options,
             self.scheme,
             [*self.options.exclude, *self.exponential, *keep_float],
@@ -393,7 +390,7 @@ class StaticQuantizer:
 
 
 def _quantize_static(
-    pre: Path, out: Path, samples, specs, options: ConvertOptions, scheme: Int8Scheme, exclude: list[str], cache: Path | None = None
+    pre: Path, out: Path, samples, options: ConvertOptions, scheme: Int8Scheme, exclude: list[str], cache: Path | None = None
 ) -> None:
     """onnxruntime.quantization.quantize_static with the scheme; `cache` keeps the calibrated ranges for the next call."""
     import onnx
@@ -413,7 +410,7 @@ def _quantize_static(
     quantize_static(
         str(pre),
         str(out),
-        ort_reader(samples, _calibration_batch(specs, len(samples))),
+        ort_reader(samples, *_calibration_batch(pre, samples)),
         quant_format=QuantFormat.QDQ,
         per_channel=not options.per_tensor,
         activation_type=types[scheme.activations],
@@ -517,13 +514,17 @@ def _stdout_to_log():
         log.info("onnxruntime.quantization: %s", line)
 
 
-def _calibration_batch(specs, count: int) -> int:
-    """A static batch dim must be fed as is; a dynamic one takes equal batches of at most 16.
+def _calibration_batch(model: Path, samples) -> tuple[int, int | None]:
+    """(batch, fixed) for the calibration reader: the batch the ONNX `model` fixes (the last batch filled up with
+    repeated samples: a min or max does not change), or for a dynamic one equal batches of at most 16.
 
     Equal batches, because ONNX Runtime's histogram calibrators (entropy, percentile) fail on a
     smaller last batch (onnxruntime issue #18792).
     """
-    first = specs[0].shape[0] if specs and specs[0].shape else None
-    if isinstance(first, int):
-        return first
-    return next(size for size in range(min(16, count), 0, -1) if count % size == 0)
+    from edgekit.artifact import fixed_batch
+    from edgekit.backends.onnx.loader import read_onnx, value_specs
+
+    fixed = fixed_batch(s for s in value_specs(read_onnx(model, load_weights=False).graph.input) if s.name in samples.arrays)
+    if fixed:
+        return fixed, fixed
+    return next(size for size in range(min(16, len(samples)), 0, -1) if len(samples) % size == 0), None

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit.artifact import TensorSpec, fixed_batch
 from edgekit.backends.onnx.loader import node_attribute
-from edgekit.calibration.samples import Samples
+from edgekit.calibration.samples import Samples, unpadded
 from edgekit.quantize.sensitivity import SAMPLES, LayerSensitivity, WeightLayer, fake_quantize, rank
 
 BATCH = 8
@@ -58,7 +59,9 @@ def onnx_sensitivity(
     )
     values = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer if i.name in overridden}
     session = ort_session(_weights_as_inputs(model, values), threads)
-    feeds = list(Samples({k: v[:count] for k, v in samples.arrays.items()}).batches(BATCH))
+    probe = samples.head(count)
+    fixed = session_batch(session, probe)
+    feeds = list(probe.counted_batches(BATCH, fixed))
 
     def evaluate(layer: WeightLayer | None) -> list[np.ndarray]:
         if layer is None:
@@ -67,7 +70,7 @@ def onnx_sensitivity(
             extra = quantized[layer.name]
         else:
             extra = {layer.weight: fake_quantize(values[layer.weight], layer.axis)}
-        runs = [session.run(None, {**batch, **extra}) for batch in feeds]
+        runs = [unpadded(session.run(None, {**batch, **extra}), fixed, real) for batch, real in feeds]
         return [np.concatenate(chunks) for chunks in zip(*runs, strict=True)]
 
     total = sum(int(np.prod(i.dims)) for i in model.graph.initializer)
@@ -137,15 +140,24 @@ def tensor_batches(model, names, samples: Samples, batch: int = BATCH, threads: 
             proto.graph.output.append(helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
     session = ort_session(proto.SerializeToString(), threads)
     fetched = [o.name for o in session.get_outputs()]
-    for feeds in samples.batches(batch):
-        yield {**feeds, **dict(zip(fetched, session.run(None, feeds), strict=True))}
+    fixed = session_batch(session, samples)
+    for feeds, real in samples.counted_batches(batch, fixed):
+        values = {**feeds, **dict(zip(fetched, session.run(None, feeds), strict=True))}
+        yield dict(zip(values, unpadded(list(values.values()), fixed, real), strict=True))
 
 
 def outputs(model, samples: Samples, threads: int | None = None) -> list[np.ndarray]:
     """Every output of the ONNX `model` (a path or serialized bytes) over `samples`, run on ONNX Runtime in batches."""
     session = ort_session(model if isinstance(model, bytes) else str(model), threads)
-    runs = [session.run(None, feeds) for feeds in samples.batches(BATCH)]
+    fixed = session_batch(session, samples)
+    runs = [unpadded(session.run(None, feeds), fixed, real) for feeds, real in samples.counted_batches(BATCH, fixed)]
     return [np.concatenate(chunks) for chunks in zip(*runs, strict=True)]
+
+
+def session_batch(session, samples: Samples) -> int | None:
+    """The batch the session's model fixes for the inputs `samples` feed (artifact.fixed_batch), None where it takes any."""
+    specs = [TensorSpec(i.name, tuple(i.shape)) for i in session.get_inputs() if i.name in samples.arrays]
+    return fixed_batch(specs)
 
 
 def ort_session(model_bytes: bytes, threads: int | None):

@@ -208,7 +208,7 @@ def _torch_to_openvino(module, specs):
     from edgekit.backends.torch.loader import batch_dynamic_shapes, example_tensors, export_batch
 
     args = example_tensors(specs, export_batch(module, 2))
-    batch = -1 if batch_dynamic_shapes(module, specs) is not None else 1  # a .pt2 exported at a fixed batch keeps it
+    batch = -1 if batch_dynamic_shapes(module, specs) is not None else export_batch(module, 1)  # a .pt2's fixed batch stays
     # Positional (forward() argument names may differ from the specs'); _name_tensors names them after.
     shapes = [(ov.PartialShape([batch, *s.concrete_shape(1)[1:]]), ov.Type(s.dtype)) for s in specs]
     try:
@@ -274,7 +274,9 @@ def _sensitive_layers(model, ov_model, data: ConversionData, specs, options: Con
         return {"kept_in_float": [], "ov_names": []}
     if isinstance(model, (str, Path)) or hasattr(model, "export_saved_model"):
         return {"kept_in_float": [], "ov_names": [], "note": "measured on PyTorch sources only; convert from the PyTorch model"}
-    ranked, total = torch_sensitivity(model, data.calibration, specs)
+    from edgekit.backends.torch.loader import exported_batch
+
+    ranked, total = torch_sensitivity(model, data.calibration, specs, fixed=exported_batch(model))
     kept = outliers(ranked)
     notes = provenance(ranked, kept, min(len(data.calibration), 16), total)
     notes["ov_names"] = _ov_convolutions(model, ov_model, data.calibration, specs, [s.name for s in kept])
@@ -288,12 +290,15 @@ def _ov_convolutions(module, ov_model, samples, specs, module_names: list[str]) 
     (OpenVINO renames convolutions when it folds batch norm into them); [] when the counts differ."""
     import torch
 
+    from edgekit.backends.torch.loader import exported_batch
+
     order: list[str] = []
     convs = [(name, m) for name, m in module.named_modules() if isinstance(m, torch.nn.Conv2d)]
     hooks = [m.register_forward_hook(lambda *_, name=name: order.append(name)) for name, m in convs]
     try:
         with torch.no_grad():
-            module(*[torch.from_numpy(np.ascontiguousarray(samples.arrays[s.name][:1])) for s in specs])
+            feeds = next(samples.batches(1, exported_batch(module)))  # a .pt2 exported at a fixed batch takes that batch only
+            module(*[torch.from_numpy(np.ascontiguousarray(feeds[s.name])) for s in specs])
     finally:
         for hook in hooks:
             hook.remove()
@@ -335,12 +340,12 @@ def _nncf_int8(ov_model, data: ConversionData, options: ConvertOptions, sensitiv
         **isa_notes,
     }
     if data.validation is None:
-        return nncf.quantize(ov_model, nncf_dataset(samples), advanced_parameters=advanced, **common), notes
+        return nncf.quantize(ov_model, nncf_dataset(samples, ov_model), advanced_parameters=advanced, **common), notes
     limit = Limit.of(options)
     _check_nncf_limit(ov_model, limit)
     if model_type == "transformer":  # NNCF's reverts would undo SmoothQuant's weights only (_without_smooth_quant)
         advanced = _without_smooth_quant(advanced)
-    quantized = nncf.quantize(ov_model.clone(), nncf_dataset(samples), advanced_parameters=advanced, **common)
+    quantized = nncf.quantize(ov_model.clone(), nncf_dataset(samples, ov_model), advanced_parameters=advanced, **common)
     controlled = _accuracy_controlled(ov_model, data, options, common, advanced)
     notes |= {
         "accuracy_control": {
@@ -390,20 +395,20 @@ def _accuracy_controlled(ov_model, data: ConversionData, options: ConvertOptions
     import nncf
     from nncf.quantization.advanced_parameters import AdvancedAccuracyRestorerParameters
 
-    from edgekit.backends.openvino.calibration import nncf_dataset, nncf_validation
+    from edgekit.backends.openvino.calibration import nncf_dataset, nncf_outputs_check, nncf_validation
     from edgekit.quantize.accuracy import MAX_STEPS
 
     if options.max_drop is not None:
-        validation, validation_fn, max_drop = nncf_validation(data.validation), _top1_validation, options.max_drop / 100.0
+        validation, validation_fn, max_drop = nncf_validation(data.validation, ov_model), _top1_validation, options.max_drop / 100.0
     else:
-        validation = nncf.Dataset(list(data.validation.batches(1)))
+        validation = nncf_outputs_check(data.validation, ov_model)
         if options.min_agreement is not None:
             validation_fn, max_drop = _fidelity_validation(ov_model, _agreed), (100.0 - options.min_agreement) / 100.0
         else:
             validation_fn, max_drop = _fidelity_validation(ov_model, _cosine), 1.0 - options.min_cosine
     return nncf.quantize_with_accuracy_control(
         ov_model,
-        nncf_dataset(data.calibration),
+        nncf_dataset(data.calibration, ov_model),
         validation,
         validation_fn=validation_fn,
         max_drop=max_drop,
@@ -445,8 +450,9 @@ def _without_smooth_quant(advanced):
 
 
 def _fidelity_validation(ov_model, measure):
-    """NNCF's validation_fn for a limit against the fp32 model: (the mean over the items of `measure(output,
-    fp32's output)`, per item), with the first output flattened per item.
+    """NNCF's validation_fn for a limit against the fp32 model: (the mean over the samples of `measure(output,
+    fp32's output)`, the mean per item), with the first output flattened per sample. An item is (feeds, real samples,
+    batch): one sample, or a fixed batch whose repeated samples past `real` do not count.
 
     NNCF calls it on the whole set, on subsets and on single items, so each item's fp32 output is looked up by its
     content (computed once), never by its position."""
@@ -456,21 +462,31 @@ def _fidelity_validation(ov_model, measure):
     reference = ov.Core().compile_model(ov_model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     outputs: dict[bytes, np.ndarray] = {}
 
-    def fp32_output(feeds) -> np.ndarray:
+    def fp32_output(feeds, real: int, size: int) -> np.ndarray:
         key = _content_key(feeds)
         if key not in outputs:
-            outputs[key] = _first_output(reference, feeds)
+            outputs[key] = _first_output(reference, feeds, real, size)
         return outputs[key]
 
     def validate(compiled_model, items) -> tuple[float, list[float]]:
-        values = [measure(_first_output(compiled_model, feeds), fp32_output(feeds)) for feeds in items]
-        return (sum(values) / len(values) if values else 0.0), values
+        per_sample, per_item = [], []
+        for feeds, real, size in items:
+            rows = zip(_first_output(compiled_model, feeds, real, size), fp32_output(feeds, real, size), strict=True)
+            values = [measure(output, reference_output) for output, reference_output in rows]
+            per_sample += values
+            per_item.append(sum(values) / len(values))
+        return (sum(per_sample) / len(per_sample) if per_sample else 0.0), per_item
 
     return validate
 
 
-def _first_output(compiled_model, feeds) -> np.ndarray:
-    return np.asarray(compiled_model(feeds)[compiled_model.output(0)], dtype=np.float64).reshape(-1)
+def _first_output(compiled_model, feeds, real: int, size: int) -> np.ndarray:
+    """The first output flattened per sample ([real, -1]): the rows of the `real` samples of a batch of `size` whose
+    output holds the batch on axis 0, else the whole output as one row."""
+    output = np.asarray(compiled_model(feeds)[compiled_model.output(0)], dtype=np.float64)
+    if size > 1 and output.ndim and len(output) == size:
+        return output.reshape(size, -1)[:real]
+    return output.reshape(1, -1)
 
 
 def _agreed(output: np.ndarray, reference: np.ndarray) -> float:
@@ -499,12 +515,17 @@ def _top1_validation(compiled_model, items) -> tuple[float, list[float]]:
     """NNCF's validation_fn: (top-1 accuracy as a fraction, per-item correctness)."""
     from edgekit.metrics.compare import top1_hits
 
-    correct = []
+    hits, per_item = [], []
     output = compiled_model.output(0)
-    for feeds, label in items:
-        logits = compiled_model(feeds)[output]
-        correct.append(float(top1_hits(logits.reshape(len(label), -1), label)[0]))
-    return (sum(correct) / len(correct) if correct else 0.0), correct
+    for feeds, label, size in items:  # one sample, or a fixed batch of `size` whose samples past the labels are repeats
+        logits = np.asarray(compiled_model(feeds)[output])
+        rows = (
+            logits.reshape(size, -1)[: len(label)] if size > 1 and logits.ndim and len(logits) == size else logits.reshape(len(label), -1)
+        )
+        correct = top1_hits(rows, label).astype(float)
+        hits += list(correct)
+        per_item.append(float(correct.mean()))
+    return (sum(hits) / len(hits) if hits else 0.0), per_item
 
 
 def reverted_layers(quantized, controlled) -> list[str]:

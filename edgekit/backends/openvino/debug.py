@@ -3,7 +3,7 @@
 An op's output is keyed by the op's friendly name and port, with its tensor names as aliases: an IR read from
 ONNX keeps the ONNX tensor names, so it matches an ONNX model; an NNCF int8 IR keeps the float IR's op names.
 Where NNCF put a FakeQuantize after an output, the FakeQuantize's value is taken (what the int8 model passes on).
-The model runs on the CPU in f32 (no bf16), one sample at a time.
+The model runs on the CPU in f32 (no bf16), one sample at a time, or in the batch a model with a fixed batch takes.
 """
 
 from __future__ import annotations
@@ -26,30 +26,38 @@ class OpenVinoCapture:
 
         from edgekit.backends.openvino.loader import port_specs, read_model
 
-        core = ov.Core()
+        self.core = ov.Core()
         model = read_model(path)
         self.inputs = port_specs(model.inputs)
         self.tensors, ports = _op_outputs(model)
-        if any(p.get_partial_shape().is_dynamic for p in model.inputs):  # one sample at a time (other dynamic dims stay so: a page's H, W)
-            model.reshape(
-                {
-                    p.get_any_name(): [1, *[d.get_length() if d.is_static else -1 for d in list(p.get_partial_shape())[1:]]]
-                    for p in model.inputs
-                }
-            )
         for i, port in enumerate(ports):  # a name of our own to read each value back by
             port.get_tensor().add_names({f"{DEBUG_NAME}{i}"})
         model.add_outputs(ports)
+        self.model, self.batch = model, None
+
+    def _compile(self, batch: int) -> None:
+        """Compile for batches of `batch`: a dynamic batch dim set to it (other dynamic dims stay so: a page's H, W)."""
+        if any(p.get_partial_shape().is_dynamic for p in self.model.inputs):
+            self.model.reshape(
+                {
+                    p.get_any_name(): [batch, *[d.get_length() if d.is_static else -1 for d in list(p.get_partial_shape())[1:]]]
+                    for p in self.model.inputs
+                }
+            )
         config = {"INFERENCE_NUM_THREADS": "1", "INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
-        self.compiled = core.compile_model(model, "CPU", config)
+        self.compiled = self.core.compile_model(self.model, "CPU", config)
         self.request = self.compiled.create_infer_request()
         by_name = {name: i for i, port in enumerate(self.compiled.outputs) for name in port.get_names()}
         # a port that already was a model output keeps only its own names
         self._outputs = [
             by_name.get(f"{DEBUG_NAME}{i}", next((by_name[n] for n in t.aliases if n in by_name), None)) for i, t in enumerate(self.tensors)
         ]
+        self.batch = batch
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        batch = len(next(iter(feeds.values())))
+        if batch != self.batch:
+            self._compile(batch)
         self.request.infer({port: feeds[port.get_any_name()] for port in self.compiled.inputs})
         return {
             t.key: self.request.get_output_tensor(i).data.copy() for t, i in zip(self.tensors, self._outputs, strict=True) if i is not None

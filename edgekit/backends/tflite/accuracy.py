@@ -28,9 +28,10 @@ class LiteRTQuantization:
 
     def ranked(self, int8: Path | None = None):
         """The layers by weight-only loss, round-to-nearest on the PyTorch module (`int8` is not read)."""
+        from edgekit.backends.torch.loader import exported_batch
         from edgekit.quantize.sensitivity import torch_sensitivity
 
-        return torch_sensitivity(self.pre, self.data.calibration, self.specs)
+        return torch_sensitivity(self.pre, self.data.calibration, self.specs, fixed=exported_batch(self.pre))
 
     def activations(self, out: Path) -> list:
         """None: PT2E quantizes an activation with the ops around it, so only layers return to float here."""
@@ -49,10 +50,15 @@ class LiteRTQuantization:
             return on_target(None)(model, samples)
         import torch
 
+        from edgekit.backends.torch.loader import exported_batch
         from edgekit.backends.torch.pt2e import first_outputs
+        from edgekit.calibration.samples import unpadded
 
-        batches = [tuple(torch.from_numpy(feeds[s.name]) for s in self.specs) for feeds in samples.batches(64)]
-        return np.concatenate(first_outputs(model, batches))
+        fixed = exported_batch(model)
+        counted = list(samples.counted_batches(64, fixed))
+        batches = [tuple(torch.from_numpy(feeds[s.name]) for s in self.specs) for feeds, _ in counted]
+        outputs = first_outputs(model, batches)
+        return np.concatenate([unpadded([out], fixed, real)[0] for out, (_, real) in zip(outputs, counted, strict=True)])
 
 
 def accuracy_controlled(module, specs, data: ConversionData, options: ConvertOptions, build: Callable, out: Path) -> dict:

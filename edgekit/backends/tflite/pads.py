@@ -181,4 +181,6 @@ def _probe_outputs(path: Path) -> list[np.ndarray]:
 
     runner = make_runner(open_source(str(path)), None, 1)
     runner.load()
-    return [np.asarray(out, dtype=np.float64) for out in runner.infer(next(random_samples(runner.inputs, 1).batches(1)))]
+    return [
+        np.asarray(out, dtype=np.float64) for out in runner.infer(next(random_samples(runner.inputs, 1).batches(1, runner.fixed_batch())))
+    ]

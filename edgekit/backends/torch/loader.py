@@ -14,7 +14,7 @@ from edgekit.errors import InputMismatchError, ModelLoadError
 from edgekit.source import ModelSource
 
 log = logging.getLogger("edgekit")
-FIXED_BATCH = "edgekit_fixed_batch"  # set on a module whose .pt2 was exported at a fixed batch
+FIXED_BATCH = "edgekit_fixed_batch"  # set on a module whose .pt2 was exported at a fixed batch: that batch
 
 
 def load_torch(source: ModelSource):
@@ -75,7 +75,7 @@ def _load_exported(source: ModelSource):
         )
     module, specs = program.module(), exported_input_specs(program)
     if specs and all(s.shape and isinstance(s.shape[0], int) for s in specs):
-        setattr(module, FIXED_BATCH, True)
+        setattr(module, FIXED_BATCH, specs[0].shape[0])
         log.warning(
             "%s was exported with a fixed batch of %s: its artifacts take that batch only "
             "(export with dynamic_shapes={'x': {0: torch.export.Dim('batch')}} for others)",
@@ -109,9 +109,14 @@ def in_eval_mode(module):
         return module
 
 
+def exported_batch(module) -> int | None:
+    """The batch a .pt2 was exported at when it was fixed (its guards allow no other), else None: any batch."""
+    return getattr(module, FIXED_BATCH, None)
+
+
 def export_batch(module, wanted: int) -> int:
-    """The example batch to export `module` with: 1 for a .pt2 exported at a fixed batch (its guards allow no other)."""
-    return 1 if getattr(module, FIXED_BATCH, False) else wanted
+    """The example batch to export `module` with: the batch of a .pt2 exported at a fixed batch, else `wanted`."""
+    return exported_batch(module) or wanted
 
 
 def exported_input_specs(program) -> list[TensorSpec]:
@@ -283,7 +288,7 @@ def check_forward(module, specs: list[TensorSpec], batch: int = 1) -> int:
 
     try:
         with torch.no_grad():
-            out = module(*example_tensors(specs, batch, module=module))
+            out = module(*example_tensors(specs, export_batch(module, batch), module=module))
     except (RuntimeError, ValueError, TypeError, IndexError) as exc:
         shapes = ", ".join(f"{s.name}:{s.shape_text()}:{s.dtype}" for s in specs)
         raise InputMismatchError(
@@ -298,7 +303,7 @@ def batch_dynamic_shapes(module, specs: list[TensorSpec]) -> dict | tuple | None
     fixed batch)."""
     import torch
 
-    if getattr(module, FIXED_BATCH, False):
+    if exported_batch(module):
         return None
     batch = torch.export.Dim("batch", min=1)
     axes = [{s.batch_axis(): batch} if s.batch_axis() is not None else None for s in specs]

@@ -6,6 +6,12 @@ What the stock PT2E quantizers miss on EfficientNet-Lite / MobileNet, and the st
   a ReLU6 shared the conv's pre-clamp observer: EfficientNet-Lite0's stem got a 0.72 scale, ~8 levels for its 0..6 output.
 - a residual add written `x + y` (litert-torch finds adds by their source function, which a non-strict torch.export
   does not record, so those adds stayed float).
+- a concatenation shares one observer over all its inputs (`annotate_concats`; litert-torch misses `cat` as it misses
+  adds, and its converter then requantized the other inputs into the last one's scale); where the inputs' calibrated
+  spans differ a lot (a detector's boxes in pixels beside its class probabilities) it runs in float, with the weightless
+  ops computing its inputs (`float_uneven_concats`).
+- softmax and sigmoid outputs read in int8 get the config's fixed qparams where it declares them (`fix_bounded_outputs`:
+  litert-torch's 1/256, which TFLite's kernels demand; its own annotator misses those after a view left float).
 - a constant zero pad shares its input's observer (zeros are inside any ReLU range), so no requantize after it; a
   symmetric one is folded into the convolution that reads it (`fold_zero_pads`).
 - the weight codes fitted to the quantized model's own activations, and biases corrected (`fit_weight_rounding`,
@@ -13,9 +19,9 @@ What the stock PT2E quantizers miss on EfficientNet-Lite / MobileNet, and the st
   the float model's, layer by layer through the quantized model (`correct_biases`).
 - the activation observer follows --calib-method, the weight scheme --per-tensor (`static_config`).
 
-`quantize()` runs them in order: export, fold pads, prepare with the backend's quantizer, calibrate, convert, fit, correct;
-`int8()` calls it once with the layers to keep float, or once per trial of the sensitivity search
-(`int8_keeping_sensitive`: the same search for both backends).
+`quantize()` runs them in order: export, fold pads, record the spans concatenations read, prepare with the backend's
+quantizer, calibrate, convert, fit, correct; `int8()` calls it once with the layers to keep float, or once per trial of
+the sensitivity search (`int8_keeping_sensitive`: the same search for both backends).
 The quantizer configs of litert-torch and XNNPACK are both dataclasses with input_activation, output_activation,
 weight and bias specs: that is all this module reads. Import lazily (it imports torch and torchao).
 """
@@ -24,16 +30,24 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 
 import torch
 from torch.fx import GraphModule, Node
 from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, SharedQuantizationSpec
+
+from edgekit.artifact import fixed_batch
+from edgekit.backends.torch.loader import exported_batch
 
 _aten = torch.ops.aten
 CONVS = (_aten.conv1d.default, _aten.conv2d.default, _aten.convolution.default)
 CLAMPS = (_aten.hardtanh.default, _aten.hardtanh_.default)  # nn.ReLU6 and F.hardtanh
 ADDS = (_aten.add.Tensor, _aten.add_.Tensor)
 PADS = (_aten.pad.default, _aten.constant_pad_nd.default)
+CATS = (_aten.cat.default, _aten.concat.default)
+BOUNDED = (_aten.sigmoid.default, _aten._softmax.default, _aten.softmax.int)  # outputs in [0, 1] whatever the input
+SPAN = "edgekit_span"  # node.meta key: (min, max) of the node's output on calibration samples (record_concat_spans)
+UNEVEN = 8.0  # a concatenation input this many times narrower than all its inputs together keeps its own scale
 WEIGHTED = (*CONVS, _aten.linear.default)  # the layers a kept layer's float producers stop at
 
 
@@ -65,6 +79,9 @@ def annotate_after(model: GraphModule, config) -> None:
     if is_static(config):
         annotate_activation_adds(model, config)
         share_pad_observers(model)
+        annotate_concats(model, config)
+        float_uneven_concats(model)
+        fix_bounded_outputs(model, config)
 
 
 def unannotate_modules(model: GraphModule, modules: tuple[str, ...]) -> None:
@@ -136,6 +153,7 @@ def quantize(module, args, quantizer, batches: list, fold_quantize: bool) -> tup
     # accuracy control and the sensitivity search quantize the same module again
     exported = torch.export.export(copy.deepcopy(module), args).module()
     folded = fold_zero_pads(exported)  # before quantize/dequantize pairs hide the pad from the backends' own folding
+    record_concat_spans(exported, batches[:SAMPLES_FOR_MEANS])  # what float_uneven_concats decides from
     prepared = prepare_pt2e(exported, quantizer)
     for tensors in batches:  # one pass through the observers
         prepared(*tensors)
@@ -174,7 +192,7 @@ def int8_keeping_sensitive(module, args, make_quantizer, batches: list, samples,
     LiteRT 96.00 -> 97.17%, ExecuTorch 95.50 -> 97.67%, cosine 0.9981 -> 0.9989 (docs/int8-schemes.md)."""
     from edgekit.quantize.sensitivity import SAMPLES, losses_by_kept, outliers, output_loss, provenance, torch_sensitivity
 
-    ranked, total = torch_sensitivity(module, samples, specs)
+    ranked, total = torch_sensitivity(module, samples, specs, fixed=exported_batch(module))
     candidates = outliers(ranked)
     probe = batches[:SAMPLES]
     reference = first_outputs(module, probe)
@@ -199,8 +217,9 @@ def first_outputs(model, batches: list) -> list:
 
 
 def calibration_batches(samples, specs, layout: str = "nchw"):
-    """The calibration samples as tuples of input tensors (batch 1, as exported), for PT2E observers (LiteRT, ExecuTorch)."""
-    for feeds in samples.batches(1):
+    """The calibration samples as tuples of input tensors (batch 1, as exported; a .pt2 exported at a fixed batch, that
+    batch, the last one filled up with repeated samples), for PT2E observers (LiteRT, ExecuTorch)."""
+    for feeds in samples.batches(1, fixed_batch(specs)):
         tensors = [torch.from_numpy(feeds[s.name]) for s in specs]
         if layout == "nhwc":
             tensors = [t.permute(0, 2, 3, 1).contiguous() if t.dim() == 4 else t for t in tensors]
@@ -261,6 +280,26 @@ def annotate_activation_adds(model: GraphModule, config) -> None:
         )
 
 
+def annotate_concats(model: GraphModule, config) -> None:
+    """Concatenations of activations that the stock quantizer left unannotated share one observer over all their inputs,
+    as XNNPACK's quantizer annotates them (litert-torch finds `cat` by its source function, as it does adds). Left to it,
+    LiteRT's converter gave a concatenation the scale of its last input and requantized the others into it: a detector's
+    stride-8 class logits (-27..4) cut to the stride-16 head's calibrated -12..0, every probability above 0.5 lost
+    (zoo:fashion-det: 4.7 points of labelled mAP@0.5). `float_uneven_concats` then takes back the uneven ones."""
+    for cat in model.graph.nodes:
+        if cat.op != "call_function" or cat.target not in CATS or _is_annotated(cat):
+            continue
+        inputs = list(dict.fromkeys(cat.args[0]))
+        if not inputs or not all(_is_activation(arg) for arg in inputs):
+            continue
+        shared = SharedQuantizationSpec((inputs[0], cat))
+        cat.meta["quantization_annotation"] = QuantizationAnnotation(
+            input_qspec_map={inputs[0]: config.input_activation, **{arg: shared for arg in inputs[1:]}},
+            output_qspec=shared,
+            _annotated=True,
+        )
+
+
 def share_pad_observers(model: GraphModule) -> None:
     """A zero pad after a quantized op keeps that op's scale (zero is representable), as litert-torch does for views."""
     for pad in model.graph.nodes:
@@ -282,6 +321,113 @@ def _pads_with_zeros(pad: Node) -> bool:
     mode = pad.args[2] if len(pad.args) > 2 else pad.kwargs.get("mode", "constant")
     value = pad.args[3] if len(pad.args) > 3 else pad.kwargs.get("value")
     return mode == "constant" and value in (None, 0, 0.0)
+
+
+def record_concat_spans(model: GraphModule, batches) -> None:
+    """node.meta[SPAN]: the (min, max) over `batches` (tuples of input tensors) of each tensor a concatenation reads, in
+    float; `float_uneven_concats` decides from them when the quantizer annotates."""
+    read = {arg for node in model.graph.nodes if node.target in CATS for arg in node.args[0] if isinstance(arg, Node)}
+    if not read:
+        return
+    spans: dict = {}
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, n):
+            value = super().run_node(n)
+            if n in read:  # at once: an in-place op after it (SiLU(inplace=True)) overwrites the tensor
+                low, high = spans.get(n, (math.inf, -math.inf))
+                spans[n] = (min(low, float(value.min())), max(high, float(value.max())))
+            return value
+
+    with torch.no_grad():
+        for tensors in batches:
+            Recorder(model).run(*tensors)
+    for node, span in spans.items():
+        node.meta[SPAN] = span
+
+
+def float_uneven_concats(model: GraphModule) -> None:
+    """A concatenation whose inputs' calibrated spans differ a lot runs in float, where each of its inputs can be float
+    too: the op computing it (through views) has no weights and feeds only the concatenation. That op then reads int8 and
+    writes float.
+
+    One scale for all the inputs, sized for the widest (the stock quantizers' `cat`, `annotate_concats`), left a
+    detector's class probabilities (0..0.96) beside its decoded boxes in input pixels (-4..264) one level of 256: every
+    probability rounded to 0 or about 1 (zoo:fashion-det on ExecuTorch: mAP@0.5 0.74 against fp32's detections). An input
+    narrower than 1/UNEVEN of the concatenation's span keeps fewer than 32 levels. The inputs must go float as well:
+    LiteRT's converter quantizes a concatenation that reads an int8 tensor (through views too) with the scale of its
+    last input, whatever the annotation, so a float one there would be worse than the shared scale, which stays. The
+    boxes then keep their float resolution, as an ONNX model's outputs do."""
+    for cat in model.graph.nodes:
+        if cat.op != "call_function" or cat.target not in CATS or not _is_annotated(cat):
+            continue
+        inputs = list(dict.fromkeys(cat.args[0]))
+        spans = [arg.meta.get(SPAN) for arg in inputs]
+        if None in spans:
+            continue
+        whole = max(high for _, high in spans) - min(low for low, _ in spans)
+        if whole <= 0 or min(high - low for low, high in spans) * UNEVEN >= whole:
+            continue
+        paths = [_float_path(arg, cat) for arg in inputs]
+        if None in paths:
+            continue
+        cat.meta.pop("quantization_annotation")
+        _unannotate_sharing(model, cat)
+        for *views, source in paths:
+            for node in views:
+                node.meta.pop("quantization_annotation", None)
+            if (annotation := source.meta.get("quantization_annotation")) is not None:
+                annotation.output_qspec = None
+            for node in (*views, source):
+                _unannotate_sharing(model, node)
+
+
+def _float_path(node, reader: Node) -> list[Node] | None:
+    """The ops from `node` back through views (ops sharing their input's scale) to the op that computes it, when each
+    feeds only the next and that op has no weights; else None (XNNPACK takes no quantized conv with a float output)."""
+    path = []
+    while isinstance(node, Node) and node.op == "call_function" and set(node.users) == {reader}:
+        path.append(node)
+        annotation = node.meta.get("quantization_annotation")
+        if annotation is None or not isinstance(annotation.output_qspec, SharedQuantizationSpec):
+            return None if node.target in WEIGHTED else path
+        reader, node = node, node.args[0]
+    return None
+
+
+def _unannotate_sharing(model: GraphModule, node: Node) -> None:
+    """Drop the annotations of the ops that share `node`'s scale (a SharedQuantizationSpec of its output or of an edge
+    into it), and of the ops that share theirs."""
+    for other in model.graph.nodes:
+        annotation = other.meta.get("quantization_annotation")
+        specs = [annotation.output_qspec, *annotation.input_qspec_map.values()] if annotation is not None else []
+        if other is not node and any(_shares_with(spec, node) for spec in specs):
+            other.meta.pop("quantization_annotation")
+            _unannotate_sharing(model, other)
+
+
+def _shares_with(spec, node: Node) -> bool:
+    if not isinstance(spec, SharedQuantizationSpec):
+        return False
+    source = spec.edge_or_node
+    return source is node or (isinstance(source, tuple) and node in source)
+
+
+def fix_bounded_outputs(model: GraphModule, config) -> None:
+    """Each softmax and sigmoid whose output an annotated op reads in int8 gets the config's fixed qparams, where the
+    backend declares them (litert-torch: scale 1/256, zero point -128; TFLite's int8 SOFTMAX and LOGISTIC kernels refuse
+    any other output scale). litert-torch fixes them only after an op it annotated: a detector's box-distribution
+    softmax read a view of a concatenation left float and took its reader's observer (scale 0.0035), and the .tflite
+    failed to load ("SOFTMAX failed to prepare")."""
+    fixed = getattr(config, "fixed_qparams", None)
+    if fixed is None:
+        return
+    for node in model.graph.nodes:
+        if node.op != "call_function" or node.target not in BOUNDED or _is_annotated(node):
+            continue
+        readers = [user.meta.get("quantization_annotation") for user in node.users]
+        if any(r is not None and node in r.input_qspec_map for r in readers):
+            node.meta["quantization_annotation"] = QuantizationAnnotation(output_qspec=fixed, _annotated=True)
 
 
 def fold_zero_pads(model: GraphModule) -> int:

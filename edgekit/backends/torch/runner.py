@@ -88,6 +88,14 @@ class TorchRunner(Runner):
         if self.device == "cuda":
             self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
 
+    def fixed_batch(self) -> int | None:
+        """A module takes any batch, whatever --input's shape says, unless it is a .pt2 exported at a fixed batch."""
+        from edgekit.backends.torch.loader import exported_batch
+
+        if self.load_seconds is None:
+            self.load()
+        return exported_batch(self.module)
+
     def _prepare_impl(self, feeds: dict[str, np.ndarray]) -> list:
         """Device tensors in the run dtype; the first preparation also compiles (timed apart)."""
         import torch

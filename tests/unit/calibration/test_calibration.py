@@ -39,7 +39,10 @@ def test_labels_are_a_class_each_or_label_sets(tmp_path):
 
 
 def test_nncf_accuracy_control_sees_the_samples_that_carry_a_label():
+    ov = pytest.importorskip("openvino")
     pytest.importorskip("nncf")
+    from openvino import opset13
+
     from edgekit.backends.openvino.calibration import nncf_validation
     from edgekit.calibration import Samples
 
@@ -47,8 +50,10 @@ def test_nncf_accuracy_control_sees_the_samples_that_carry_a_label():
     sets[[0, 3], 4] = True
     image = np.arange(5, dtype=np.float32).reshape(5, 1, 1, 1)  # sample i holds the value i
     samples = Samples({"image": image}, sets).bind([TensorSpec("image", ("batch", 1, 1, 1), "float32")])
-    items = list(nncf_validation(samples).get_data())
-    assert [float(feeds["image"][0, 0, 0, 0]) for feeds, _ in items] == [0.0, 3.0] and items[0][1].shape == (1, 10)
+    parameter = opset13.parameter([-1, 1, 1, 1], ov.Type.f32, name="image")  # a model that takes any batch
+    parameter.output(0).get_tensor().set_names({"image"})
+    items = list(nncf_validation(samples, ov.Model([opset13.relu(parameter)], [parameter])).get_data())
+    assert [float(feeds["image"][0, 0, 0, 0]) for feeds, _, _ in items] == [0.0, 3.0] and items[0][1].shape == (1, 10)
 
 
 def test_wrong_shape_and_dtype_name_the_input(tmp_path):

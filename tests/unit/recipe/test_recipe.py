@@ -273,9 +273,9 @@ def test_demo_variants_write_to_their_own_folders(tmp_path, monkeypatch):
     from edgekit.demo import demo_recipe
 
     monkeypatch.chdir(tmp_path)
-    folders = {Path(demo_recipe(None, keras=keras).report.dir) for keras in (False, True)}
-    assert folders == {tmp_path / "edgekit-demo", tmp_path / "edgekit-demo-keras"}
-    assert Path(demo_recipe(tmp_path / "mine", keras=True).report.dir) == tmp_path / "mine"
+    folders = {Path(demo_recipe(None, variant=variant).report.dir) for variant in ("pytorch", "keras", "detector")}
+    assert folders == {tmp_path / "edgekit-demo", tmp_path / "edgekit-demo-keras", tmp_path / "edgekit-demo-detector"}
+    assert Path(demo_recipe(tmp_path / "mine", variant="keras").report.dir) == tmp_path / "mine"
 
 
 def test_the_cache_key_follows_the_int8_scheme_not_how_the_class_was_named(tmp_path, monkeypatch):

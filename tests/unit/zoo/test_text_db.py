@@ -5,8 +5,6 @@ Its binarization B = 1 / (1 + exp(-50 (P - T))) is what int8 breaks: quantized a
 (backends.onnx.exponential_ops); ONNX Runtime's quantizer as it is does not, and `edgekit debug` says where and why.
 """
 
-import dataclasses
-
 import numpy as np
 import pytest
 
@@ -114,10 +112,12 @@ def test_debug_reads_openvino_with_dynamic_height_and_width(pages):
     assert rows["prob"]["exact"] or rows["prob"]["sqnr_db"] > 60
 
 
-def test_accuracy_control_holds_the_probability_map_by_cosine_and_refuses_top1_limits(pages):
-    """A detection map has no classes: --min-cosine holds it to fp32's map (no agreement is reported), while
-    --min-agreement (it took the argmax over pixels before) is refused in one line, and nothing is written. The refusal
-    comes before calibration: it names the output's shape as the model declares it, not as a validation run gave it."""
+def test_accuracy_control_holds_the_probability_map_by_its_f1_and_cosine(pages):
+    """A detection map has no classes: --min-agreement holds the F1 of its binarized map with fp32's, image by image (the
+    argmax over pixels it took before meant nothing), and --min-cosine the map itself; a limit on a measure an output does
+    not have (top-1 of a [N, 1] score) is refused in one line before calibration."""
+    from edgekit.quantize.accuracy import Limit, check_top1
+
     folder, calib, _ = pages
     validation = text_pages(4, 300, *CALIB)["image"]  # the page size it is converted for
     np.savez(folder / "val.npz", image=validation)
@@ -127,14 +127,32 @@ def test_accuracy_control_holds_the_probability_map_by_cosine_and_refuses_top1_l
         calibration=CalibrationOptions(str(calib), samples=16),
         validation_data=str(folder / "val.npz"),
         min_cosine=0.999,
+        min_agreement=99.0,
     )
     out = folder / "text_db.controlled.int8.onnx"
     control = convert(open_source("zoo:text-db"), "onnx", out, options).meta["provenance"]["quantization"]["accuracy_control"]
-    assert control["final"]["cosine"] >= 0.999 and control["final"]["agreement"] is None and control["validation_samples"] == 4
+    assert control["final"]["cosine"] >= 0.999 and control["final"]["agreement"] >= 99.0 and control["validation_samples"] == 4
     (prob, _), (ref_prob, _) = _maps(out, validation), _maps(DB_ONNX, validation)
     assert float((prob * ref_prob).sum() / np.linalg.norm(prob) / np.linalg.norm(ref_prob)) >= 0.999
-    with pytest.raises(EdgekitError, match=r"first output \(batchx1x\w+x\w+\) holds no class scores") as refused:
-        convert(
-            open_source("zoo:text-db"), "onnx", folder / "refused.onnx", dataclasses.replace(options, min_cosine=None, min_agreement=99.0)
-        )
-    assert "--min-cosine" in refused.value.hint and not (folder / "refused.onnx").exists()
+    assert pixel_scores(prob[:, 0] > 0.5, ref_prob[:, 0] > 0.5)["f1"] >= 0.98
+    with pytest.raises(EdgekitError, match=r"first output \(batchx1\) is none of them") as refused:
+        check_top1(Limit(None, 99.0), ["batch", 1])
+    assert "--min-cosine" in refused.value.hint
+
+
+def test_validate_judges_the_text_detector_by_its_map_f1_blank_pages_included(int8_default, tmp_path):
+    """Cosine says little of a map that is blank on some pages; the F1 of the binarized maps, page by page, does: a blank
+    page the int8 marks would count as a page lost."""
+    import edgekit
+
+    text = text_pages(4, 400, *CALIB)["image"]  # the page size it was converted for
+    blank = np.full((2, *text.shape[1:]), 0.9, np.float32)  # two pages of paper without text
+    np.savez(tmp_path / "pages.npz", image=np.concatenate([text, blank]))
+    report = edgekit.validate(
+        str(int8_default), reference=str(DB_ONNX), data=str(tmp_path / "pages.npz"), mask_threshold=0.3, runs=2, warmup=0
+    )
+    judged = report.task_metrics
+    assert report.extra["task"]["name"] == "segmentation" and judged["metric"] == "f1"
+    ours = judged["vs_reference"]
+    assert ours["threshold"] == 0.3 and ours["empty_maps"] == 2 and ours["false_on_empty"] == 0
+    assert judged["agreement"] >= 97.0 and report.gate.passed and report.gate.thresholds["min_agreement"] == 90.0
