@@ -63,9 +63,10 @@ def evaluate(request: ValidationRequest) -> tuple[dict, dict[str, np.ndarray] | 
         samples = _samples(request, artifact.inputs)
     ref_samples, alignment = align_inputs(samples, artifact.inputs, reference.inputs)
     with progress.step(f"{request.artifact.name}: {len(samples)} samples through it and the reference"):
-        # each in batches of request.batch, or of the batch it is fixed at (run_batches): an artifact fixed at 1 does not
-        # hold the reference to 1
-        ref_out, art_out = run_batches(reference, ref_samples, request.batch), run_batches(artifact, samples, request.batch)
+        # both in the artifact's batch (a runner fixed at another is fed its own: run_batches); the same batch on both
+        # sides keeps a reference's float results those of the artifact's batch
+        batch = _accuracy_batch(artifact.inputs, request.batch)
+        ref_out, art_out = run_batches(reference, ref_samples, batch), run_batches(artifact, samples, batch)
     if hasattr(artifact, "close"):  # a board's session ends before its timed runs start
         artifact.close()
     ref_out, pairing = _paired(ref_out, artifact.output_names, reference.output_names)
@@ -313,6 +314,11 @@ def _samples(request: ValidationRequest, specs: list[TensorSpec]) -> Samples:
         return load_samples(request.data, request.data_limit, 0, request.preprocess, specs)
     log.warning(RANDOM_WARNING)
     return random_samples(specs, request.random_count)
+
+
+def _accuracy_batch(specs: list[TensorSpec], wanted: int) -> int:
+    first = specs[0].shape[0] if specs and specs[0].shape else None
+    return first if isinstance(first, int) else wanted
 
 
 def _accuracy(ref_logits, art_logits, samples: Samples) -> dict | None:
