@@ -106,7 +106,7 @@ def measure_detector(fmt: str) -> list:
     folder.mkdir(parents=True, exist_ok=True)
     paths = {p: edgekit.convert("zoo:fashion-det", fmt, folder / f"{p}{SUFFIX[fmt]}", precision=p).path for p in ("fp32", "int8")}
     fp32, int8 = (edgekit.validate(str(paths[p]), "zoo:fashion-det", warmup=20, runs=200) for p in ("fp32", "int8"))
-    versus = edgekit.validate(str(paths["int8"]), str(paths["fp32"]), warmup=0, runs=1)  # int8 vs its own runtime's fp32
+    versus = edgekit.validate(str(paths["int8"]), str(paths["fp32"]), "zoo:fashion-det-test", warmup=0, runs=1)  # vs this runtime's fp32
     ratio = int8.latency.latency.p50 / fp32.latency.latency.p50
     labelled = int8.task_metrics["vs_labels"]
     return [
