@@ -236,7 +236,8 @@ ACCURACY_CONTROL = (
         "max_drop",
         None,
         "--max-drop",
-        "Accuracy control: keep layers in float until the top-1 drop is at most this many points.",
+        "Accuracy control: keep layers in float until the drop against the labels is at most this many points (top-1, or a "
+        "detector's mAP@0.5 on a zoo set with boxes).",
         float,
         "convert.max_drop",
     ),

@@ -14,6 +14,11 @@ IGNORE = 255  # a label mask's value for pixels not labelled
 RESAMPLES = 1000
 
 
+def is_map(output: np.ndarray) -> bool:
+    """A map per sample: [N, H, W] or [N, C, H, W] with H and W above 1."""
+    return output.ndim >= 3 and output.shape[-1] > 1 and output.shape[-2] > 1
+
+
 def is_class_map(output: np.ndarray) -> bool:
     """[N, C, H, W] with several classes."""
     return output.ndim == 4 and output.shape[1] > 1

@@ -75,9 +75,9 @@ def _class_labels(labels) -> bool:
 
 def _segmentation(names: list[str], reference: list[np.ndarray], artifact: list[np.ndarray], masks, threshold: float) -> dict:
     """Every map output scored; the headline is the output that agrees least (labels score the first map)."""
-    from edgekit.metrics.maps import class_map_scores, is_class_map, probability_map_scores
+    from edgekit.metrics.maps import class_map_scores, is_class_map, is_map, probability_map_scores
 
-    maps = [i for i, r in enumerate(reference) if r.ndim >= 3 and r.shape[-1] > 1 and r.shape[-2] > 1]
+    maps = [i for i, r in enumerate(reference) if is_map(r)]
     if not maps:
         from edgekit.errors import EdgekitError
 

@@ -119,9 +119,10 @@ def judge_task(task, request: ValidationRequest, samples: Samples, names: list[s
         if detector_layout(dict(zip(names, ref_out, strict=True))) is None:
             return None
     from edgekit.calibration.task_labels import image_size, task_labels
+    from edgekit.metrics.maps import is_map
 
     size = image_size(samples)
-    maps = [o for o in ref_out if o.ndim >= 3]
+    maps = [o for o in ref_out if is_map(o)]  # masks are scored against the first map, sized to it
     labels = task_labels(task.name, samples, request.labels, maps[0].shape[-2:] if maps else None)
     judged = task_metrics(task.name, names, ref_out, art_out, labels, request.task_settings, size)
     for change in (judged or {}).get("changes", []):
