@@ -102,3 +102,27 @@ def pytest_configure(config):
         cores = sorted(os.sched_getaffinity(0))
         index = int(worker.removeprefix("gw"))
         os.sched_setaffinity(0, set(cores[index % len(cores) :: count] or cores))
+
+
+# Seconds each of the slowest test files takes on one core (a 2-core Zen 4, x86-vnni, 2026-11-28; `make test` prints
+# the slowest tests). `make test` hands files to its two workers in collection order (--no-loadscope-reorder), so the
+# longest go first and the short ones even out the end: with xdist's own order (most tests first) the longest files
+# came last and one worker ran alone for minutes.
+SLOW_FILES = {
+    "tests/e2e/test_demo.py": 140,
+    "tests/unit/backends/openvino/test_openvino.py": 120,
+    "tests/unit/backends/onnx/test_int8_rounding.py": 115,
+    "tests/cli/test_devices.py": 95,
+    "tests/unit/recipe/test_emit_recipe.py": 90,
+    "tests/unit/backends/test_int8_detectors.py": 85,
+    "tests/unit/backends/test_int8_families.py": 70,
+    "tests/cli/test_executorch.py": 55,
+    "tests/unit/test_isa_emulated.py": 50,
+    "tests/unit/recipe/test_recipe.py": 50,
+    "tests/unit/recipe/test_recipe_ray.py": 35,
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    """The slowest files first (SLOW_FILES), the rest in their own order after them."""
+    items.sort(key=lambda item: -SLOW_FILES.get(item.nodeid.split("::")[0], 0))

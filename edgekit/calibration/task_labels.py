@@ -152,4 +152,6 @@ def task_labels(task: str, samples, path: str | None = None, map_size: tuple[int
         return read_mask_labels(path, samples.ids, map_size)
     if path and task not in ("detection", "segmentation"):
         raise EdgekitError(f"--labels applies to detection and segmentation; the task is {task}", hint="give class labels in the data")
+    if task == "regression" and samples.labels is not None:
+        return samples.labels.astype(np.float64)  # the targets (read as class labels: their values are kept)
     return samples.labels if task == "embedding" else None

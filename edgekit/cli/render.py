@@ -283,11 +283,14 @@ def _task_context(judged: dict) -> str:
 
 
 def changes_listed(changes: list[dict]) -> str:
-    """Changed samples as a clause: `canvas 3 (2 missed, 1 added)` or `page 7 (0.412)`."""
+    """Changed samples as a clause: `canvas 3 (2 missed, 1 added)`, `canvas 5 (off by 0.09)` or `page 7 (0.412)`."""
     parts = []
     for c in changes:
         name = c.get("id") or f"sample {c['sample']}"
-        detail = f"{c['missed']} missed, {c['added']} added" if "missed" in c else f"{c['score']:.3g}"
+        if "missed" in c:
+            detail = f"{c['missed']} missed, {c['added']} added"
+        else:
+            detail = f"off by {c['abs_error']:.3g}" if "abs_error" in c else f"{c['score']:.3g}"
         parts.append(f"{name} ({detail})")
     return ", ".join(parts)
 

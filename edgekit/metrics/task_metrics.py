@@ -6,10 +6,11 @@
 | segmentation, class maps | mIoU, pixel accuracy of the reference's argmax (metrics.maps) | mIoU of both sides | miou |
 | segmentation, one channel | IoU, F1 of the maps binarized at --mask-threshold, image by image | F1 of both sides | f1 |
 | embedding | recall@k of each sample's neighbours, rank correlation of similarities | Recall@1 by class | recall_at_k |
-| regression | mean absolute and relative error | - | mean_abs_error |
+| regression | mean absolute and relative error | R^2 and mean absolute error of both sides | mean_abs_error |
 
 `agreement` is the headline against the reference in percent (for regression, none): what `--min-agreement` and the
-default gates of detection and segmentation read; `drop_points` against labels is what `--max-drop` reads.
+default gates of detection and segmentation read; `drop_points` against labels is what `--max-drop` reads (for
+regression, points of R^2: 100 x the rise in squared error over the labels' variance).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def task_metrics(
 
         scores = embedding_scores(reference[0], artifact[0], labels if _class_labels(labels) else None, settings.neighbours)
     elif task == "regression":
-        scores = regression_scores(reference[0], artifact[0])
+        scores = regression_scores(reference[0], artifact[0], labels)
     else:
         return None
     return _headline(task, scores)
@@ -94,8 +95,9 @@ def _segmentation(names: list[str], reference: list[np.ndarray], artifact: list[
     return result
 
 
-def regression_scores(reference: np.ndarray, artifact: np.ndarray) -> dict:
-    """Mean absolute error of the artifact's values against the reference's, and the mean relative error."""
+def regression_scores(reference: np.ndarray, artifact: np.ndarray, labels: np.ndarray | None = None) -> dict:
+    """Mean absolute error of the artifact's values against the reference's, and the mean relative error; against
+    `labels` (the targets, one row of values per sample) R^2 and the mean absolute error of both sides."""
     from edgekit.metrics.compare import bootstrap_ci95
 
     ref, art = (a.astype(np.float64).reshape(len(a), -1) for a in (reference, artifact))
@@ -106,7 +108,42 @@ def regression_scores(reference: np.ndarray, artifact: np.ndarray) -> dict:
         "mean_abs_error_ci95": bootstrap_ci95(abs_err),
         "mean_relative_error": float((np.abs(art - ref) / scale).mean()),
     }
-    return {"metric": "mean_abs_error", "vs_reference": scores, "vs_labels": None, "per_image": (-abs_err).tolist()}
+    labelled = None if labels is None else _regression_vs_labels(ref, art, labels)
+    furthest = [int(i) for i in np.argsort(-abs_err, kind="stable") if abs_err[i] > 0][:CHANGES_LISTED]
+    return {
+        "metric": "mean_abs_error",
+        "vs_reference": scores,
+        "vs_labels": labelled,
+        "per_image": (-abs_err).tolist(),
+        "changes": [{"sample": i, "abs_error": float(abs_err[i])} for i in furthest],  # the samples furthest off
+    }
+
+
+def _regression_vs_labels(reference: np.ndarray, artifact: np.ndarray, labels: np.ndarray) -> dict:
+    """R^2 of both sides against the targets, the drop in R^2 points with a paired interval (R^2's drop is the mean over
+    samples of the rise in squared error over the targets' variance), and the mean absolute error of both."""
+    from edgekit.errors import EdgekitError
+    from edgekit.metrics.compare import bootstrap_ci95
+
+    truth = np.asarray(labels, np.float64).reshape(len(labels), -1)
+    if truth.shape != reference.shape:
+        raise EdgekitError(
+            f"the labels hold {truth.shape[1]} value(s) per sample; the output {reference.shape[1]}",
+            hint="give regression targets with one value per output value",
+        )
+    variance = float(((truth - truth.mean(0)) ** 2).sum(1).mean()) or 1.0
+    ref_sq, art_sq = ((reference - truth) ** 2).sum(1), ((artifact - truth) ** 2).sum(1)
+    ref_r2, art_r2 = 1 - ref_sq.mean() / variance, 1 - art_sq.mean() / variance
+    return {
+        "metric": "r2",
+        "reference": float(ref_r2),
+        "artifact": float(art_r2),
+        "drop_points": float(100 * (ref_r2 - art_r2)),
+        "drop_ci95": bootstrap_ci95(100 * (art_sq - ref_sq) / variance),
+        "samples": len(truth),
+        "reference_mean_abs_error": float(np.abs(reference - truth).mean()),
+        "artifact_mean_abs_error": float(np.abs(artifact - truth).mean()),
+    }
 
 
 def _headline(task: str, scores: dict) -> dict:

@@ -264,7 +264,7 @@ def summary_row(result: dict) -> dict:
     }
 
 
-METRIC_LABELS = {"top1": "top-1", "map50": "mAP@0.5", "miou": "mIoU", "f1": "F1", "mean_abs_error": "MAE"}
+METRIC_LABELS = {"top1": "top-1", "map50": "mAP@0.5", "miou": "mIoU", "f1": "F1", "mean_abs_error": "MAE", "r2": "R^2"}
 
 
 def metric_label(metric: str | None) -> str | None:

@@ -408,3 +408,42 @@ def fashion_det() -> FashionDet:
     if DET_WEIGHTS.exists():
         model.load_state_dict(torch.load(DET_WEIGHTS, map_location="cpu", weights_only=True))
     return model.eval()
+
+
+class FashionCount(nn.Module):
+    """A small regressor counting the Fashion-MNIST items on a 1x96x96 canvas in [0, 1] (object counting).
+
+    Four stride-2 conv-BN-SiLU blocks (16, 32, 48, 64 channels: stride 16), a 1x1 conv to a one-channel density map
+    (softplus: non-negative), summed over the canvas: the count, [N, 1] float. Summing a density keeps the count
+    additive over the canvas, as counting nets do.
+    """
+
+    edgekit_inputs = ("image:batchx1x96x96",)
+    widths = (16, 32, 48, 64)
+
+    def __init__(self) -> None:
+        super().__init__()
+        w = self.widths
+        self.backbone = nn.Sequential(
+            _conv_bn_silu(1, w[0], 2),
+            _conv_bn_silu(w[0], w[1], 2),
+            _conv_bn_silu(w[1], w[2], 2),
+            _conv_bn_silu(w[2], w[3], 2),
+            _conv_bn_silu(w[3], w[3]),
+        )
+        self.density = nn.Conv2d(w[3], 1, 1)
+        nn.init.constant_(self.density.bias, -3.0)  # ~2 items over a 6x6 density map at the start
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        return nn.functional.softplus(self.density(self.backbone(image))).sum((2, 3))
+
+
+def fashion_count() -> FashionCount:
+    """Factory for `edgekit.zoo.models:fashion_count`, with the committed weights when they are there
+    (edgekit.zoo.fashion_mnist.COUNT_WEIGHTS, written by scripts/train_fashion_count.py)."""
+    from edgekit.zoo.fashion_mnist import COUNT_WEIGHTS
+
+    model = FashionCount()
+    if COUNT_WEIGHTS.exists():
+        model.load_state_dict(torch.load(COUNT_WEIGHTS, map_location="cpu", weights_only=True))
+    return model.eval()

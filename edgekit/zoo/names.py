@@ -47,6 +47,10 @@ MODELS = {
     "zoo:fashion-det": ZooModel(
         "edgekit.zoo.models:fashion_det", ("image:1x1x96x96",), calibration="zoo:fashion-det-calib", validation="zoo:fashion-det-test"
     ),
+    # a regressor: the number of items on such a canvas, [N, 1] float (object counting), judged by its error and R^2
+    "zoo:fashion-count": ZooModel(
+        "edgekit.zoo.models:fashion_count", ("image:1x1x96x96",), calibration="zoo:fashion-det-calib", validation="zoo:fashion-count-test"
+    ),
 }
 # zoo data -> the committed raw file, and its preprocessing: uint8 `images` [N, H, W] -> float32 `image` in [0, 1],
 # [N, 1, H, W] (nchw) or [N, H, W, 1] (nhwc), with int64 `labels` where the raw file has them
@@ -55,6 +59,7 @@ DATA = {
     "zoo:fashion-mnist-calib": "fashion_mnist_calib.npz",
     "zoo:fashion-det-test": "fashion_det_test.npz",  # 96x96 canvases; their boxes are in LABELS
     "zoo:fashion-det-calib": "fashion_det_calib.npz",
+    "zoo:fashion-count-test": "fashion_count_test.npz",  # 96x96 canvases of 0-4 items; `labels`: how many
 }
 # zoo data -> its labels file under edgekit/zoo/data, where they are not the npz's `labels` (COCO instances for boxes)
 LABELS = {"zoo:fashion-det-test": "fashion_det_test.json"}

@@ -166,3 +166,25 @@ def test_embeddings_keep_their_neighbours_or_not():
     assert same["vs_labels"]["reference"] == 1.0 and same["vs_labels"]["drop_points"] == 0
     noisy = embedding_scores(vectors, vectors + RNG.normal(scale=0.4, size=vectors.shape), labels)
     assert noisy["vs_reference"]["recall_at_10"] < 0.8 and noisy["vs_reference"]["rank_correlation"] < 0.99
+
+
+def test_regression_against_targets_is_r2_and_its_drop_in_points():
+    from sklearn.metrics import r2_score
+
+    from edgekit.metrics.task_metrics import regression_scores
+
+    truth = RNG.uniform(0, 4, 300)
+    reference = (truth + RNG.normal(0, 0.2, 300))[:, None]
+    artifact = reference + RNG.normal(0, 0.1, (300, 1))
+    scores = regression_scores(reference, artifact, truth)
+    labelled = scores["vs_labels"]
+    assert labelled["reference"] == pytest.approx(r2_score(truth, reference[:, 0]), abs=1e-12)
+    assert labelled["artifact"] == pytest.approx(r2_score(truth, artifact[:, 0]), abs=1e-12)
+    assert labelled["drop_points"] == pytest.approx(100 * (labelled["reference"] - labelled["artifact"]))
+    low, high = labelled["drop_ci95"]
+    assert low < labelled["drop_points"] < high and low > 0  # the noise added is a real loss
+    assert labelled["artifact_mean_abs_error"] == pytest.approx(np.abs(artifact[:, 0] - truth).mean())
+    worst = int(np.argmax(np.abs(artifact - reference)))
+    assert scores["changes"][0] == {"sample": worst, "abs_error": pytest.approx(float(np.abs(artifact - reference).max()))}
+    with pytest.raises(EdgekitError, match="2 value"):
+        regression_scores(reference, artifact, np.stack([truth, truth], 1))

@@ -92,3 +92,27 @@ def test_an_embedding_model_is_judged_by_the_neighbours_it_keeps(tmp_path):
     labelled = judged["vs_labels"]
     assert labelled["metric"] == "recall_at_1" and labelled["reference"] > 0.8  # nearest neighbour of the same class
     assert abs(labelled["drop_points"]) < 5
+
+
+def test_a_counting_regressor_is_judged_by_r2_against_its_targets_and_gated_in_r2_points(tmp_path):
+    """zoo:fashion-count: int8 against the torch model and against the counts; --max-drop reads R^2 points."""
+    from sklearn.metrics import r2_score
+
+    from edgekit.calibration import load_samples
+    from edgekit.metrics.compare import run_batches
+    from edgekit.source import open_source
+    from edgekit.targets import make_runner
+
+    int8 = edgekit.convert("zoo:fashion-count", "onnx", tmp_path / "count.onnx", precision="int8", calib_samples=64)
+    report = edgekit.validate(str(int8.path), max_drop=0.5, runs=2, warmup=0)
+    assert report.extra["task"]["name"] == "regression" and report.extra["task"]["inferred"]
+    labelled = report.task_metrics["vs_labels"]
+    samples = load_samples(str(zoo_data("zoo:fashion-count-test")))
+    counted = run_batches(make_runner(open_source(str(int8.path))), samples, 50)[0][:, 0]
+    assert labelled["metric"] == "r2" and labelled["samples"] == 200
+    assert labelled["artifact"] == pytest.approx(r2_score(samples.labels, counted), abs=1e-6)
+    assert labelled["reference"] > 0.95 and report.gate.passed  # the fp32 regressor is trained; int8 keeps it
+    assert report.task_metrics["vs_reference"]["mean_abs_error"] < 0.1  # items, on counts of 0 to 4
+    assert report.accuracy["drop_points"] == pytest.approx(labelled["drop_points"])
+    strict = edgekit.validate(str(int8.path), max_drop=-5, runs=2, warmup=0)  # asks int8 to beat fp32 by 5 points
+    assert not strict.gate.passed and "accuracy_drop" in json.dumps(strict.gate.to_dict())
