@@ -34,6 +34,7 @@ class Option:
     cli: bool = True  # False: the API's alone (a progress callback)
     api: bool = True  # False: the command line's alone (run --quiet)
     annotation: str | None = None  # the API's annotation where the type's does not say it (bench takes one artifact too)
+    minimum: int | None = None  # the smallest value the command line takes (a count of samples: 1)
 
     @property
     def kind(self) -> type:
@@ -186,6 +187,7 @@ QUANTIZATION = (
         "--calib-samples",
         "Samples drawn (deterministically, --seed) from the calibration data.",
         recipe="calibration.samples",
+        minimum=1,
     ),
     Option(
         "calib_method",
@@ -231,7 +233,7 @@ ACCURACY_CONTROL = (
         "--min-agreement or --min-cosine.",
         recipe="convert.val",
     ),
-    Option("val_samples", 1000, "--val-samples", "Validation samples drawn for accuracy control.", recipe="convert.val_samples"),
+    Option("val_samples", 1000, "--val-samples", "Validation samples drawn for accuracy control.", recipe="convert.val_samples", minimum=1),
     Option(
         "max_drop",
         None,
@@ -258,6 +260,14 @@ ACCURACY_CONTROL = (
         float,
         "convert.min_cosine",
     ),
+)
+VERIFY = Option(
+    "verify",
+    True,
+    "--verify/--no-verify",
+    "Run the new artifact and its source on the same inputs before it counts as written (fp32 must match, int8 be close); "
+    "--no-verify skips it (recorded in the provenance).",
+    recipe="convert.verify",
 )
 CONVERT = Command(
     "convert",
@@ -311,6 +321,7 @@ CONVERT = Command(
             recipe="convert.max_batch",
         ),
         Option("opt_batch", 1, "--opt-batch", "TensorRT: the batch the engine is tuned for.", recipe="convert.opt_batch"),
+        VERIFY,
         EMIT_RECIPE,
     ),
     positional=3,
@@ -322,6 +333,7 @@ QUANTIZE = Command(
         Option("output", REQUIRED, "--output -o", "Output .onnx file.", Path),
         Option("precision", "int8", "--precision -p", "One of {precisions}.", recipe="matrix.precisions"),
         *QUANTIZATION,
+        VERIFY,
         EMIT_RECIPE,
     ),
     positional=2,
@@ -424,6 +436,15 @@ TASK_OPTIONS = (
         "Segmentation: the probability at which a single-channel map counts as foreground.",
         recipe="validation.mask_threshold",
     ),
+    Option(
+        "ignore_label",
+        None,
+        "--ignore-label",
+        "A class label that marks a sample as unlabelled (e.g. -1): left out of the accuracy. Any other label outside "
+        "[0, classes) is an error.",
+        int,
+        "validation.ignore_label",
+    ),
 )
 VALIDATE = Command(
     "validate",
@@ -449,7 +470,7 @@ VALIDATE = Command(
         REPORT,
         EMIT_RECIPE,
         *MODEL_OPTIONS,
-        Option("limit", None, "--limit", "Use at most N samples of DATA (seeded).", int, "validation.limit"),
+        Option("limit", None, "--limit", "Use at most N samples of DATA (seeded).", int, "validation.limit", minimum=1),
         PREPROCESS.at("validation.preprocess"),
         THREADS,
         WARMUP,

@@ -90,6 +90,7 @@ class ConvertOptions:
     max_batch: int = 64  # TensorRT: the largest batch of the engine's optimisation profile
     opt_batch: int = 1  # TensorRT: the batch the profile is tuned for
     keep_sensitive: bool = True  # int8 keeps the layers whose sensitivity stands out in float (quantize.sensitivity)
+    verify: bool = True  # run the artifact and its source on the same inputs before it counts as written (converters.verify)
 
     @classmethod
     def from_section(cls, precision: str, inputs, calibration: CalibrationOptions, section: dict) -> ConvertOptions:

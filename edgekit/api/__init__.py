@@ -161,6 +161,7 @@ def validate(args) -> Validation:
         labels=args.labels,
         task_settings=task_settings(args),
         default_gates=not args.no_default_gates,
+        ignore_label=args.ignore_label,
     )
     if args.emit_recipe:
         from edgekit.recipe.write import emit, recipe_of_validation

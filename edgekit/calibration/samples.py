@@ -88,9 +88,13 @@ class Samples:
         specs = [s for s in specs if s.value is None]  # constant inputs are fed by the runner, not read from data
         arrays = dict(self.arrays)
         renamable = self.provenance.get("unnamed", True) or is_generated_name(specs[0].name) if len(specs) == 1 else False
+        fed_from = {}
         if len(arrays) == 1 and len(specs) == 1 and specs[0].name not in arrays and renamable:
             # one unnamed array (.npy, a callable's bare arrays), or an artifact whose input name a converter made up
-            arrays = {specs[0].name: next(iter(arrays.values()))}
+            (key, array), = arrays.items()
+            arrays = {specs[0].name: array}
+            if not self.provenance.get("unnamed", True):  # a named array under another name: said, never silent
+                fed_from = {specs[0].name: key}
         missing = [s.name for s in specs if s.name not in arrays]
         source = self.provenance.get("source", "the data")
         if missing:
@@ -104,7 +108,15 @@ class Samples:
         bound = {s.name: arrays[s.name] for s in specs}
         nonfinite = _check_finite(bound, source, self.provenance.get("nonfinite", "error"))
         provenance = {**self.provenance, "sha256": content_hash(bound, self.labels), "nonfinite_values": nonfinite}
+        if fed_from:
+            provenance["fed_from"] = fed_from  # input name -> the array it was fed (fed_from_text)
         return Samples(bound, self.labels, provenance, {s.name: s for s in specs}, self.ids)
+
+
+def fed_from_text(provenance: dict) -> str:
+    """` (input x <- array pixels)` where data was fed to an input of another name, else ''."""
+    fed = provenance.get("fed_from") or {}
+    return "".join(f" (input {name} <- array {key})" for name, key in fed.items())
 
 
 def unpadded(outputs: list[np.ndarray], batch: int | None, real: int) -> list[np.ndarray]:
@@ -164,9 +176,7 @@ def load_samples(
 
     spec, name = zoo_data_for(spec, specs)
     if limit is not None and limit < 1:
-        raise EdgekitError(
-            f"a sample limit of {limit} is out of range: it must be at least 1", hint="pass --limit / --calib-samples N with N >= 1"
-        )
+        raise EdgekitError(f"a sample limit of {limit} is out of range: it must be at least 1", hint="ask for 1 sample or more")
     path = Path(spec)
     if path.is_dir():
         samples = sources.image_folder(path, limit, seed, preprocess, specs)

@@ -20,7 +20,7 @@ def parameter(option: Option) -> typer.models.ParameterInfo:
     text = option.help.format_map(CHOICES)
     if not option.flags:
         return typer.Argument(option.default, help=text, metavar=option.metavar)
-    return typer.Option(option.default, *option.flags.split(), help=text, metavar=option.metavar)
+    return typer.Option(option.default, *option.flags.split(), help=text, metavar=option.metavar, min=option.minimum)
 
 
 def command(declared: Command) -> Callable:

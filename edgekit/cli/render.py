@@ -71,6 +71,26 @@ def print_artifact(artifact) -> None:
     print_how_made(artifact.meta.get("provenance") or {})
 
 
+def routes_text(routes: list[dict]) -> str:
+    """`dynamo failed (why); torchscript taken`: each route a conversion tried, in order."""
+    return "; ".join(f"{r['route']} {r['result']}" + (f" ({r['why']})" if r.get("why") else "") for r in routes)
+
+
+def verified_text(verified: dict | str) -> str:
+    """The check of an artifact against its source (converters.verify), as one clause."""
+    if isinstance(verified, str):  # provenance written before verification against the source
+        return verified
+    if verified["result"] != "match":
+        return f"{verified['result']} ({verified.get('why')})"
+    outputs = verified["outputs"]
+    worst = max((o.get("relative", 0.0) for o in outputs), default=0.0)
+    cosine = min((o.get("cosine", 1.0) for o in outputs), default=1.0)
+    return (
+        f"matches its source on {verified['inputs']} ({verified['runtime']} vs {verified['source_runtime']}; "
+        f"max relative error {worst:.2g}, cosine {cosine:.5f})"
+    )
+
+
 def print_provenance(prov: dict) -> None:
     """The sidecar's story in full, for `info`: where from, which steps, how quantized and calibrated, with what tools."""
     console.print("[bold]provenance[/]")
@@ -80,17 +100,21 @@ def print_provenance(prov: dict) -> None:
     if prov.get("steps"):
         console.print(f"  steps: {' -> '.join(prov['steps'])}")
     print_how_made(prov)
-    if prov.get("verified"):
-        console.print(f"  verified: {prov['verified']}")
     if prov.get("versions"):
         console.print(f"  tools: {', '.join(f'{name} {version}' for name, version in prov['versions'].items())}")
 
 
 def print_how_made(prov: dict) -> None:
-    """Exporter, quantization scheme and why, layers kept in float, NPU estimate, calibration: what `convert` prints."""
+    """Routes tried, exporter, quantization scheme and why, layers kept in float, NPU estimate, calibration, the check
+    against the source: what `convert` prints."""
+    if len(prov.get("routes") or []) > 1:
+        console.print(f"  routes: {escape(routes_text(prov['routes']))}")
+    if prov.get("verified"):
+        console.print(f"  verified: {escape(verified_text(prov['verified']))}")
     if prov.get("exporter"):
         console.print(
-            f"  exporter: {prov['exporter']}" + (f" (fallback: {prov['fallback_reason']})" if prov.get("fallback_reason") else "")
+            f"  exporter: {prov['exporter']}"
+            + (f" (fallback: {prov['fallback_reason']})" if prov.get("fallback_reason") and not prov.get("routes") else "")
         )
     quant = prov.get("quantization")
     if quant:
@@ -123,8 +147,10 @@ def print_how_made(prov: dict) -> None:
         )
     calib = prov.get("calibration")
     if calib:
+        from edgekit.calibration.samples import fed_from_text
+
         console.print(
-            f"  calibration: {calib['samples']} samples from {escape(str(calib['source']))} "
+            f"  calibration: {calib['samples']} samples from {escape(str(calib['source']))}{escape(fed_from_text(calib))} "
             f"({', '.join(filter(None, (calib.get('method'), _seed(calib), 'sha256 ' + calib['sha256'][:12])))})"
             + (f": the default calibration set of {calib['default_of']} (no --calib given)" if calib.get("default_of") else "")
         )
@@ -198,11 +224,13 @@ def _quant_detail(quant: dict) -> str:
 
 
 def print_validation(report: dict) -> None:
+    from edgekit.calibration.samples import fed_from_text
+
     for warning in report["warnings"]:
         console.print(f"[bold red]WARNING: {warning}[/]")
     console.print(
         f"[bold]{report['artifact']['spec']}[/] on {escape(report['target'])} vs {report['reference'].get('zoo') or report['reference']['spec']} on {escape(report['reference']['target'])}, "
-        f"{report['data']['samples']} samples from {report['data']['source']}"
+        f"{report['data']['samples']} samples from {report['data']['source']}{escape(fed_from_text(report['data']))}"
         + (f" (the validation set of {report['data']['default_of']}; -d to choose)" if report["data"].get("default_of") else "")
     )
     for note in report.get("input_alignment", []):

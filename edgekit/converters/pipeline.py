@@ -9,8 +9,6 @@ import logging
 import shutil
 from pathlib import Path
 
-import numpy as np
-
 from edgekit import progress, registry
 from edgekit.artifact import Artifact, TensorSpec
 from edgekit.calibration import Samples, load_samples, random_samples
@@ -54,8 +52,7 @@ def convert(source: ModelSource, to: str, out: Path, options: ConvertOptions) ->
         if options.device:
             with progress.step(f"{source.name}: compiling for {options.device}"), third_party_quiet():
                 notes["npu"] = _compile_for_npu(to, final, options.device, Path(work))
-        with progress.step(f"{source.name}: loading the {to} just written and running one sample"):
-            notes["verified"] = verify_written(final, specs)
+        notes["verified"] = _verified(source, final, to, options, specs, data)
         artifact = describe(final, to, options.precision)
         sidecar = _provenance(source, specs, options, steps, notes, data.calibration, artifact)
         sidecar["files"] = sorted(p.name for p in final.parent.iterdir() if p.name != final.name) + [final.name + SIDECAR_SUFFIX]
@@ -63,36 +60,15 @@ def convert(source: ModelSource, to: str, out: Path, options: ConvertOptions) ->
     return describe(Path(out), to, options.precision, sidecar)
 
 
-def verify_written(path: Path, specs: list[TensorSpec]) -> str:
-    """Load what a conversion wrote in its runtime and run one sample: the outputs must be finite. Runs before the
-    file is moved into place, so nothing unusable is ever "wrote"."""
-    from edgekit.errors import ConversionError
-    from edgekit.source import open_source
-    from edgekit.targets import DEFAULT_TARGET, make_runner, parse_target, runner_class
+def _verified(source: ModelSource, final: Path, to: str, options: ConvertOptions, specs: list[TensorSpec], data: ConversionData) -> dict:
+    """The artifact checked against its source before it is moved into place (converters.verify), or why not."""
+    from edgekit.converters.verify import verify_against_source
 
-    source = open_source(str(path))
-    runtime = parse_target(DEFAULT_TARGET[source.family])[0]
-    if not runner_class(runtime).installed():
-        return f"not loaded: {runtime} is not installed here"
-    runner = make_runner(source, None, 1, None if registry.backend(source.family).own_input_shapes else specs)
-    try:
-        runner.load()
-        outputs = runner.infer(next(random_samples(runner.inputs, 1).batches(1, runner.fixed_batch())))
-    except EdgekitError as exc:
-        message = exc.message.replace(str(path), path.name)  # the staging folder means nothing to the user
-        raise ConversionError(f"{runtime} cannot run the {source.format} just written: {message}", hint=exc.hint) from None
-    except Exception as exc:  # a runtime refusing the file: the converter wrote something unusable
-        raise ConversionError(
-            f"{runtime} refuses the {source.format} just written: {str(exc).splitlines()[0][:300]}",
-            hint="report this with the model; try another precision or --per-tensor",
-        ) from None
-    broken = [name for name, out in zip(runner.output_names, outputs, strict=False) if out.dtype.kind == "f" and not np.isfinite(out).all()]
-    if broken:
-        raise ConversionError(
-            f"the {source.format} just written gives non-finite outputs ({', '.join(broken)}) on one sample",
-            hint="check the calibration data (real samples, in the model's range) and the precision",
-        )
-    return f"loaded in {runner.target} and ran one sample: finite outputs"
+    if not options.verify:
+        log.warning("not verified against %s (--no-verify)", source.spec)
+        return {"result": "skipped", "why": "--no-verify"}
+    with progress.step(f"{source.name}: running the {to} just written and the source on the same inputs"):
+        return verify_against_source(source, final, options.precision, specs, data)
 
 
 def _int8_for_target(source: ModelSource, to: str, steps, options: ConvertOptions):

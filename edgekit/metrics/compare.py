@@ -225,6 +225,32 @@ def bootstrap_ci95(per_sample: np.ndarray, resamples: int = 4000, seed: int = 0)
     return [float(low), float(high)]
 
 
+def labels_in_range(labels: np.ndarray, classes: int, ignore: int | None, source: str) -> np.ndarray:
+    """Class labels checked against the `classes` the model scores: any outside [0, classes) other than the declared
+    `ignore` value is an error naming the values; with ignored samples, the labels as label sets [N, classes] whose
+    ignored rows are empty (left out of the accuracy, as paired_accuracy leaves out an empty set)."""
+    if labels.dtype == bool:
+        return labels
+    flat = labels.reshape(-1)
+    bad = (flat < 0) | (flat >= classes)
+    ignored = flat == ignore if ignore is not None else np.zeros(len(flat), bool)
+    wrong = bad & ~ignored
+    if wrong.any():
+        from edgekit.errors import InputMismatchError
+
+        values = np.unique(flat[wrong])
+        shown = ", ".join(str(int(v)) for v in values[:5]) + (f" and {len(values) - 5} more" if len(values) > 5 else "")
+        raise InputMismatchError(
+            f"{source}: {int(wrong.sum())} labels are outside the model's {classes} classes [0, {classes}): {shown}",
+            hint=f"fix the labels, or declare the value that marks unlabelled samples: --ignore-label {int(values[0])} (a recipe: validation.ignore_label)",
+        )
+    if not ignored.any():
+        return flat
+    sets = np.zeros((len(flat), classes), bool)
+    sets[np.flatnonzero(~ignored), flat[~ignored]] = True
+    return sets
+
+
 def paired_accuracy(ref_logits: np.ndarray, art_logits: np.ndarray, labels: np.ndarray) -> dict:
     """Accuracy of both on the same labelled samples, the drop in points and its paired 95% interval. `labels`: a class
     per sample, or an [N, C] boolean array of the classes each sample accepts (ImageNet-ReaL-style label sets; a sample

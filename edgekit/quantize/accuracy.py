@@ -72,13 +72,15 @@ class Validator:
 
     def __init__(self, reference_model, samples, logits) -> None:
         from edgekit.calibration.task_labels import task_labels
-        from edgekit.metrics.compare import is_classifier_output
+        from edgekit.metrics.compare import is_classifier_output, labels_in_range
 
-        self.samples = samples
         self.logits = logits
         reference = self.logits(reference_model, samples)
         self.shape = reference.shape
         self.classes = is_classifier_output(reference)  # top-1 means something only for class scores
+        if self.classes and samples.labels is not None:  # labels outside the classes are an error, never scored as wrong
+            samples.labels = labels_in_range(samples.labels, reference.shape[-1], None, samples.provenance.get("source", "--val"))
+        self.samples = samples
         self.task = None if self.classes else map_task(reference)
         self.output = reference
         self.reference = reference.reshape(len(samples), -1)

@@ -192,6 +192,7 @@ def prepare_cell(recipe, source, inputs, fmt, precision, target, validation, cal
             task=recipe.validation.task,
             labels=recipe.resolve(recipe.validation.labels) or zoo_labels(recipe.validation.path or ""),  # a zoo set's own boxes
             task_settings=TaskSettings(recipe.validation.postprocess, recipe.validation.mask_threshold),
+            ignore_label=recipe.validation.ignore_label,
         )
         cell.report, cell.feeds = evaluate(cell.request)
         if recipe.gates.size_metric in ("gzip", "coded") and artifact.path:
@@ -285,6 +286,7 @@ def _convert_options(recipe, inputs, precision, target, calibration) -> ConvertO
         max_batch=conv.max_batch,
         opt_batch=conv.opt_batch,
         keep_sensitive=conv.keep_sensitive,
+        verify=conv.verify,
     )
 
 

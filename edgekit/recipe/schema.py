@@ -48,6 +48,7 @@ class ValidationSection:
     labels: str | None = None  # boxes (COCO JSON, YOLO folder) or masks (PNG folder), relative to the recipe
     postprocess: str | None = None  # a detector's decoder: detections, yolov5, yolov8 or module:function
     mask_threshold: float = 0.5
+    ignore_label: int | None = None  # a class label marking unlabelled samples (left out of the accuracy)
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ class ConvertSection:
     per_tensor: bool = False
     exclude: tuple[str, ...] = ()
     keep_sensitive: bool = True
+    verify: bool = True
     model_type: str | None = None
     val: str | None = None  # data for accuracy-controlled int8, with max_drop (labelled), min_agreement or min_cosine
     val_samples: int = 1000

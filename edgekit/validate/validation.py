@@ -42,6 +42,7 @@ class ValidationRequest:
     labels: str | None = None  # a task's labels: COCO JSON or YOLO folder (boxes), PNG folder (masks); None: the data's own
     task_settings: TaskSettings = field(default_factory=TaskSettings)
     default_gates: bool = True  # non-finite outputs fail, and a fidelity floor applies without fidelity thresholds
+    ignore_label: int | None = None  # a class label marking unlabelled samples (--ignore-label): left out of the accuracy
 
 
 def validate(request: ValidationRequest) -> dict:
@@ -69,7 +70,7 @@ def evaluate(request: ValidationRequest) -> tuple[dict, dict[str, np.ndarray] | 
         ref_out, art_out = run_batches(reference, ref_samples, batch), run_batches(artifact, samples, batch)
     if hasattr(artifact, "close"):  # a board's session ends before its timed runs start
         artifact.close()
-    ref_out, pairing = _paired(ref_out, artifact.output_names, reference.output_names)
+    ref_out, pairing = paired_reference(ref_out, artifact.output_names, reference.output_names)
     task = resolve_task(request.task, ref_out, artifact.output_names, samples.labels, reference.output_names)
     classification = task.name == "classification"
     fidelity = compare(ref_out, art_out, artifact.output_names, classification)
@@ -84,7 +85,7 @@ def evaluate(request: ValidationRequest) -> tuple[dict, dict[str, np.ndarray] | 
         task=task.to_dict(),
         output_pairing=pairing,
         fidelity=[_named(f.to_dict(), samples) | {"reference_name": p["reference"]} for f, p in zip(fidelity, pairing, strict=True)],
-        accuracy=_accuracy(ref_out[0], art_out[0], samples) if classification else labelled_accuracy(judged),
+        accuracy=_accuracy(ref_out[0], art_out[0], samples, request.ignore_label) if classification else labelled_accuracy(judged),
         task_metrics=judged,
     )
     report["input_alignment"] = alignment
@@ -139,7 +140,9 @@ def labelled_accuracy(judged: dict | None) -> dict | None:
     return {**labelled, "reference": 100 * labelled["reference"], "artifact": 100 * labelled["artifact"]}
 
 
-def _paired(ref_out: list[np.ndarray], artifact_names: list[str], reference_names: list[str]) -> tuple[list[np.ndarray], list[dict]]:
+def paired_reference(
+    ref_out: list[np.ndarray], artifact_names: list[str], reference_names: list[str]
+) -> tuple[list[np.ndarray], list[dict]]:
     """The reference's outputs in the artifact's order (by name where both sides name the same outputs) and the pairing."""
     if len(ref_out) != len(artifact_names):
         return ref_out, []  # compare() reports the different output counts
@@ -322,10 +325,13 @@ def _accuracy_batch(specs: list[TensorSpec], wanted: int) -> int:
     return first if isinstance(first, int) else wanted
 
 
-def _accuracy(ref_logits, art_logits, samples: Samples) -> dict | None:
+def _accuracy(ref_logits, art_logits, samples: Samples, ignore_label: int | None = None) -> dict | None:
+    from edgekit.metrics.compare import labels_in_range
+
     if samples.labels is None or not is_classifier_output(ref_logits):
         return None
-    accuracy, names = paired_accuracy(ref_logits, art_logits, samples.labels), class_names(samples)
+    labels = labels_in_range(samples.labels, ref_logits.shape[-1], ignore_label, samples.provenance.get("source", "the data"))
+    accuracy, names = paired_accuracy(ref_logits, art_logits, labels), class_names(samples)
     for row in accuracy["classes_lost"] or []:
         row["name"] = _name(row["class"], names)
     return accuracy

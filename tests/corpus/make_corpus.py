@@ -125,6 +125,9 @@ def write_corpus(d: Path) -> Path:
     np.savez(d / "object.npz", image=np.array([image[0], "x"], dtype=object))
     (d / "text.npz").write_text("image,label\n0.1,3\n")
     np.savez(d / "pixels.npz", pixels=image, labels=labels)
+    np.savez(d / "two-arrays.npz", pixels=image, mask=image > 0.5)
+    np.savez(d / "labels-negative.npz", image=image, labels=np.where(labels == 2, -3, labels))
+    np.savez(d / "labels-too-high.npz", image=image, labels=labels + 5)
     np.savez(d / "inf.npz", image=np.where(image > 0.9, np.inf, image).astype(np.float32))
     np.savez(d / "nan.npz", image=np.where(image > 0.9, np.nan, image).astype(np.float32), labels=labels)
     np.savez(d / "scalar.npz", image=np.float32(3.0))
@@ -217,6 +220,9 @@ def _data_cases() -> list[Case]:
         Case("a text file named .npz", (*validate, "{d}/text.npz"), ("text.npz", "not a NumPy")),
         Case("data key matching no input", (*validate, "{d}/pixels.npz"), ("pixels", "image")),
         Case("data key matching no input", (*quantize, "{d}/pixels.npz"), ("pixels", "image")),
+        Case("arrays none of which matches the input", (*validate, "{d}/two-arrays.npz"), ("'mask', 'pixels'", "['image']")),
+        Case("labels of -3", (*validate, "{d}/labels-negative.npz"), ("outside the model's 3 classes", "-3", "--ignore-label -3")),
+        Case("labels past the classes", (*validate, "{d}/labels-too-high.npz"), ("5, 6, 7", "--ignore-label 5")),
         Case("Inf in calibration data", (*quantize, "{d}/inf.npz"), ("inf.npz", "non-finite")),
         Case("NaN in validation data", (*validate, "{d}/nan.npz"), ("nan.npz", "non-finite")),
         Case("a scalar where a batch of images is expected", (*validate, "{d}/scalar.npz"), ("scalar.npz",)),

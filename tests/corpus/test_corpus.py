@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import CliResult, assert_clean_error
 from tests.corpus.make_corpus import CASES, case_id, run_all, write_corpus
+from tests.unit.test_hints import misnamed_flags
 
 
 @pytest.fixture(scope="session")
@@ -34,6 +35,8 @@ def test_bad_input_gives_one_clean_error(case, corpus_results):
         assert_clean_error(result, *case.needles)
     else:
         assert result.code == case.code and "Traceback" not in result.stderr
+    hint = next((ln for ln in result.stderr.splitlines() if ln.startswith("hint: ")), "")
+    assert not misnamed_flags(hint, case.args[0]), f"the hint names options `edgekit {case.args[0]}` lacks: {hint}"
     cause = result.stderr.partition("\ncause:\n")[2]
     for needle in case.cause:
         assert needle in cause, result.stderr

@@ -1,6 +1,10 @@
 """PyTorch -> ExecuTorch .pte lowered to XNNPACK: torch.export, then to_edge_transform_and_lower with the
 XNNPACK partitioner; int8 through PT2E with the XNNPACK quantizer, calibrated on real samples.
 
+Lowering tries routes in order and takes the first that gives a program (`ROUTES`): XNNPACK's partitioner as it comes,
+then one delegate call per op, then XNNPACK leaving out the nodes its channels-last pass cannot lay out (they run on
+ExecuTorch's portable kernels). The provenance lists every route tried, why each failed, and the one taken.
+
 The provenance records which ops the delegate took and which it left to ExecuTorch's portable CPU kernels:
 that share is the artifact's fallback, gated by `--max-fallback`.
 """
@@ -8,21 +12,45 @@ that share is the artifact's fallback, gated by `--max-fallback`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import logging
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.conversion import ConversionData, Converter, ConvertOptions
 from edgekit.errors import ConversionError
-from edgekit.native import stderr_silenced
+from edgekit.native import stderr_silenced, verbose
+
+log = logging.getLogger("edgekit")
 
 EXPORT_BATCH = 1  # a .pte is planned for static shapes: batch 1, as an app on a phone feeds it
 DELEGATE = "XNNPACK"
 PLUMBING = {"getitem"}  # picks a delegate call's outputs apart: no compute, not an op left outside
+NHWC_RANK = 4  # the rank XNNPACK's channels-last pass lays out (ChannelsLastTaggedReshapePass.can_be_converted_to_nhwc)
+UNSQUEEZED = {"convolution.default"}  # XNNPACK's Conv1dUnsqueezePass makes a 1-D convolution 4-D before that pass
+REASON_CHARS = 300
+ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+PASS_FAILED = re.compile(r"An error occurred when running the '(\w+)' pass after the following passes: \[[^\]]*\]")  # -> the pass
+# what an error said -> the hint that names that cause; anything else: DEFAULT_HINT
+HINTS = (
+    (
+        re.compile(r"data.dependent", re.I),
+        "the model branches on a tensor's values, which torch.export cannot trace: write that branch with torch.cond; or try --to onnx",
+    ),
+    (
+        re.compile(r"NHWC|channels.last", re.I),
+        "XNNPACK runs some ops channels-last (NHWC) and could not lay one out; try --to onnx",
+    ),
+)
+DEFAULT_HINT = "try --to onnx"
 
 
 class TorchToExecutorch(Converter):
-    """torch.export -> (PT2E int8) -> to_edge_transform_and_lower(XnnpackPartitioner) -> .pte."""
+    """torch.export -> (PT2E int8) -> to_edge_transform_and_lower(XnnpackPartitioner, by ROUTES) -> .pte."""
 
     sources = ("torch",)
     target_format = "executorch"
@@ -42,37 +70,207 @@ class TorchToExecutorch(Converter):
         check_forward(model, specs)
         batch = export_batch(model, EXPORT_BATCH)  # a .pt2 exported at a fixed batch keeps it
         args = example_tensors(specs, batch)
-        try:
-            with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()), stderr_silenced():
-                program, split, quantization = _lower(in_eval_mode(model), args, options, data, specs)
-        except ConversionError:
-            raise
-        except Exception as exc:  # torch.export and the lowering raise many types for unsupported code
-            raise ConversionError(
-                f"ExecuTorch could not lower the model: {str(exc).strip().splitlines()[0][:300]}",
-                hint="torch.export must trace the model (no data-dependent control flow); try --to onnx",
-            ) from None
-        Path(out).write_bytes(program.buffer)
-        return {"executorch": {"delegate": DELEGATE, "batch": batch, "quantization": quantization}, "fallback": split}
+        module, quantization = in_eval_mode(model), None
+        with torch.no_grad():
+            if options.precision == "int8":
+                with failing_as("PT2E int8 quantization failed"), _quiet():
+                    module, quantization = _quantize(module, args, options, data, specs)
+            lowered = lower_by_routes(exported(module, args))
+        Path(out).write_bytes(lowered.program.buffer)
+        return {
+            "executorch": {"delegate": DELEGATE, "batch": batch, "quantization": quantization},
+            "routes": lowered.routes,
+            "fallback": lowered.split,
+        }
 
 
-def _lower(module, args, options: ConvertOptions, data: ConversionData, specs):
-    quantization = None
-    if options.precision == "int8":
-        module, quantization = _quantize(module, args, options, data, specs)
-    edge, split = lower_to_xnnpack(module, args)
-    return edge.to_executorch(), split, quantization
+@dataclass(frozen=True)
+class Route:
+    """One way to lower an exported program: its name (for the provenance) and the partitioner it lowers with."""
+
+    name: str
+    partitioner: Callable
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """The route taken's edge program (through to_executorch: memory planned) and .pte program, its delegation split,
+    and every route tried."""
+
+    edge: object
+    program: object
+    split: dict
+    routes: list
+
+
+def exported(module, args):
+    """torch.export of `module` (float or PT2E-quantized); a failure as a ConversionError with a hint from its error."""
+    import torch
+
+    with failing_as("torch.export could not trace the model"), _quiet():
+        return torch.export.export(module, args)
 
 
 def lower_to_xnnpack(module, args) -> tuple:
-    """torch.export of `module` (float or PT2E-quantized) lowered with the XNNPACK partitioner: (the edge program,
-    its delegation split)."""
-    import torch
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    """torch.export of `module` (float or PT2E-quantized) lowered by the first of ROUTES that works: (the edge program,
+    its delegation split). The edge program has been through to_executorch once; calling it again gives the same .pte."""
+    lowered = lower_by_routes(exported(module, args))
+    return lowered.edge, lowered.split
+
+
+def lower_by_routes(program) -> Lowered:
+    """The exported `program` lowered by the first of ROUTES that gives a .pte program; each route tried is recorded
+    as {"route", "result": "failed" | "taken", "why"}. All failing: a ConversionError naming each failure."""
+    routes, errors = [], []
+    for route in ROUTES:
+        if routes:
+            log.warning("ExecuTorch lowering: %s failed (%s); trying %s", routes[-1]["route"], routes[-1]["why"], route.name)
+        try:
+            with _quiet():
+                edge, executorch, split, left_out = _lower_by(route, program)
+        except Exception as exc:  # the partitioners, the XNNPACK passes and to_executorch raise many types
+            routes.append({"route": route.name, "result": "failed", "why": reason(exc)})
+            errors.append(exc)
+            log.info("%s route failed:\n%s", route.name, _plain(exc))
+            continue
+        routes.append({"route": route.name, "result": "taken", "why": left_out})
+        return Lowered(edge, executorch, split, routes)
+    raise ConversionError(f"ExecuTorch could not lower the model by any route: {_failures(routes)}", hint=hint_for(*errors))
+
+
+def _lower_by(route: Route, program) -> tuple:
+    """(edge program, .pte program, delegation split, what the route left out of the delegate or None) of `program`
+    lowered by `route`. The split is read before to_executorch, which plans memory in the edge program (alloc nodes)."""
     from executorch.exir import to_edge_transform_and_lower
 
-    edge = to_edge_transform_and_lower(torch.export.export(module, args), partitioner=[XnnpackPartitioner()])
-    return edge, delegation(edge.exported_program().graph_module)
+    partitioner = route.partitioner()
+    edge = to_edge_transform_and_lower(program, partitioner=[partitioner])
+    split = delegation(edge.exported_program().graph_module)
+    return edge, edge.to_executorch(), split, _left_out_text(getattr(partitioner, "edgekit_left_out", None))
+
+
+def xnnpack_partitioner(**kwargs):
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    return XnnpackPartitioner(**kwargs)
+
+
+def partitioner_leaving_out_non_nhwc():
+    """XNNPACK's partitioner leaving to the portable kernels each node its channels-last pass cannot lay out (an op
+    XNNPACK runs NHWC on a tensor that is not 4-D: a PReLU after a Linear, which the PReLU config takes and the pass
+    asserts on). What it left out: its `edgekit_left_out`, {node name: description}."""
+    partitioner = xnnpack_partitioner()
+    left_out: dict[str, str] = {}
+    for config in partitioner.target_partitioner_configs.values():
+        config.check_constraints = functools.partial(_unless_non_nhwc, config.check_constraints, left_out)
+    partitioner.edgekit_left_out = left_out
+    return partitioner
+
+
+def _unless_non_nhwc(check, left_out: dict, node, ep) -> bool:
+    """A partitioner config's check_constraints that also refuses (and records in `left_out`) a non-NHWC-able node."""
+    rank = non_nhwc_rank(node)
+    if rank is not None:
+        left_out[node.name] = f"{_op_name(node)} on a {rank}-D tensor"
+        return False
+    return check(node, ep)
+
+
+def non_nhwc_rank(node) -> int | None:
+    """The rank of `node`'s input where `node` is an op XNNPACK's channels-last pass lays out NHWC (as the installed
+    ExecuTorch lists them) and that input is not 4-D; else None."""
+    import torch
+    from executorch.backends.xnnpack._passes.channels_last_tagged_reshape_pass import ChannelsLastTaggedReshapePass
+
+    nhwc = {_op_name(op) for op in ChannelsLastTaggedReshapePass.memory_sensitive_ops_nhwc} - UNSQUEEZED
+    if node.op != "call_function" or _op_name(node.target) not in nhwc or not node.args:
+        return None
+    value = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    rank = value.dim() if isinstance(value, torch.Tensor) else None
+    return rank if rank is not None and rank != NHWC_RANK else None
+
+
+def _op_name(target) -> str:
+    """`prelu.default` for aten's and the edge dialect's op alike (a node: its target's)."""
+    from executorch.exir.backend.canonical_partitioners.config_partitioner import format_target_name
+
+    target = getattr(target, "target", target)
+    return format_target_name(getattr(target, "__name__", str(target)))
+
+
+def _left_out_text(left_out: dict | None) -> str | None:
+    """`left to portable kernels: prelu.default on a 2-D tensor (x2)`, or None where nothing was left out."""
+    if not left_out:
+        return None
+    counts = Counter(left_out.values())
+    return "left to portable kernels: " + ", ".join(f"{what}{f' (x{n})' if n > 1 else ''}" for what, n in counts.items())
+
+
+ROUTES = (
+    Route("xnnpack", xnnpack_partitioner),  # as XNNPACK comes: ops merged into as few delegate calls as it can
+    Route("xnnpack-per-op", functools.partial(xnnpack_partitioner, per_op_mode=True)),  # one delegate call per op
+    Route("xnnpack+portable", partitioner_leaving_out_non_nhwc),  # the nodes that break channels-last left outside
+)
+
+
+def reason(exc: BaseException) -> str:
+    """The error on one line: the first line of each message down its chain of causes, ANSI codes stripped."""
+    lines: list[str] = []
+    for error in _chain(exc):
+        text = next((ln.strip() for ln in _plain(error).splitlines() if ln.strip()), type(error).__name__)
+        if text not in lines:
+            lines.append(text)
+    return ": ".join(lines)[:REASON_CHARS]
+
+
+def hint_for(*errors: BaseException) -> str:
+    """The hint that names a cause the errors (with their causes) show; else DEFAULT_HINT."""
+    text = "\n".join(_plain(e) for exc in errors for e in _chain(exc))
+    return next((hint for pattern, hint in HINTS if pattern.search(text)), DEFAULT_HINT)
+
+
+@contextlib.contextmanager
+def failing_as(what: str):
+    """Any error in the block as a ConversionError: `what: <the error's reason>`, with the hint it shows."""
+    try:
+        yield
+    except ConversionError:
+        raise
+    except Exception as exc:  # torch.export, PT2E and ExecuTorch raise many types for unsupported code
+        raise ConversionError(f"{what}: {reason(exc)}", hint=hint_for(exc)) from None
+
+
+def _chain(exc: BaseException | None) -> list[BaseException]:
+    """`exc` and its causes (raise ... from, or raised while handling), outermost first."""
+    chain = []
+    while exc is not None and exc not in chain:
+        chain.append(exc)
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    return chain
+
+
+@contextlib.contextmanager
+def _quiet():
+    """What torch and ExecuTorch print themselves (a partial graph on a failure, banners) goes nowhere, unless
+    --verbose."""
+    if verbose():
+        yield
+        return
+    with contextlib.redirect_stdout(io.StringIO()), stderr_silenced():
+        yield
+
+
+def _plain(exc: BaseException) -> str:
+    """The message without ANSI codes, an ExecuTorch pass failure as the pass's name."""
+    return PASS_FAILED.sub(r"\1", ANSI.sub("", str(exc)))
+
+
+def _failures(routes: list[dict]) -> str:
+    """`xnnpack, xnnpack-per-op: WHY; xnnpack+portable: WHY2`: the failed routes, those that failed alike together."""
+    by_why: dict[str, list[str]] = {}
+    for route in routes:
+        by_why.setdefault(route["why"], []).append(route["route"])
+    return "; ".join(f"{', '.join(names)}: {why}" for why, names in by_why.items())
 
 
 def _quantize(module, args, options: ConvertOptions, data: ConversionData, specs):

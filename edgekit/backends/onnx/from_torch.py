@@ -1,17 +1,37 @@
-"""PyTorch -> ONNX: the dynamo exporter first, the TorchScript exporter as a logged fallback."""
+"""PyTorch -> ONNX by routes, the first that writes the file wins (ROUTES):
+
+- dynamo: torch.onnx.export(dynamo=True), which captures the module with torch.export non-strict, then strict;
+- dynamo-unoptimized: the same without onnxscript's graph optimizer, tried only when that optimizer failed;
+- torchscript: the TorchScript exporter, refused when its trace turned a tensor into a Python value (a branch on a
+  tensor's value, a number, len): such an ONNX replays the example input's path for every input, silently wrong.
+
+Each route tried is in the notes ("routes": route, result "failed" | "taken", why), each fallback logged on one line.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
+import re
+import traceback
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
+from edgekit.backends.torch.export_errors import HINTS, hint_for, is_user_file, model_code, plain, quiet, reason, where_text
 from edgekit.conversion import ConversionData, Converter, ConvertOptions
 from edgekit.errors import ConversionError
 
 log = logging.getLogger("edgekit")
 TWO_GB = 2 * 1024**3
 EXPORT_BATCH = 2  # torch.export specialises a dim of size 1, so the example batch is 2
+# TracerWarnings of a trace that turned a tensor into a Python value: the trace holds the example input's value
+TRACED_VALUE = re.compile(r"Converting a tensor to a |Using len to get tensor shape|Iterating over a tensor")
+ONNX_HINTS = (
+    *HINTS,
+    (re.compile(r"(?:op='|operator ')([\w.:]+)'"), "{0} has no ONNX translation in these exporters: rewrite it with other ops"),
+)
 
 
 class TorchToOnnx(Converter):
@@ -25,32 +45,98 @@ class TorchToOnnx(Converter):
 
     def convert(self, model, specs, out: Path, options: ConvertOptions, data: ConversionData) -> dict:
         """Export the torch module `model` (inputs `specs`) to `out`; returns notes for the artifact's meta."""
-        module = model
         from edgekit.backends.torch.loader import check_forward, example_tensors, export_batch
 
         _quiet_exporter_logs()
-        n_outputs = check_forward(module, specs)
+        n_outputs = check_forward(model, specs)
         names = ["output"] if n_outputs == 1 else [f"output_{i}" for i in range(n_outputs)]
-        external = _parameter_bytes(module) > TWO_GB
-        args = example_tensors(specs, export_batch(module, EXPORT_BATCH), module=module)
-        try:
-            _export_dynamo(module, args, specs, names, out, external)
-            return {"exporter": "dynamo", "external_data": external}
-        except Exception as exc:  # the exporter raises many types; the fallback is the point
-            reason = _first_line(exc)
-            log.warning("dynamo exporter failed (%s); falling back to the TorchScript exporter", reason)
-        try:
-            _export_torchscript(module, args, specs, names, out)
-        except Exception as exc:
-            raise ConversionError(
-                f"ONNX export failed with both exporters: {_first_line(exc)}",
-                hint="an op may be unsupported; try another opset or rewrite the op",
-                cause=f"dynamo exporter: {reason}\nTorchScript exporter: {exc}",
-            ) from None
-        return {"exporter": "torchscript", "fallback_reason": reason, "external_data": False}
+        external = _parameter_bytes(model) > TWO_GB
+        args = example_tensors(specs, export_batch(model, EXPORT_BATCH), module=model)
+        route, routes = export_by_routes(Export(model, args, specs, names, out, external))
+        notes = {"exporter": route.exporter, "routes": routes, "external_data": external and route.exporter == "dynamo"}
+        return notes | ({"fallback_reason": routes[0]["why"]} if len(routes) > 1 else {})
 
 
-def _export_dynamo(module, args, specs, names, out: Path, external: bool) -> None:
+@dataclasses.dataclass(frozen=True)
+class Export:
+    """What every route exports: the module, its example args and input specs, the output names, the file, and
+    whether the weights go to external data."""
+
+    module: object
+    args: tuple
+    specs: list
+    names: list[str]
+    out: Path
+    external: bool
+
+    @functools.cached_property
+    def model_code(self) -> tuple[str, ...]:
+        return model_code(self.module)
+
+
+@dataclasses.dataclass(frozen=True)
+class Route:
+    """One way to write the ONNX: its name (for the notes), the exporter it uses, how it exports, and whether it can
+    succeed after the route before it failed with a given error."""
+
+    name: str
+    exporter: str
+    export: Callable[[Export], None]
+    worth_trying: Callable[[BaseException], bool]
+
+
+class TracedValues(Exception):
+    """The TorchScript trace turned tensors into Python values (`traced`: the TracerWarnings, in the user's code)."""
+
+    def __init__(self, traced: list[warnings.WarningMessage]) -> None:
+        first = traced[0]
+        clause = str(first.message).split(" might cause")[0]  # "Converting a tensor to a Python boolean"
+        more = f" (and {len(traced) - 1} more such lines)" if len(traced) > 1 else ""
+        super().__init__(
+            f"refused: {clause[0].lower()}{clause[1:]} at {where_text(first.filename, first.lineno)}{more} "
+            "fixes the trace to the example input's path"
+        )
+        self.traced = traced
+
+
+def export_by_routes(job: Export) -> tuple[Route, list[dict]]:
+    """The route that wrote `job.out` and every route tried ({"route", "result": "failed" | "taken", "why"}); each
+    route after a failure only where it can succeed after that failure. All failing: a ConversionError naming each."""
+    routes: list[dict] = []
+    failures: list[BaseException] = []
+    route: Route | None = ROUTES[0]
+    while route is not None:
+        try:
+            with quiet():
+                route.export(job)
+        except Exception as exc:  # the exporters raise many types; the next route is the point
+            why = str(exc) if isinstance(exc, TracedValues) else reason(exc, job.model_code)
+            routes.append({"route": route.name, "result": "failed", "why": why})
+            failures.append(exc)
+            log.info("%s route failed:\n%s", route.name, plain(exc))
+            route = _next_route(route, exc)
+            if route is not None:
+                log.warning("ONNX export: %s failed (%s); trying %s", routes[-1]["route"], why, route.name)
+            continue
+        routes.append({"route": route.name, "result": "taken", "why": None})
+        return route, routes
+    raise ConversionError(
+        "ONNX export failed: " + "; ".join(f"{r['route']}: {r['why']}" for r in routes),
+        hint=route_hint(failures),
+    )
+
+
+def route_hint(failures: list[BaseException]) -> str:
+    """The hints for what the routes' errors and a refused trace's warnings showed."""
+    return hint_for(failures, ONNX_HINTS, tuple(str(w.message) for exc in failures for w in getattr(exc, "traced", ())))
+
+
+def _next_route(failed: Route, exc: BaseException) -> Route | None:
+    later = ROUTES[ROUTES.index(failed) + 1 :]
+    return next((route for route in later if route.worth_trying(exc)), None)
+
+
+def _export_dynamo(job: Export, optimize: bool = True) -> None:
     import torch
 
     from edgekit.backends.torch.loader import batch_dynamic_shapes
@@ -58,36 +144,68 @@ def _export_dynamo(module, args, specs, names, out: Path, external: bool) -> Non
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            module,
-            args,
-            str(out),
+            job.module,
+            job.args,
+            str(job.out),
             dynamo=True,
-            dynamic_shapes=batch_dynamic_shapes(module, specs),
-            input_names=[s.name for s in specs],
-            output_names=names,
-            external_data=external,
+            dynamic_shapes=batch_dynamic_shapes(job.module, job.specs),
+            input_names=[s.name for s in job.specs],
+            output_names=job.names,
+            external_data=job.external,
+            optimize=optimize,
             verbose=False,
         )
 
 
-def _export_torchscript(module, args, specs, names, out: Path) -> None:
+def _export_torchscript(job: Export) -> None:
+    """The TorchScript exporter; a trace that turned a tensor into a Python value in the user's code: TracedValues,
+    and nothing left at `job.out`."""
     import torch
 
-    axes = {s.name: {s.batch_axis(): "batch"} for s in specs if s.value is None and s.batch_axis() is not None}
-    axes |= {n: {0: "batch"} for n in names}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    axes = {s.name: {s.batch_axis(): "batch"} for s in job.specs if s.value is None and s.batch_axis() is not None}
+    axes |= {n: {0: "batch"} for n in job.names}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         torch.onnx.export(
-            module,
-            args,
-            str(out),
+            job.module,
+            job.args,
+            str(job.out),
             dynamo=False,
-            input_names=[s.name for s in specs],
-            output_names=names,
+            input_names=[s.name for s in job.specs],
+            output_names=job.names,
             dynamic_axes=axes,
             opset_version=17,
             do_constant_folding=True,
         )
+    traced = [w for w in caught if issubclass(w.category, torch.jit.TracerWarning) and _traced_value(w, job.model_code)]
+    if traced:
+        job.out.unlink(missing_ok=True)
+        raise TracedValues(traced)
+
+
+def _traced_value(warning: warnings.WarningMessage, model_code: tuple[str, ...]) -> bool:
+    """A TracerWarning, in the user's code, of a tensor turned into a Python value (torch's own are benign: torch
+    ignores them by default; so are those of other installed libraries)."""
+    return bool(TRACED_VALUE.match(str(warning.message))) and is_user_file(warning.filename, model_code)
+
+
+def _always(exc: BaseException) -> bool:
+    return True
+
+
+def _optimizer_failed(exc: BaseException) -> bool:
+    """The dynamo exporter wrote a graph and onnxscript's optimizer failed on it (not torch.export, not translation)."""
+    import torch
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    return not isinstance(exc, torch.onnx.errors.OnnxExporterError) and any(f.name == "optimize" for f in frames)
+
+
+ROUTES = (
+    Route("dynamo", "dynamo", _export_dynamo, _always),
+    Route("dynamo-unoptimized", "dynamo", functools.partial(_export_dynamo, optimize=False), _optimizer_failed),
+    Route("torchscript", "torchscript", _export_torchscript, _always),
+)
 
 
 def _quiet_exporter_logs() -> None:
@@ -100,8 +218,3 @@ def _quiet_exporter_logs() -> None:
 
 def _parameter_bytes(module) -> int:
     return sum(p.numel() * p.element_size() for p in module.parameters()) + sum(b.numel() * b.element_size() for b in module.buffers())
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
-    return (lines[0] if lines else type(exc).__name__)[:300]
