@@ -10,7 +10,15 @@ import warnings
 
 VERBOSE_ENV = "EDGEKIT_VERBOSE"  # "1": third-party output shown (set by --verbose; spawned processes inherit it)
 # Loggers of frameworks edgekit drives, held at ERROR around their calls unless --verbose.
-CHATTY = ("nncf", "openvino", "tensorflow", "absl", "tf2onnx", "onnxscript", "onnx_ir", "torch", "jax", "litert_torch")
+CHATTY = ("nncf", "openvino", "tensorflow", "absl", "tf2onnx", "onnxscript", "onnx_ir", "torch", "jax", "litert_torch", "torchao", "triton")
+
+
+class OwnLogsOnly(logging.Filter):
+    """On edgekit's console handler in normal mode: edgekit's own records, and any error; a framework's warnings and
+    notices logged on the root logger (ONNX Runtime's quantizer: "Axis 1 is out-of-range for weight ...") only with -v."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.name == "edgekit" or record.name.startswith("edgekit.") or record.levelno >= logging.ERROR
 
 
 def verbose() -> bool:

@@ -91,7 +91,7 @@ class Samples:
         fed_from = {}
         if len(arrays) == 1 and len(specs) == 1 and specs[0].name not in arrays and renamable:
             # one unnamed array (.npy, a callable's bare arrays), or an artifact whose input name a converter made up
-            (key, array), = arrays.items()
+            ((key, array),) = arrays.items()
             arrays = {specs[0].name: array}
             if not self.provenance.get("unnamed", True):  # a named array under another name: said, never silent
                 fed_from = {specs[0].name: key}

@@ -41,6 +41,8 @@ def _options(
     level = logging.ERROR if quiet else logging.INFO if verbose else logging.WARNING
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_LevelFormatter())
+    if not verbose:
+        handler.addFilter(native.OwnLogsOnly())
     logging.basicConfig(level=level, handlers=[handler], force=True)
     native.set_verbose(verbose)
     for name in () if verbose else native.CHATTY:

@@ -3,8 +3,8 @@
 Both run in their own runtimes on the conversion's data (its validation, else its calibration samples: the first
 VERIFY_SAMPLES) or, without data, on generated probes that exercise signs and ranges (PROBES). Each output pair is
 held to its precision's tolerance (TOLERANCES): fp32 must match the source to a relative error of 1e-3 of the
-output's largest value, fp16/bf16 must keep a cosine of 0.99, int8 must be finite and keep a cosine of 0.5 (close
-enough to be worth validating; `edgekit validate` judges it by its task). A mismatch is a ConversionError naming the
+output's largest value, fp16/bf16 must keep a cosine of 0.99, int8 must be finite and not unrelated to the source's
+outputs (cosine 0.01; below 0.9 a warning says to validate it: `edgekit validate` judges it by its task, on real data). A mismatch is a ConversionError naming the
 first output that differs and by how much, raised before the file is moved into place: nothing unverified is "wrote".
 """
 
@@ -43,7 +43,11 @@ TOLERANCES = {
     "fp16": Tolerance(cosine=0.99),
     "bf16": Tolerance(cosine=0.99),
 }
-INT8 = Tolerance(cosine=0.5)  # int8, int8-dynamic, int8-weights
+# int8, int8-dynamic, int8-weights: finite and not unrelated to the source's outputs. Not more: checked on the
+# calibration data, an int8 of zoo:fashion-cnn calibrated on images 100x too dark keeps a cosine of 0.14 there yet loses
+# only points of top-1 on real images (tests/unit/backends/openvino): judging it is `edgekit validate`'s, on real data. Below WARN_COSINE: a warning.
+INT8 = Tolerance(cosine=0.01)
+WARN_COSINE = 0.9
 
 
 def verify_against_source(source: ModelSource, path: Path, precision: str, specs: list[TensorSpec], data: ConversionData) -> dict:
@@ -56,7 +60,8 @@ def verify_against_source(source: ModelSource, path: Path, precision: str, specs
     runtime = parse_target(DEFAULT_TARGET[written.family])[0]
     if not runner_class(runtime).installed():
         return {"result": "not run", "why": f"{runtime} is not installed here"}
-    artifact = _loaded(written, path)  # its own inputs (dims the file leaves open are sized by the data or the probes)
+    # its own inputs (dims the file leaves open are sized by the data or the probes), with the constants given (--input k=3)
+    artifact = _loaded(written, path, [s for s in specs if s.value is not None])
     samples, inputs = _inputs(artifact.inputs, specs, data, large=precision not in HALF)
     if samples is None:
         return {"result": "not run", "why": inputs, "runtime": artifact.target}
@@ -68,14 +73,15 @@ def verify_against_source(source: ModelSource, path: Path, precision: str, specs
     tolerance = TOLERANCES.get(precision, INT8)
     checked = [_check(name, ref, art, tolerance) for name, ref, art in outputs]
     _raise_first_mismatch(checked, written.format, source.spec, inputs, precision)
+    _warn_if_far(checked, precision, inputs)
     return {"result": "match", "runtime": artifact.target, "source_runtime": reference.target, "inputs": inputs, "outputs": checked}
 
 
-def _loaded(written: ModelSource, path: Path):
+def _loaded(written: ModelSource, path: Path, constants: list[TensorSpec]):
     """The artifact's runner, loaded: a runtime refusing the file is a ConversionError (the converter wrote something unusable)."""
     from edgekit.targets import make_runner
 
-    runner = make_runner(written, None, 1)
+    runner = make_runner(written, None, 1, constants or None)
     try:
         runner.load()
     except EdgekitError as exc:
@@ -205,6 +211,19 @@ def _check(name: str, ref: np.ndarray, art: np.ndarray, tolerance: Tolerance) ->
     if tolerance.cosine is not None and cosine < tolerance.cosine:
         return {**measured, "ok": False, "why": f"cosine {cosine:.4f} with the source's (at least {tolerance.cosine:g})"}
     return {**measured, "ok": True}
+
+
+def _warn_if_far(checked: list[dict], precision: str, inputs: str) -> None:
+    far = [c for c in checked if c.get("cosine", 1.0) < WARN_COSINE]
+    if far:
+        log.warning(
+            "the %s artifact keeps a cosine of only %.3f with its source's output '%s' on %s: validate it on real data "
+            "(edgekit validate) before using it",
+            precision,
+            far[0]["cosine"],
+            far[0]["output"],
+            inputs,
+        )
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:

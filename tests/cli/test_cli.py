@@ -393,3 +393,22 @@ def test_frameworks_are_quiet_unless_verbose(tmp_path):
         assert lines[0].startswith("wrote ") and all(ln.startswith("  ") for ln in lines[1:]), quiet.stdout
     loud = run_cli("--verbose", *convert, *nncf, "-o", tmp_path / "loud.xml")
     assert loud.code == 0 and "Statistics collection" in loud.stdout + loud.stderr, loud.stdout + loud.stderr
+
+
+def test_a_frameworks_warnings_on_the_root_logger_show_only_with_verbose(tmp_path):
+    """ONNX Runtime's quantizer logs "Axis 1 is out-of-range for weight" on the root logger: not edgekit's to show."""
+    np.savez(tmp_path / "c.npz", x=np.random.default_rng(0).standard_normal((64, 16)).astype(np.float32))
+    convert = (
+        "convert",
+        f"{Path(__file__).with_name('rank1_weight.py')}:scorer",
+        "--to",
+        "onnx",
+        "-p",
+        "int8",
+        "--calib",
+        tmp_path / "c.npz",
+    )
+    quiet = run_cli(*convert, "-o", tmp_path / "q.onnx")
+    assert quiet.code == 0 and "out-of-range" not in quiet.stderr and "warning: only 64 samples" in quiet.stderr, quiet.stderr
+    loud = run_cli("-v", *convert, "-o", tmp_path / "l.onnx")
+    assert loud.code == 0 and "Axis 1 is out-of-range for weight 'w'" in loud.stderr, loud.stderr

@@ -21,9 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgekit.backends.torch.export_errors import HINTS, chain, hint_for, model_code, plain, quiet, reason
 from edgekit.conversion import ConversionData, Converter, ConvertOptions
 from edgekit.errors import ConversionError
-from edgekit.native import stderr_silenced, verbose
+from edgekit.native import verbose
 
 log = logging.getLogger("edgekit")
 
@@ -32,21 +33,14 @@ DELEGATE = "XNNPACK"
 PLUMBING = {"getitem"}  # picks a delegate call's outputs apart: no compute, not an op left outside
 NHWC_RANK = 4  # the rank XNNPACK's channels-last pass lays out (ChannelsLastTaggedReshapePass.can_be_converted_to_nhwc)
 UNSQUEEZED = {"convolution.default"}  # XNNPACK's Conv1dUnsqueezePass makes a 1-D convolution 4-D before that pass
-REASON_CHARS = 300
-ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-PASS_FAILED = re.compile(r"An error occurred when running the '(\w+)' pass after the following passes: \[[^\]]*\]")  # -> the pass
-# what an error said -> the hint that names that cause; anything else: DEFAULT_HINT
-HINTS = (
-    (
-        re.compile(r"data.dependent", re.I),
-        "the model branches on a tensor's values, which torch.export cannot trace: write that branch with torch.cond; or try --to onnx",
-    ),
-    (
-        re.compile(r"NHWC|channels.last", re.I),
-        "XNNPACK runs some ops channels-last (NHWC) and could not lay one out; try --to onnx",
-    ),
+PASS_FAILED = re.compile(r"An error occurred when running the '(\w+)' pass after the following passes")  # ExecuTorch's
+# what the errors showed -> the hint naming that cause (backends.torch.export_errors.hint_for): torch.export's, XNNPACK's
+# channels-last layout, and ONNX, the other route from a torch module, whatever they showed
+LOWERING_HINTS = (
+    *HINTS,
+    (re.compile(r"NHWC"), "XNNPACK could not lay out an op channels-last (NHWC) on any route"),
+    (re.compile(r"(?s)."), "try --to onnx"),
 )
-DEFAULT_HINT = "try --to onnx"
 
 
 class TorchToExecutorch(Converter):
@@ -73,7 +67,7 @@ class TorchToExecutorch(Converter):
         module, quantization = in_eval_mode(model), None
         with torch.no_grad():
             if options.precision == "int8":
-                with failing_as("PT2E int8 quantization failed"), _quiet():
+                with failing_as("PT2E int8 quantization failed", module), _quiet():
                     module, quantization = _quantize(module, args, options, data, specs)
             lowered = lower_by_routes(exported(module, args))
         Path(out).write_bytes(lowered.program.buffer)
@@ -86,10 +80,12 @@ class TorchToExecutorch(Converter):
 
 @dataclass(frozen=True)
 class Route:
-    """One way to lower an exported program: its name (for the provenance) and the partitioner it lowers with."""
+    """One way to lower an exported program: its name (for the provenance), the partitioner it lowers with, and what
+    makes it pointless after the route before failed (a reason it would fail alike on; None: always worth trying)."""
 
     name: str
     partitioner: Callable
+    fails_alike_on: re.Pattern | None = None
 
 
 @dataclass(frozen=True)
@@ -107,7 +103,7 @@ def exported(module, args):
     """torch.export of `module` (float or PT2E-quantized); a failure as a ConversionError with a hint from its error."""
     import torch
 
-    with failing_as("torch.export could not trace the model"), _quiet():
+    with failing_as("torch.export could not trace the model", module), _quiet():
         return torch.export.export(module, args)
 
 
@@ -123,19 +119,23 @@ def lower_by_routes(program) -> Lowered:
     as {"route", "result": "failed" | "taken", "why"}. All failing: a ConversionError naming each failure."""
     routes, errors = [], []
     for route in ROUTES:
+        if routes and route.fails_alike_on is not None and route.fails_alike_on.search(routes[-1]["why"]):
+            routes.append({"route": route.name, "result": "skipped", "why": f"it fails alike on: {routes[-1]['why']}"})
+            continue
         if routes:
-            log.warning("ExecuTorch lowering: %s failed (%s); trying %s", routes[-1]["route"], routes[-1]["why"], route.name)
+            failed = next(r for r in reversed(routes) if r["result"] == "failed")
+            log.warning("ExecuTorch lowering: %s failed (%s); trying %s", failed["route"], failed["why"], route.name)
         try:
             with _quiet():
                 edge, executorch, split, left_out = _lower_by(route, program)
         except Exception as exc:  # the partitioners, the XNNPACK passes and to_executorch raise many types
-            routes.append({"route": route.name, "result": "failed", "why": reason(exc)})
+            routes.append({"route": route.name, "result": "failed", "why": lowering_reason(exc)})
             errors.append(exc)
-            log.info("%s route failed:\n%s", route.name, _plain(exc))
+            log.info("%s route failed:\n%s", route.name, plain(exc))
             continue
         routes.append({"route": route.name, "result": "taken", "why": left_out})
         return Lowered(edge, executorch, split, routes)
-    raise ConversionError(f"ExecuTorch could not lower the model by any route: {_failures(routes)}", hint=hint_for(*errors))
+    raise ConversionError(f"ExecuTorch could not lower the model by any route: {_failures(routes)}", hint=hint_for(errors, LOWERING_HINTS))
 
 
 def _lower_by(route: Route, program) -> tuple:
@@ -180,14 +180,20 @@ def non_nhwc_rank(node) -> int | None:
     """The rank of `node`'s input where `node` is an op XNNPACK's channels-last pass lays out NHWC (as the installed
     ExecuTorch lists them) and that input is not 4-D; else None."""
     import torch
-    from executorch.backends.xnnpack._passes.channels_last_tagged_reshape_pass import ChannelsLastTaggedReshapePass
 
-    nhwc = {_op_name(op) for op in ChannelsLastTaggedReshapePass.memory_sensitive_ops_nhwc} - UNSQUEEZED
-    if node.op != "call_function" or _op_name(node.target) not in nhwc or not node.args:
+    if node.op != "call_function" or _op_name(node.target) not in _nhwc_ops() or not node.args:
         return None
     value = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
     rank = value.dim() if isinstance(value, torch.Tensor) else None
     return rank if rank is not None and rank != NHWC_RANK else None
+
+
+@functools.cache
+def _nhwc_ops() -> frozenset[str]:
+    """The ops XNNPACK's channels-last pass lays out NHWC, as the installed ExecuTorch lists them, by `_op_name`."""
+    from executorch.backends.xnnpack._passes.channels_last_tagged_reshape_pass import ChannelsLastTaggedReshapePass
+
+    return frozenset(_op_name(op) for op in ChannelsLastTaggedReshapePass.memory_sensitive_ops_nhwc) - UNSQUEEZED
 
 
 def _op_name(target) -> str:
@@ -208,67 +214,42 @@ def _left_out_text(left_out: dict | None) -> str | None:
 
 ROUTES = (
     Route("xnnpack", xnnpack_partitioner),  # as XNNPACK comes: ops merged into as few delegate calls as it can
-    Route("xnnpack-per-op", functools.partial(xnnpack_partitioner, per_op_mode=True)),  # one delegate call per op
+    # one delegate call per op; a node the channels-last pass asserts on fails as its own one-op partition too
+    Route("xnnpack-per-op", functools.partial(xnnpack_partitioner, per_op_mode=True), re.compile(r"^ChannelsLastTaggedReshapePass: ")),
     Route("xnnpack+portable", partitioner_leaving_out_non_nhwc),  # the nodes that break channels-last left outside
 )
 
 
-def reason(exc: BaseException) -> str:
-    """The error on one line: the first line of each message down its chain of causes, ANSI codes stripped."""
-    lines: list[str] = []
-    for error in _chain(exc):
-        text = next((ln.strip() for ln in _plain(error).splitlines() if ln.strip()), type(error).__name__)
-        if text not in lines:
-            lines.append(text)
-    return ": ".join(lines)[:REASON_CHARS]
-
-
-def hint_for(*errors: BaseException) -> str:
-    """The hint that names a cause the errors (with their causes) show; else DEFAULT_HINT."""
-    text = "\n".join(_plain(e) for exc in errors for e in _chain(exc))
-    return next((hint for pattern, hint in HINTS if pattern.search(text)), DEFAULT_HINT)
+def lowering_reason(exc: BaseException) -> str:
+    """export_errors.reason (the innermost cause's type and first line), after the name of the ExecuTorch pass that
+    raised it where one did: `ChannelsLastTaggedReshapePass: AssertionError: Attempting to convert ...`."""
+    passes = [match.group(1) for error in chain(exc) if (match := PASS_FAILED.search(plain(error)))]
+    return (f"{passes[0]}: " if passes else "") + reason(exc)
 
 
 @contextlib.contextmanager
-def failing_as(what: str):
-    """Any error in the block as a ConversionError: `what: <the error's reason>`, with the hint it shows."""
+def failing_as(what: str, module):
+    """Any error in the block as a ConversionError: `what: <the error's reason>` (where in `module`'s code it stopped),
+    with the hints for what it showed."""
     try:
         yield
     except ConversionError:
         raise
     except Exception as exc:  # torch.export, PT2E and ExecuTorch raise many types for unsupported code
-        raise ConversionError(f"{what}: {reason(exc)}", hint=hint_for(exc)) from None
-
-
-def _chain(exc: BaseException | None) -> list[BaseException]:
-    """`exc` and its causes (raise ... from, or raised while handling), outermost first."""
-    chain = []
-    while exc is not None and exc not in chain:
-        chain.append(exc)
-        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
-    return chain
+        raise ConversionError(f"{what}: {reason(exc, model_code(module))}", hint=hint_for([exc], LOWERING_HINTS)) from None
 
 
 @contextlib.contextmanager
 def _quiet():
-    """What torch and ExecuTorch print themselves (a partial graph on a failure, banners) goes nowhere, unless
-    --verbose."""
-    if verbose():
+    """export_errors.quiet, and stdout too (what ExecuTorch's passes print), unless --verbose."""
+    with quiet(), contextlib.nullcontext() if verbose() else contextlib.redirect_stdout(io.StringIO()):
         yield
-        return
-    with contextlib.redirect_stdout(io.StringIO()), stderr_silenced():
-        yield
-
-
-def _plain(exc: BaseException) -> str:
-    """The message without ANSI codes, an ExecuTorch pass failure as the pass's name."""
-    return PASS_FAILED.sub(r"\1", ANSI.sub("", str(exc)))
 
 
 def _failures(routes: list[dict]) -> str:
     """`xnnpack, xnnpack-per-op: WHY; xnnpack+portable: WHY2`: the failed routes, those that failed alike together."""
     by_why: dict[str, list[str]] = {}
-    for route in routes:
+    for route in (r for r in routes if r["result"] == "failed"):
         by_why.setdefault(route["why"], []).append(route["route"])
     return "; ".join(f"{', '.join(names)}: {why}" for why, names in by_why.items())
 

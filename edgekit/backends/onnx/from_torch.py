@@ -102,9 +102,14 @@ class TracedValues(Exception):
 def export_by_routes(job: Export) -> tuple[Route, list[dict]]:
     """The route that wrote `job.out` and every route tried ({"route", "result": "failed" | "taken", "why"}); each
     route after a failure only where it can succeed after that failure. All failing: a ConversionError naming each."""
+    import torch
+
     routes: list[dict] = []
     failures: list[BaseException] = []
     route: Route | None = ROUTES[0]
+    if isinstance(job.module, torch.jit.ScriptModule):  # scripted already: the dynamo exporter does not take one
+        routes = [{"route": r.name, "result": "skipped", "why": "a TorchScript module"} for r in ROUTES if r.exporter == "dynamo"]
+        route = next(r for r in ROUTES if r.exporter == "torchscript")
     while route is not None:
         try:
             with quiet():
