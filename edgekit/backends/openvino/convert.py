@@ -1,16 +1,24 @@
 """PyTorch, ONNX and Keras -> OpenVINO IR: fp32, fp16, int8 (ONNX Runtime's QDQ for a CNN on x86, else NNCF), weight-only
-int8, accuracy-controlled int8."""
+int8, accuracy-controlled int8.
+
+A PyTorch module is read by the first of TORCH_ROUTES that converts it: OpenVINO's PyTorch frontend on a TorchScript
+trace, then on torch.export's program, then through ONNX (edgekit's ONNX export and OpenVINO's ONNX frontend), for an
+op the PyTorch frontend lacks. The notes list every route tried ("routes": route, result "failed" | "taken", why).
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from edgekit.backends.openvino.loader import root_logger_kept
 from edgekit.conversion import ConversionData, Converter, ConvertOptions, plan
 from edgekit.errors import ConversionError, EdgekitError
 from edgekit.fileio import work_folder
@@ -42,6 +50,11 @@ class ToOpenVino(Converter):
         return tuple(dict.fromkeys(cls.calib_methods + OnnxQuantizer.calib_methods))
 
     def convert(self, model, specs, out: Path, options: ConvertOptions, data: ConversionData) -> dict:
+        # the work folder is kept until the IR is saved: OpenVINO may map an ONNX route's weights from it
+        with work_folder(out) as work, root_logger_kept():
+            return self._convert(model, specs, out, options, data, work)
+
+    def _convert(self, model, specs, out: Path, options: ConvertOptions, data: ConversionData, work: Path) -> dict:
         import openvino as ov
 
         folded: dict = {}
@@ -49,8 +62,12 @@ class ToOpenVino(Converter):
             from edgekit.backends.keras.batchnorm import with_batchnorm_folded
 
             model, folded = with_batchnorm_folded(model)
-        ov_model = _name_tensors(_to_openvino(model, specs), specs)
         notes: dict = {"openvino": {"compress_to_fp16": options.precision == "fp16", **folded}}
+        if _family(model) == "torch":
+            ov_model, notes["routes"] = torch_by_routes(model, specs, work, options, data)
+        else:
+            ov_model = _to_openvino(model, specs)
+        ov_model = _name_tensors(ov_model, specs)
         if options.precision == "int8" and _quantized_onnx(model):
             notes["openvino"]["int8"] = "the ONNX's Q/DQ scales and weight codes as they are (no NNCF)"
         elif options.precision == "int8" and _onnx_runtime_route(ov_model, options):
@@ -202,19 +219,42 @@ def _to_openvino(model, specs):
 
 def _torch_to_openvino(module, specs):
     """Trace with example inputs; modules that cannot be traced (a .pt2's GraphModule) go through torch.export."""
+    try:
+        return _traced_to_openvino(module, specs)
+    except Exception as exc:  # tracing fails on GraphModules and some control flow
+        log.info("OpenVINO tracing failed (%s); converting through torch.export", _openvino_reason(exc))
+    return _exported_to_openvino(module, specs)
+
+
+def _input_shapes(module, specs) -> tuple[tuple, list]:
+    """(example inputs at the export batch, OpenVINO's (shape, type) of each input: the batch dynamic, or a .pt2's
+    fixed batch)."""
     import openvino as ov
-    import torch
 
     from edgekit.backends.torch.loader import batch_dynamic_shapes, example_tensors, export_batch
 
     args = example_tensors(specs, export_batch(module, 2))
     batch = -1 if batch_dynamic_shapes(module, specs) is not None else export_batch(module, 1)  # a .pt2's fixed batch stays
     # Positional (forward() argument names may differ from the specs'); _name_tensors names them after.
-    shapes = [(ov.PartialShape([batch, *s.concrete_shape(1)[1:]]), ov.Type(s.dtype)) for s in specs]
-    try:
-        return ov.convert_model(module, example_input=args, input=shapes)
-    except Exception as exc:  # tracing fails on GraphModules and some control flow
-        log.info("OpenVINO tracing failed (%s); converting through torch.export", _openvino_reason(exc))
+    return args, [(ov.PartialShape([batch, *s.concrete_shape(1)[1:]]), ov.Type(s.dtype)) for s in specs]
+
+
+def _traced_to_openvino(module, specs):
+    """OpenVINO's PyTorch frontend on a TorchScript trace of `module`."""
+    import openvino as ov
+
+    args, shapes = _input_shapes(module, specs)
+    return ov.convert_model(module, example_input=args, input=shapes)
+
+
+def _exported_to_openvino(module, specs):
+    """OpenVINO's PyTorch frontend on torch.export's program of `module`."""
+    import openvino as ov
+    import torch
+
+    from edgekit.backends.torch.loader import batch_dynamic_shapes
+
+    args, shapes = _input_shapes(module, specs)
     program = torch.export.export(module, args, dynamic_shapes=batch_dynamic_shapes(module, specs))
     ov_model = ov.convert_model(program)
     # The exported-program frontend leaves every dim dynamic; only the batch should be.
@@ -222,12 +262,111 @@ def _torch_to_openvino(module, specs):
     return ov_model
 
 
+@dataclasses.dataclass(frozen=True)
+class Route:
+    """One way from a torch module to an ov.Model: its name (for the notes), how: (module, specs, work folder,
+    options, data) -> (the ov.Model, what the route's entry in the notes adds), and whether it applies to a module."""
+
+    name: str
+    convert: Callable[..., tuple[object, dict]]
+    applies: Callable[[object], bool] = lambda module: True
+
+
+def _own_route(read: Callable) -> Callable[..., tuple[object, dict]]:
+    return lambda module, specs, work, options, data: (read(module, specs), {})
+
+
+def _via_onnx(module, specs, work: Path, options: ConvertOptions, data: ConversionData) -> tuple[object, dict]:
+    """edgekit's ONNX export of `module` (its own routes, in the entry) read by OpenVINO's ONNX frontend."""
+    import openvino as ov
+
+    from edgekit.backends.onnx.from_torch import TorchToOnnx
+
+    onnx = work / "via-onnx" / "model.onnx"
+    onnx.parent.mkdir()
+    exported = TorchToOnnx().convert(module, specs, onnx, dataclasses.replace(options, precision="fp32"), data)
+    try:
+        ov_model = ov.convert_model(str(onnx))
+    except Exception as exc:
+        raise ConversionError(f"OpenVINO cannot read the exported ONNX: {_openvino_reason(exc)}") from exc
+    return ov_model, {"exporter": exported["exporter"], "onnx_routes": exported["routes"]}
+
+
+def _traceable(module) -> bool:
+    """Not an exported program's module (a .pt2's): it refuses eval() (torch.export replaces it on the instance), and
+    OpenVINO's trace calls it."""
+    return "eval" not in vars(module)
+
+
+TORCH_ROUTES = (
+    Route("openvino", _own_route(_traced_to_openvino), _traceable),
+    Route("openvino-export", _own_route(_exported_to_openvino)),
+    Route("via-onnx", _via_onnx),
+)
+# what OpenVINO's errors showed -> the hint naming that cause ({0}: what the pattern caught)
+OPENVINO_HINTS = (
+    (
+        re.compile(r"No conversion rule found for operations: ([^\n]+)"),
+        "OpenVINO has no conversion for {0}: rewrite it with ops it converts",
+    ),
+)
+
+
+def torch_by_routes(module, specs, work: Path, options: ConvertOptions, data: ConversionData) -> tuple[object, list[dict]]:
+    """The ov.Model of the first of TORCH_ROUTES that converts `module`, and every route tried ({"route", "result":
+    "failed" | "taken", "why"}). All failing: a ConversionError naming each route's failure, with the hints for the
+    causes their errors showed."""
+    from edgekit.backends.torch.export_errors import DEFAULT_HINT, HINTS, hint_for, model_code, quiet, reason
+
+    routes: list[dict] = []
+    failures: list[BaseException] = []
+    for route in (r for r in TORCH_ROUTES if r.applies(module)):
+        if routes:
+            log.warning("OpenVINO: %s failed (%s); trying %s", routes[-1]["route"], routes[-1]["why"], route.name)
+        try:
+            with quiet(), root_logger_kept():  # so the warning before the next route shows
+                ov_model, entry = route.convert(module, specs, work, options, data)
+        except EdgekitError as exc:
+            if not isinstance(exc, ConversionError):
+                raise  # the inputs, not the route: every route would say the same
+            routes.append({"route": route.name, "result": "failed", "why": " ".join(exc.message.split())})
+            failures.append(exc)
+            continue
+        except Exception as exc:  # the frontends and torch raise many types; the next route is the point
+            why = _openvino_reason(exc) if _from_openvino(exc) else reason(exc, model_code(module))  # torch's: where in the model
+            routes.append({"route": route.name, "result": "failed", "why": why})
+            failures.append(exc)
+            log.info("%s route failed:\n%s", route.name, exc)
+            continue
+        routes.append({"route": route.name, "result": "taken", "why": None, **entry})
+        return ov_model, routes
+    hints = [hint_for(failures, (*HINTS, *OPENVINO_HINTS))] + [exc.hint for exc in failures if isinstance(exc, EdgekitError)]
+    hints = list(dict.fromkeys(h for text in hints for h in text.split("; ") if h and h != DEFAULT_HINT)) or [DEFAULT_HINT]
+    frontend = next((str(exc) for exc in failures if _from_openvino(exc)), "")  # its list of the ops it lacks
+    raise ConversionError(
+        "OpenVINO cannot convert the model by any route: " + "; ".join(f"{r['route']}: {r['why']}" for r in routes),
+        hint="; ".join(hints),
+        cause=_plain(frontend),
+    )
+
+
+def _from_openvino(exc: BaseException) -> bool:
+    return type(exc).__module__.startswith("openvino")
+
+
+def _plain(text: str) -> str:
+    from edgekit.backends.torch.export_errors import ANSI
+
+    return ANSI.sub("", text)
+
+
 def _openvino_reason(exc: Exception) -> str:
     """OpenVINO's messages start with 'Exception from src/...cpp:N:'; the reason is the next line."""
-    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip() and not ln.startswith("Exception from")]
+    text = _plain(str(exc)).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("Exception from")]
     unconverted = [ln.removeprefix("-- ") for ln in lines if "No conversion rule found" in ln]
     lines = unconverted or [ln for ln in lines if not ln.startswith("Check '")] or lines
-    return (lines[0] if lines else str(exc))[:300]
+    return " ".join((lines[0] if lines else text).split())[:300]
 
 
 def _name_tensors(ov_model, specs):

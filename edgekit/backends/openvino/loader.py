@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 from collections import Counter
 from pathlib import Path
@@ -38,7 +40,8 @@ def read_model(path: Path):
     if Path(path).suffix == ".xml":
         return read_ir(path)
     try:
-        return ov.convert_model(str(path))
+        with root_logger_kept():
+            return ov.convert_model(str(path))
     except Exception as exc:  # the frontends raise OpConversionFailure, GeneralFailure and RuntimeError
         raise ModelLoadError(
             f"OpenVINO cannot read {Path(path).name}: {str(exc).strip().splitlines()[0][:200]}",
@@ -97,3 +100,17 @@ def openvino_summary(path: Path) -> dict:
     params = sum(math.prod(op.get_output_shape(0)) for op in model.get_ops() if op.get_type_name() == "Constant")
     ops = Counter(op.get_type_name() for op in model.get_ops() if op.get_type_name() not in ("Constant", "Parameter", "Result"))
     return {"parameters": params, "ops": dict(ops.most_common())}
+
+
+@contextlib.contextmanager
+def root_logger_kept():
+    """ov.convert_model sets the root logger to ERROR, adds its filter and, where the root has none, its handler, and
+    leaves them (openvino.tools.ovc's init_logger): edgekit's warnings after it would vanish, or print in OpenVINO's
+    format. The root logger is put back after the block."""
+    root = logging.getLogger()
+    level, filters, handlers = root.level, list(root.filters), list(root.handlers)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+        root.filters, root.handlers = filters, handlers

@@ -119,9 +119,16 @@ def plain(exc: BaseException) -> str:
     return ANSI.sub("", str(exc))
 
 
+@contextlib.contextmanager
 def quiet():
-    """Around an exporter: what torch prints on stderr itself (torch.export's partial graph on a failure, the
-    TorchScript exporter's IR dump) goes nowhere, unless --verbose."""
+    """Around an exporter: what torch prints itself (torch.export's partial graph on stderr on a failure, the TorchScript
+    exporter's "Torch IR graph at exception" on stdout) goes nowhere, unless --verbose."""
+    import io
+
     from edgekit.native import stderr_silenced, verbose
 
-    return contextlib.nullcontext() if verbose() else stderr_silenced()
+    if verbose():
+        yield
+        return
+    with stderr_silenced(), contextlib.redirect_stdout(io.StringIO()):
+        yield
