@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 import sys
 import tempfile
 import zipfile
@@ -116,6 +117,9 @@ def write_corpus(d: Path) -> Path:
     (d / "corrupt.keras").write_bytes((d / "full.zip").read_bytes())  # a zip, but no Keras config inside
     (d / "full.zip").unlink()
     _custom_op_onnx(d / "custom-op.onnx")
+    tests = Path(__file__).parents[1] / "unit"  # model code the conversion cases load as FILE:FACTORY, copied in
+    shutil.copyfile(tests / "backends" / "onnx" / "export_route_models.py", d / "branchy.py")
+    shutil.copyfile(tests / "converters" / "corrupted_export.py", d / "corrupted.py")
     scalar_input_onnx(d / "scalar-input.onnx")
     (d / "not-ir.xml").write_text("<html><body>a web page saved as .xml</body></html>")
     (d / "nobin.xml").write_text("<net name='x' version='11'><layers><layer id='0' type='Parameter'/></layers></net>")
@@ -173,7 +177,14 @@ def _model_cases() -> list[Case]:
     cases = []
     for suffix in (".pt2", ".onnx", ".tflite", ".keras", ".xml", ".h5"):
         cases.append(Case(f"random bytes named {suffix}", ("info", f"{{d}}/random{suffix}"), (f"random{suffix}",)))
+    convert = ("--to", "onnx", "-o", "{d}/out/c.onnx")
     cases += [
+        Case(
+            "a branch on the input's values", ("convert", "{d}/branchy.py:branchy", "-i", "x:1x4", *convert), ("branchy.py:", "torch.cond")
+        ),
+        Case(
+            "an export that differs from its source", ("convert", "{d}/corrupted.py:corrupted", *convert), ("max abs diff", "--no-verify")
+        ),
         Case("random bytes named .pt", ("info", "{d}/random.pt"), ("random.pt",)),
         Case("random bytes named .pt2", ("convert", "{d}/random.pt2", "--to", "onnx", "-o", "{d}/out/a.onnx"), ("random.pt2",)),
         Case("random bytes named .onnx", ("bench", "{d}/random.onnx", "--runs", "3"), ("random.onnx",)),
