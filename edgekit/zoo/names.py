@@ -36,7 +36,7 @@ MODELS = {
     # stateful: the GRU's state [layers, batch, hidden] (start it at zeros with --input state=0)
     "zoo:fashion-gru": ZooModel("edgekit.zoo.models:fashion_row_gru", ("image:1x1x28x28", "state:2xbatchx64"), **FASHION),
     # a DBNet-style text detector as such models ship: ONNX, batch/height/width dynamic (edgekit.zoo.models.TextDB,
-    # trained by scripts/train_text_db.py on edgekit.zoo.text_pages); give int8 a page size: -i image:batchx3x320x480
+    # trained by scripts/train_text_db.py on edgekit.zoo.text_pages); int8 takes the page size from its calibration pages
     "zoo:text-db": ZooModel("text_db.onnx", ()),
     # attention (MatMul + Softmax, LayerNorm, GELU): the transformer family's int8 scheme
     "zoo:fashion-vit": ZooModel("edgekit.zoo.models:fashion_vit", ("image:1x1x28x28",), **FASHION),
