@@ -404,10 +404,7 @@ def fashion_det() -> FashionDet:
     (edgekit.zoo.fashion_mnist.DET_WEIGHTS, written by scripts/train_fashion_det.py)."""
     from edgekit.zoo.fashion_mnist import DET_WEIGHTS
 
-    model = FashionDet()
-    if DET_WEIGHTS.exists():
-        model.load_state_dict(torch.load(DET_WEIGHTS, map_location="cpu", weights_only=True))
-    return model.eval()
+    return _with_weights(FashionDet(), DET_WEIGHTS)
 
 
 class FashionCount(nn.Module):
@@ -443,7 +440,12 @@ def fashion_count() -> FashionCount:
     (edgekit.zoo.fashion_mnist.COUNT_WEIGHTS, written by scripts/train_fashion_count.py)."""
     from edgekit.zoo.fashion_mnist import COUNT_WEIGHTS
 
-    model = FashionCount()
-    if COUNT_WEIGHTS.exists():
-        model.load_state_dict(torch.load(COUNT_WEIGHTS, map_location="cpu", weights_only=True))
+    return _with_weights(FashionCount(), COUNT_WEIGHTS)
+
+
+def _with_weights(model: nn.Module, weights) -> nn.Module:
+    """`model` in eval mode, with the committed state dict at `weights` where it is there (a fresh checkout before its
+    training script ran has none)."""
+    if weights.exists():
+        model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
     return model.eval()

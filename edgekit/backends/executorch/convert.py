@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import io
 import logging
 import re
 from collections import Counter
@@ -24,7 +23,6 @@ from pathlib import Path
 from edgekit.backends.torch.export_errors import HINTS, chain, hint_for, model_code, plain, quiet, reason
 from edgekit.conversion import ConversionData, Converter, ConvertOptions
 from edgekit.errors import ConversionError
-from edgekit.native import verbose
 
 log = logging.getLogger("edgekit")
 
@@ -67,7 +65,7 @@ class TorchToExecutorch(Converter):
         module, quantization = in_eval_mode(model), None
         with torch.no_grad():
             if options.precision == "int8":
-                with failing_as("PT2E int8 quantization failed", module), _quiet():
+                with failing_as("PT2E int8 quantization failed", module), quiet():
                     module, quantization = _quantize(module, args, options, data, specs)
             lowered = lower_by_routes(exported(module, args))
         Path(out).write_bytes(lowered.program.buffer)
@@ -103,7 +101,7 @@ def exported(module, args):
     """torch.export of `module` (float or PT2E-quantized); a failure as a ConversionError with a hint from its error."""
     import torch
 
-    with failing_as("torch.export could not trace the model", module), _quiet():
+    with failing_as("torch.export could not trace the model", module), quiet():
         return torch.export.export(module, args)
 
 
@@ -126,7 +124,7 @@ def lower_by_routes(program) -> Lowered:
             failed = next(r for r in reversed(routes) if r["result"] == "failed")
             log.warning("ExecuTorch lowering: %s failed (%s); trying %s", failed["route"], failed["why"], route.name)
         try:
-            with _quiet():
+            with quiet():
                 edge, executorch, split, left_out = _lower_by(route, program)
         except Exception as exc:  # the partitioners, the XNNPACK passes and to_executorch raise many types
             routes.append({"route": route.name, "result": "failed", "why": lowering_reason(exc)})
@@ -237,13 +235,6 @@ def failing_as(what: str, module):
         raise
     except Exception as exc:  # torch.export, PT2E and ExecuTorch raise many types for unsupported code
         raise ConversionError(f"{what}: {reason(exc, model_code(module))}", hint=hint_for([exc], LOWERING_HINTS)) from None
-
-
-@contextlib.contextmanager
-def _quiet():
-    """export_errors.quiet, and stdout too (what ExecuTorch's passes print), unless --verbose."""
-    with quiet(), contextlib.nullcontext() if verbose() else contextlib.redirect_stdout(io.StringIO()):
-        yield
 
 
 def _failures(routes: list[dict]) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.backends.openvino.loader import root_logger_kept
+from edgekit.backends.torch.export_errors import plain
 from edgekit.conversion import ConversionData, Converter, ConvertOptions, plan
 from edgekit.errors import ConversionError, EdgekitError
 from edgekit.fileio import work_folder
@@ -316,7 +317,7 @@ def torch_by_routes(module, specs, work: Path, options: ConvertOptions, data: Co
     """The ov.Model of the first of TORCH_ROUTES that converts `module`, and every route tried ({"route", "result":
     "failed" | "taken", "why"}). All failing: a ConversionError naming each route's failure, with the hints for the
     causes their errors showed."""
-    from edgekit.backends.torch.export_errors import DEFAULT_HINT, HINTS, hint_for, model_code, quiet, reason
+    from edgekit.backends.torch.export_errors import HINTS, model_code, quiet, reason, routes_hint
 
     routes: list[dict] = []
     failures: list[BaseException] = []
@@ -340,13 +341,11 @@ def torch_by_routes(module, specs, work: Path, options: ConvertOptions, data: Co
             continue
         routes.append({"route": route.name, "result": "taken", "why": None, **entry})
         return ov_model, routes
-    hints = [hint_for(failures, (*HINTS, *OPENVINO_HINTS))] + [exc.hint for exc in failures if isinstance(exc, EdgekitError)]
-    hints = list(dict.fromkeys(h for text in hints for h in text.split("; ") if h and h != DEFAULT_HINT)) or [DEFAULT_HINT]
     frontend = next((str(exc) for exc in failures if _from_openvino(exc)), "")  # its list of the ops it lacks
     raise ConversionError(
         "OpenVINO cannot convert the model by any route: " + "; ".join(f"{r['route']}: {r['why']}" for r in routes),
-        hint="; ".join(hints),
-        cause=_plain(frontend),
+        hint=routes_hint(failures, (*HINTS, *OPENVINO_HINTS)),
+        cause=plain(frontend),
     )
 
 
@@ -354,15 +353,9 @@ def _from_openvino(exc: BaseException) -> bool:
     return type(exc).__module__.startswith("openvino")
 
 
-def _plain(text: str) -> str:
-    from edgekit.backends.torch.export_errors import ANSI
-
-    return ANSI.sub("", text)
-
-
 def _openvino_reason(exc: Exception) -> str:
     """OpenVINO's messages start with 'Exception from src/...cpp:N:'; the reason is the next line."""
-    text = _plain(str(exc)).strip()
+    text = plain(exc).strip()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("Exception from")]
     unconverted = [ln.removeprefix("-- ") for ln in lines if "No conversion rule found" in ln]
     lines = unconverted or [ln for ln in lines if not ln.startswith("Check '")] or lines

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from edgekit.backends.tflite.pads import fold_same_pads
+from edgekit.backends.torch.export_errors import first_line
 from edgekit.conversion import ConversionData, Converter, ConvertOptions
 from edgekit.errors import ConversionError, EdgekitError
 from edgekit.fileio import work_folder
@@ -110,7 +111,7 @@ def write_by_routes(job: Job) -> list[dict]:
     """Write `job.out` (fp32, fp16 or int8-dynamic) by the first of ROUTES that writes it; every route tried, as
     {"route", "result": "failed" | "taken", "why"}. All failing: a ConversionError naming each route's failure, with
     the hints for the causes their errors showed."""
-    from edgekit.backends.torch.export_errors import DEFAULT_HINT, HINTS, hint_for, model_code, reason
+    from edgekit.backends.torch.export_errors import HINTS, model_code, reason, routes_hint
 
     routes: list[dict] = []
     failures: list[BaseException] = []
@@ -132,10 +133,9 @@ def write_by_routes(job: Job) -> list[dict]:
             continue
         routes.append({"route": route.name, "result": "taken", "why": None, **entry})
         return routes
-    hints = [hint_for(failures, (*HINTS, *LITERT_HINTS))] + [exc.hint for exc in failures if isinstance(exc, EdgekitError)]
-    hints = list(dict.fromkeys(h for text in hints for h in text.split("; ") if h and h != DEFAULT_HINT)) or [DEFAULT_HINT]
     raise ConversionError(
-        "TFLite conversion failed by every route: " + "; ".join(f"{r['route']}: {r['why']}" for r in routes), hint="; ".join(hints)
+        "TFLite conversion failed by every route: " + "; ".join(f"{r['route']}: {r['why']}" for r in routes),
+        hint=routes_hint(failures, (*HINTS, *LITERT_HINTS)),
     )
 
 
@@ -185,7 +185,7 @@ def _via_onnx(job: Job) -> dict:
         except SystemExit:  # onnx2tf exits on some errors, after printing them
             raise ConversionError(f"onnx2tf stopped: {_last_error(printed.getvalue())}") from None
         except Exception as exc:
-            raise ConversionError(f"onnx2tf: {_first_line(exc).removeprefix('ERROR: ')}") from exc
+            raise ConversionError(f"onnx2tf: {(first_line(exc) or type(exc).__name__).removeprefix('ERROR: ')}") from exc
         written = work / "onnx2tf" / f"{onnx.stem}{ONNX2TF_FILES[options.precision]}"
         _check_io(written, job)
         shutil.copyfile(written, job.out)
@@ -267,14 +267,6 @@ def _last_error(printed: str) -> str:
     return " ".join(errors[-1].split())[:300] if errors else "it exited without a message"
 
 
-def _first_line(exc: BaseException) -> str:
-    """The error's first line (ANSI colours removed), or its type where it has no message."""
-    from edgekit.backends.torch.export_errors import ANSI
-
-    lines = [ln for ln in ANSI.sub("", str(exc)).strip().splitlines() if ln.strip()]
-    return " ".join(lines[0].split())[:300] if lines else type(exc).__name__
-
-
 ROUTES = (Route("litert-torch", _litert_torch), Route("via-onnx", _via_onnx))
 # what the routes' errors showed -> the hint naming that cause ({0}: what the pattern caught)
 LITERT_HINTS = ((re.compile(r"Lowering not found: ([\w.]+)"), "litert-torch has no lowering for {0}: rewrite it with other ops"),)
@@ -288,7 +280,7 @@ def _converted(make):
         raise
     except Exception as exc:  # litert-torch raises many types for unsupported ops
         raise ConversionError(
-            f"litert-torch could not convert the model: {_first_line(exc)}",
+            f"litert-torch could not convert the model: {(first_line(exc) or type(exc).__name__)}",
             hint="an op may be unsupported; try --to onnx or --to openvino",
         ) from None
 
