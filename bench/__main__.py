@@ -19,6 +19,7 @@ ALL = (
     "gpu",
     "deep_compression",
     "families",
+    "prune",
 )
 
 

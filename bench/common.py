@@ -46,18 +46,27 @@ def photo_calibration(count: int = 300, seed: int = 0, model: str | None = None)
 TARGETS = {"onnx": "onnxruntime:cpu", "openvino": "openvino:cpu", "tflite": "litert:cpu"}
 
 
-PRUNED = "resnet18_shape_channels30"
+PRUNED = "resnet18_shape_channels30"  # edgekit's default: kept channels a multiple of this ISA class's width
 
 
-def pruned_resnet() -> Path:
-    """ResNet-18 shape with 30% of channels pruned (BN recalibrated on real photos), as a cached .pt2."""
+def pruned_name(round_to: int) -> str:
+    """The ResNet-18 shape pruned by 30% with kept channels a multiple of `round_to` (1: not rounded)."""
+    return f"{PRUNED}_r{round_to}"
+
+
+def pruned_resnet(round_to: int | None = None) -> Path:
+    """ResNet-18 shape with 30% of channels pruned (BN recalibrated on real photos), kept channels a multiple of
+    `round_to` (None: edgekit's default for this host), as a cached .pt2."""
     from edgekit.compress import PruneOptions
+    from edgekit.isa import channel_multiple
     from edgekit.pruning import prune
 
-    out = CACHE / f"{PRUNED}.pt2"
+    round_to = round_to or channel_multiple(ISA_CLASS)
+    out = CACHE / f"{pruned_name(round_to)}.pt2"
     if not out.exists():
         spec, inputs = MODELS["resnet18_shape"]
-        prune(ModelSource(spec, "torch-factory"), PruneOptions("channels", channel_ratio=0.3), out, list(inputs), str(photo_calibration()))
+        options = PruneOptions("channels", channel_ratio=0.3, round_to=round_to)
+        prune(ModelSource(spec, "torch-factory"), options, out, list(inputs), str(photo_calibration()))
     return out
 
 
@@ -98,8 +107,9 @@ def artifact(
     control = f".control{min_agreement}" if min_agreement else f".cosine{min_cosine}" if min_cosine else ""
     out = CACHE / f"{model}{inputs}.{precision}{scheme}.{calib_samples}{control}.{code_stamp()}{SUFFIXES[fmt]}"
     if not out.exists():
-        if model == PRUNED:
-            source, inputs = open_source(str(pruned_resnet())), ()
+        if model.startswith(PRUNED):
+            round_to = int(model.rpartition("_r")[2]) if "_r" in model else None
+            source, inputs = open_source(str(pruned_resnet(round_to))), ()
         else:
             source, inputs = ModelSource(MODELS[model][0], "torch-factory"), MODELS[model][1]
         int8 = precision == "int8"

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from bench.common import MODELS, PRUNED, TARGETS, artifact, p50, publish, ratio_text, spread
+from bench.common import MODELS, TARGETS, artifact, p50, publish, ratio_text, spread
 
 PRECISIONS = ("fp32", "fp16", "int8")
 
 
 def run(rounds: int = 3, threads_list: tuple[int, ...] = (1, 2)) -> None:
     rows = [row for model in MODELS for fmt in TARGETS for row in _rows(model, fmt, rounds, threads_list)]
-    rows += [row for fmt in TARGETS for row in _pruned_rows(fmt, rounds, threads_list)]
     publish(
         "speedup",
         "Speed-up vs fp32 (p50 ratio, batch 1; lower is faster)",
@@ -21,7 +20,7 @@ def run(rounds: int = 3, threads_list: tuple[int, ...] = (1, 2)) -> None:
             "OpenVINO NNCF, LiteRT PT2E (litert-torch).",
             "OpenVINO runs with INFERENCE_PRECISION_HINT=f32: fp32 and fp16 IRs both compute in f32; its int8 kernels use AMX/VNNI.",
             "Target: int8/fp32 <= 0.4 for the ResNet-18 shape (VNNI compute ceiling ~0.25; AMX goes lower).",
-            f"{PRUNED}: 30% of the channels of every prunable layer removed (torch-pruning), BN recalibrated; ratios vs the unpruned fp32 model.",
+            "Pruned models: `python -m bench prune` (MAC ratio beside p50 ratio, per kept-channel multiple).",
         ],
     )
 
@@ -44,35 +43,6 @@ def _rows(model: str, fmt: str, rounds: int, threads_list) -> list[list]:
                     precision,
                     f"{spread(times['fp32'])['median']:.2f}",
                     f"{spread(times[precision])['median']:.2f}",
-                    ratio_text(spread(ratios)),
-                ]
-            )
-    return rows
-
-
-def _pruned_rows(fmt: str, rounds: int, threads_list) -> list[list]:
-    """The pruned ResNet-18 shape (fp32 and int8) against the unpruned fp32 model on the same runtime."""
-    paths = {
-        "fp32": artifact("resnet18_shape", "fp32", fmt),
-        "pruned fp32": artifact(PRUNED, "fp32", fmt),
-        "pruned int8": artifact(PRUNED, "int8", fmt),
-    }
-    rows = []
-    for threads in threads_list:
-        times = {name: [] for name in paths}
-        for _ in range(rounds):
-            for name, path in paths.items():
-                times[name].append(p50(path, threads))
-        for name in ("pruned fp32", "pruned int8"):
-            ratios = [t / f for t, f in zip(times[name], times["fp32"], strict=True)]
-            rows.append(
-                [
-                    PRUNED,
-                    TARGETS[fmt],
-                    threads,
-                    name,
-                    f"{spread(times['fp32'])['median']:.2f}",
-                    f"{spread(times[name])['median']:.2f}",
                     ratio_text(spread(ratios)),
                 ]
             )

@@ -359,6 +359,16 @@ PRUNE = Command(
         Option("scope", "global", "--scope", "magnitude: global (one threshold) or layer (per layer).", recipe="compress.scope"),
         Option("channels", 0.3, "--channels", "channels: fraction of channels removed per layer.", recipe="compress.channels"),
         Option(
+            "round_to",
+            None,
+            "--round-to",
+            "channels: keep a multiple of N channels per layer, the width the kernels want (default: this host's ISA class's, "
+            "e.g. 16 on AVX-512; 1 rounds nothing).",
+            int,
+            "compress.round_to",
+            minimum=1,
+        ),
+        Option(
             "energy",
             None,
             "--energy",
@@ -530,7 +540,7 @@ GATE = Command(
             "The baseline's model file, when its report's artifact path is not at hand: both are re-timed here.",
         ),
         Option("tolerance", 0.10, "--tolerance", "The smallest latency regression that counts (0.10 = 10%)."),
-        Option("max_rounds", 8, "--max-rounds", "Re-timing: at most this many A-B-B-A rounds before INCONCLUSIVE."),
+        Option("max_rounds", 12, "--max-rounds", "Re-timing: at most this many A-B-B-A rounds before INCONCLUSIVE."),
         Option(
             "reports_only",
             False,

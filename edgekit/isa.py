@@ -116,6 +116,30 @@ CLASSES = {
 }
 
 
+# The multiple of channels structured pruning keeps per layer, per class: the fp32 vector width the convolution and
+# GEMM kernels block output channels by (oneDNN and MLAS: 16 lanes on AVX-512, 8 on AVX2 and NEON). Off that width a
+# pruned layer pays for the padded remainder: issue 48's Xeon (x86-amx) ran a ResNet-18 with 30% of its channels
+# pruned at 0.74-0.77 of the full p50 unrounded (45/89/179/358 channels) and 0.51-0.54 rounded to 16.
+# bench/results/<class>/prune.md has this project's measurements per class; "measured" says which rows are.
+CHANNEL_MULTIPLE = {
+    "x86-amx": 16,
+    "x86-vnni": 16,
+    "x86-avx512": 16,
+    "x86-avx2": 8,
+    "x86-sse": 4,
+    "arm64-i8mm": 8,
+    "arm64-dotprod": 8,
+    "arm64": 8,
+    "other": 8,
+}
+CHANNEL_MULTIPLE_MEASURED = {"x86-amx", "x86-vnni"}
+
+
+def channel_multiple(isa_class: str) -> int:
+    """The kept-channel multiple for a class (8 for one edgekit does not know)."""
+    return CHANNEL_MULTIPLE.get(isa_class, 8)
+
+
 def classify(flags: set[str], arch: str) -> IsaClass:
     """The class of a CPU from its /proc/cpuinfo flags (x86) or Features (Arm) and its architecture."""
     arch = arch.lower()

@@ -193,12 +193,16 @@ def compare_stages(
             )
         )
         rows.append(_stage_row(name, artifact, result))
-    base = rows[0]["p50_ms"]
-    return [{**r, "speedup": base / r["p50_ms"]} for r in rows]
+    base, macs = rows[0]["p50_ms"], rows[0]["macs"]
+    return [
+        {**r, "speedup": base / r["p50_ms"], "p50_ratio": r["p50_ms"] / base, "mac_ratio": r["macs"] / macs if r["macs"] and macs else None}
+        for r in rows
+    ]
 
 
 def _stage_row(name: str, artifact, result: dict) -> dict:
-    from edgekit.backends.onnx.loader import onnx_summary
+    from edgekit.backends.onnx.loader import onnx_summary, read_onnx
+    from edgekit.backends.onnx.macs import total_macs
     from edgekit.metrics.coding import onnx_coded_bytes
 
     summary = onnx_summary(artifact.path)
@@ -208,6 +212,7 @@ def _stage_row(name: str, artifact, result: dict) -> dict:
         "stage": name,
         "precision": artifact.precision,
         "parameters": summary["parameters"],
+        "macs": total_macs(read_onnx(artifact.path)),
         "size_bytes": size,
         "gzip_bytes": packed,
         "coded_bytes": coded,

@@ -50,6 +50,32 @@ def target_findings(source: ModelSource, target: str) -> list[dict]:
     return [f.to_dict() for f in check_for_tensorrt(source.path)]
 
 
+def target_checks(source: ModelSource, target: str) -> dict:
+    """`info --for-target`: TensorRT's acceptance checks ({"tensorrt_checks": [...]}), else the target runtime's int8
+    coverage ({"int8_coverage": {...}})."""
+    from edgekit.backends.onnx.quantize import for_tensorrt
+
+    if for_tensorrt(target):
+        return {"tensorrt_checks": target_findings(source, target)}
+    return {"int8_coverage": target_coverage(source, target)}
+
+
+def target_coverage(source: ModelSource, target: str) -> dict:
+    """How much of `source` the runtime of `target` executes in int8, read from the runtime before any timing."""
+    from edgekit.errors import EdgekitError
+    from edgekit.targets import make_runner
+
+    runner = make_runner(source, target, None, None)
+    runner.load()
+    coverage = runner.int8_coverage()
+    if coverage is None:
+        raise EdgekitError(
+            f"{runner.target} does not say which layers it runs in int8",
+            hint="ONNX Runtime, OpenVINO, LiteRT and ExecuTorch do: pass one of their targets to --for-target",
+        )
+    return coverage
+
+
 def list_targets(probe: bool = False) -> list[dict]:
     """Every registered runtime with its devices; a missing runtime names the package to install.
 

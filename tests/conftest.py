@@ -116,6 +116,7 @@ SLOW_FILES = {
     "tests/unit/recipe/test_emit_recipe.py": 90,
     "tests/unit/backends/test_int8_detectors.py": 85,
     "tests/unit/backends/test_int8_families.py": 70,
+    "tests/unit/backends/test_int8_coverage.py": 60,
     "tests/cli/test_executorch.py": 55,
     "tests/unit/test_isa_emulated.py": 50,
     "tests/unit/recipe/test_recipe.py": 50,

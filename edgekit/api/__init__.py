@@ -299,7 +299,7 @@ def _prune_options(args):
     keep = None if args.energy else args.keep  # --keep applies without --energy
     return PruneOptions(
         args.method, args.sparsity, args.scope, args.channels, args.energy, keep, args.epochs, args.lr,
-        clusters=args.clusters, init=args.init, surgery=args.surgery,
+        clusters=args.clusters, init=args.init, surgery=args.surgery, round_to=args.round_to,
     )  # fmt: skip
 
 

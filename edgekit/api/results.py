@@ -157,6 +157,7 @@ class Validation(Report):
     fidelity: list[Fidelity] = field(default_factory=list)
     accuracy: dict | None = None
     task_metrics: dict | None = None  # detection, segmentation, embedding, regression (metrics.task_metrics)
+    int8_coverage: dict | None = None  # an int8 artifact's share run in int8, read from its runtime (metrics.coverage)
     latency: BenchResult | None = None
     gate: Gate = field(default_factory=Gate)
 

@@ -20,19 +20,21 @@ def info(
     for_target: str = typer.Option(
         None,
         "--for-target",
-        help="Also check the ONNX for this target: tensorrt:cuda (symmetric int8 Q/DQ, per-channel, ops). Exit 2 if rejected.",
+        help="Also check the model for this target: tensorrt:cuda (symmetric int8 Q/DQ, per-channel, ops; exit 2 if rejected); "
+        "any other target (onnxruntime:cpu, openvino:cpu, litert:cpu, executorch:cpu) gives its int8 coverage: the share of "
+        "MACs the runtime executes in int8 and the layers left float.",
     ),
 ) -> None:
     """Format, inputs/outputs, parameter count, size on disk, op histogram."""
-    from edgekit.cli.render import print_info, print_tensorrt_findings
+    from edgekit.cli.render import print_coverage, print_info, print_tensorrt_findings
     from edgekit.source import open_source
-    from edgekit.summary import model_info, target_findings
+    from edgekit.summary import model_info, target_checks
 
     source = open_source(model, weights, allow_pickle)
     summary = model_info(source)
-    findings = None if for_target is None else target_findings(source, for_target)
-    if findings is not None:
-        summary["tensorrt_checks"] = findings
+    if for_target:
+        summary.update(target_checks(source, for_target))
+    findings = summary.get("tensorrt_checks")
     if json_out:
         import json
 
@@ -41,6 +43,8 @@ def info(
         print_info(summary)
         if findings is not None:
             print_tensorrt_findings(findings)
+        if summary.get("int8_coverage"):
+            print_coverage(summary["int8_coverage"], for_target)
     if findings and any(f["level"] == "error" for f in findings):
         raise typer.Exit(2)
 

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from edgekit.report.schema import fmt, fmt_size
+from edgekit.report.schema import fmt, fmt_count, fmt_size
 
 # Logs and CI are not terminals: keep tables whole rather than squeezing them to 80 columns.
 console = Console(highlight=False, width=None if Console().is_terminal else 200)
@@ -184,6 +184,28 @@ def _seed(calib: dict) -> str:
     return f"seed {calib['seed']}" if calib.get("seed") is not None else ""
 
 
+def print_coverage(coverage: dict, target: str | None = None) -> None:
+    """int8 coverage: the headline, then the layers left float with their MACs, and the float islands."""
+    from edgekit.metrics.coverage import share
+
+    value = share(coverage)
+    unit = "of its MACs" if coverage["macs_share"] is not None else "of its layers"
+    where = f" on {escape(target)}" if target else ""
+    console.print(
+        f"int8 coverage{where}: [bold]{fmt(None if value is None else 100 * value, '.1f')}%[/] {unit} "
+        f"({coverage['int8_layers']}/{coverage['layers']} multiplying layers in int8; read from {escape(coverage['read_from'])})"
+    )
+    if coverage["float_layers"]:
+        table = Table("float layer", "op", "MACs", "share", title="layers left float", title_justify="left")
+        for layer in coverage["float_layers"]:
+            share_text = fmt(None if layer["macs_share"] is None else 100 * layer["macs_share"], ".1f")
+            table.add_row(escape(layer["name"]), layer["op"], fmt_count(layer["macs"]), share_text + "%")
+        console.print(table)
+    others = [x for x in coverage["islands"] if x["name"] not in {f["name"] for f in coverage["float_layers"]}]
+    if others:
+        console.print("float islands (float ops between int8 ones): " + escape(", ".join(f"{x['name']} ({x['op']})" for x in others)))
+
+
 def print_tensorrt_findings(findings: list[dict], indent: str = "") -> None:
     """What TensorRT would reject (errors) or run worse (warnings), or a one-line all-clear."""
     errors = sum(f["level"] == "error" for f in findings)
@@ -244,6 +266,8 @@ def print_validation(report: dict) -> None:
         console.print(f"  outputs paired by {report['output_pairing'][0]['by']}: {escape(pairs)}")
     if report.get("task_metrics"):
         _print_task_metrics(report["task_metrics"])
+    if report.get("int8_coverage"):
+        print_coverage(report["int8_coverage"])
     table = Table("output", "max abs", "mean abs", "cosine (mean/min)", "SNR dB", "top-1 agree", "non-finite")
     for f in report["fidelity"]:
         broken = f.get("nonfinite", 0)
@@ -488,9 +512,12 @@ def print_compression(report: dict) -> None:
             "coded size",
             "accuracy",
             "drop (pts)",
+            "MACs",
+            "MAC ratio",
             "p50 ms",
+            "p50 ratio",
             "speed-up",
-            title="stages (ONNX Runtime)",
+            title="stages (ONNX Runtime; ratios vs the original: when the p50 ratio stays above the MAC ratio, the kernels do not follow the work)",
             title_justify="left",
         )
         for r in report["stages"]:
@@ -503,7 +530,10 @@ def print_compression(report: dict) -> None:
                 fmt_size(r["coded_bytes"]),
                 fmt(r["accuracy"], ".2f") + ("%" if r["accuracy"] is not None else ""),
                 fmt(r["drop_points"], "+.2f"),
+                fmt_count(r.get("macs")),
+                fmt(r.get("mac_ratio"), ".2f"),
                 f"{r['p50_ms']:.3f}",
+                fmt(r.get("p50_ratio"), ".2f"),
                 f"{r['speedup']:.2f}x",
             )
         console.print(table)

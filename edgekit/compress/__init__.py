@@ -28,6 +28,7 @@ class PruneOptions:
     init: str = "linear"  # cluster: centroid initialisation, linear or density
     surgery: bool = False  # magnitude + epochs: dynamic network surgery (masks recomputed, cut weights may return)
     surgery_band: float = 0.1  # surgery: b = a * (1 + band); between a and b a weight keeps its mask
+    round_to: int | None = None  # channels: each kept channel count a multiple of this (None: the host ISA class's; 1: none)
 
 
 @dataclass

@@ -175,6 +175,8 @@ def channel_prune(module, options: PruneOptions, example, calibration: Samples |
     model = copy.deepcopy(module).eval()
     macs_before, params_before = tp.utils.count_ops_and_params(model, example)
     ignored = _output_layers(model, example)
+    round_to, why = kept_multiple(options.round_to)
+    widths = _widths(model)
     pruner = tp.pruner.MetaPruner(
         model,
         example,
@@ -182,6 +184,7 @@ def channel_prune(module, options: PruneOptions, example, calibration: Samples |
         pruning_ratio=options.channel_ratio,
         ignored_layers=ignored,
         global_pruning=False,
+        pruning_ratio_dict=_rounded_ratios(model, widths, options.channel_ratio, round_to) if round_to > 1 else None,
     )
     pruner.step()
     with torch.no_grad():
@@ -192,7 +195,7 @@ def channel_prune(module, options: PruneOptions, example, calibration: Samples |
             f"channel pruning changed the output shape {reference_shape} -> {tuple(out.shape)}",
             hint="report this model: its output layer was not protected",
         )
-    notes = [f"{options.channel_ratio:.0%} of the channels of each prunable layer removed (L2 magnitude, dependency graph)"]
+    notes = [f"{options.channel_ratio:.0%} of the channels of each prunable layer removed (L2 magnitude, dependency graph)", why]
     if calibration is not None:
         recalibrate_batchnorm(model, calibration)
         notes.append(f"batch-norm statistics recalibrated on {len(calibration)} samples")
@@ -200,9 +203,49 @@ def channel_prune(module, options: PruneOptions, example, calibration: Samples |
         finetune(model, train, options.epochs, options.learning_rate, None, options.seed)
         notes.append(f"fine-tuned {options.epochs} epoch(s)")
     macs_after, params_after = tp.utils.count_ops_and_params(model.eval(), example)
+    kept = _widths(model)
+    layers = [{"layer": n, "channels": f"{widths[n]} -> {kept[n]}", "multiple": kept[n] % round_to == 0} for n in widths if n in kept]
     return model, StageReport(
-        "channels", int(params_before), int(params_after), count(model)[1], int(macs_before), int(macs_after), notes=notes
+        "channels", int(params_before), int(params_after), count(model)[1], int(macs_before), int(macs_after), layers=layers, notes=notes
     )
+
+
+def kept_multiple(round_to: int | None) -> tuple[int, str]:
+    """The multiple each layer keeps (asked for, else the host ISA class's) and the note saying why."""
+    from edgekit.isa import CHANNEL_MULTIPLE_MEASURED, channel_multiple, host_class
+
+    if round_to:
+        return round_to, f"kept channels rounded to a multiple of {round_to} (--round-to)" if round_to > 1 else "kept channels not rounded"
+    isa = host_class().name
+    measured = "measured, bench/results/" + isa + "/prune.md" if isa in CHANNEL_MULTIPLE_MEASURED else "not measured on this class"
+    multiple = channel_multiple(isa)
+    return multiple, (
+        f"kept channels rounded to a multiple of {multiple}: the vector width of {isa} (this host; {measured}); "
+        "--round-to N for another target's"
+    )
+
+
+def _rounded_ratios(model, widths: dict[str, int], ratio: float, multiple: int) -> dict:
+    """Per layer, the ratio that keeps the multiple of `multiple` nearest to (1 - ratio) of its channels (at least one
+    multiple). torch-pruning keeps int(width x (1 - ratio)) channels; its own round_to rounds down, which keeps 32 of
+    64 channels where 30% pruning means 45 and the nearest multiple of 16 is 48."""
+    modules = dict(model.named_modules())
+    ratios = {}
+    for name, width in widths.items():
+        kept = min(width, max(multiple, multiple * round(width * (1 - ratio) / multiple)))
+        ratios[modules[name]] = 1 - (kept + 0.5) / width  # int(width x (1 - this)) == kept
+    return ratios
+
+
+def _widths(model) -> dict[str, int]:
+    """Output channels (features) of each Conv and Linear layer."""
+    import torch
+
+    return {
+        n: m.out_channels if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d)) else m.out_features
+        for n, m in model.named_modules()
+        if isinstance(m, (torch.nn.Conv2d, torch.nn.Conv1d, torch.nn.Linear))
+    }
 
 
 def _output_layers(model, example) -> list:

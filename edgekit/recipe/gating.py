@@ -70,7 +70,7 @@ class LatencyCheck:
 
     tolerance: float = 0.10
     baseline_artifact: str | None = None  # the baseline's model file, when its report's path is not at hand
-    max_rounds: int = 8
+    max_rounds: int = 12
     retime: bool = True  # False: judge from the reports' times even when the artifacts are at hand
     progress: Callable[[str], None] | None = None
 

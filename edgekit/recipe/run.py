@@ -15,6 +15,7 @@ from edgekit.artifact import TensorSpec, parse_input_spec
 from edgekit.conversion import SUFFIXES, CalibrationOptions, ConvertOptions
 from edgekit.errors import EdgekitError
 from edgekit.isa import host_class, speedup_note
+from edgekit.metrics.coverage import why_size_only
 from edgekit.metrics.gate import check_row, failures, with_default_gates
 from edgekit.recipe.cache import cached_build, publish
 from edgekit.recipe.schema import SOURCE_FORMATS, Recipe
@@ -140,6 +141,7 @@ def apply_compression(recipe: Recipe, source: ModelSource, inputs, validation: s
             init=stage.init,
             surgery=stage.surgery,
             learning_rate=stage.lr,
+            round_to=stage.round_to,
         )
         suffix = registry.backend(source.family).suffix  # the pruner writes its framework's own file: .pt2, .keras
         key = fingerprint({"source": source_fingerprint(source), "stage": stage.__dict__, "data": _file_hash(validation)})
@@ -301,7 +303,14 @@ def with_speedups(rows: list[dict]) -> list[dict]:
 
     isa_class = host_class().name
     rows = [{**r, "speedup": speedup(r)} for r in rows]
-    return [{**r, "speedup_note": speedup_note(r["precision"], r["speedup"], isa_class)} for r in rows]
+    return [{**r, "speedup_note": _size_only(r, isa_class)} for r in rows]
+
+
+def _size_only(row: dict, isa_class: str) -> str | None:
+    """The note of an int8 row that is not faster, with what its int8 coverage says of why."""
+    note = speedup_note(row["precision"], row["speedup"], isa_class)
+    why = why_size_only(row.get("int8_coverage_detail"))
+    return f"{note}; {why}" if note and why else note
 
 
 def cache_key(source: ModelSource, fmt: str, options: ConvertOptions) -> str:

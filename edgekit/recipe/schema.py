@@ -65,6 +65,7 @@ class CompressSection:
     init: str = "linear"
     surgery: bool = False
     lr: float = 1e-3
+    round_to: int | None = None  # channels: kept counts a multiple of this (None: the host ISA class's)
 
 
 @dataclass(frozen=True)

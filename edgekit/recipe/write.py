@@ -268,6 +268,7 @@ def recipe_of_pruning(model, weights, inputs, options, data, finetune, precision
         "clusters": options.clusters,
         "init": options.init,
         "surgery": options.surgery,
+        "round_to": options.round_to,
     }
     return {
         "model": model,

@@ -162,5 +162,15 @@ def fmt_size(size: int) -> str:
     return str(size)
 
 
+def fmt_count(value: int | None) -> str:
+    """1814073344 -> 1.81 G (MACs, operations)."""
+    if value is None:
+        return "-"
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.2f} {unit}"
+    return str(value)
+
+
 def fmt(value, spec: str = ".2f", empty: str = "-") -> str:
     return empty if value is None else format(value, spec)

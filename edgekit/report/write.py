@@ -7,6 +7,7 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 from edgekit.fileio import atomic_output
+from edgekit.metrics.coverage import WELL_COVERED, coverage_text
 from edgekit.report.schema import fmt, fmt_size, write_json
 
 COLUMNS = (
@@ -22,6 +23,7 @@ COLUMNS = (
     "p50 ms",
     "p90 ms",
     "speed-up",
+    "int8 coverage",
     "size",
     "gates",
 )
@@ -30,7 +32,7 @@ COLUMNS = (
 def cells(row: dict) -> list[str]:
     """A row's table cells, shared by every renderer."""
     if row["status"] != "ok":
-        return [row["format"], row["precision"], row["target"], row["status"], *["-"] * 9, "error"]
+        return [row["format"], row["precision"], row["target"], row["status"], *["-"] * 10, "error"]
     failed = [g["metric"] for g in row.get("gates", []) if not g["passed"]]
     gates = "pass" if not failed else "FAIL: " + ", ".join(failed)
     return [
@@ -46,9 +48,14 @@ def cells(row: dict) -> list[str]:
         f"{row['p50_ms']:.3f}",
         f"{row['p90_ms']:.3f}",
         fmt(row.get("speedup"), ".2f") + ("x" if row.get("speedup") else "") + (" (size only)" if row.get("speedup_note") else ""),
+        fmt(_percent(row.get("int8_coverage")), ".1f") + ("%" if row.get("int8_coverage") is not None else ""),
         fmt_size(row["size_bytes"]),
         gates if row.get("gates") else "-",
     ]
+
+
+def _percent(share: float | None) -> float | None:
+    return None if share is None else 100 * share
 
 
 def _agreement(row: dict) -> float | None:
@@ -69,6 +76,11 @@ def row_notes(report: dict) -> list[str]:
 
     rows = report["rows"]
     notes = [f"{row_label(r)}: {r['speedup_note']}" for r in rows if r.get("speedup_note")]
+    notes += [
+        f"{row_label(r)}: {coverage_text(r['int8_coverage_detail'])}"
+        for r in rows
+        if r.get("int8_coverage") is not None and r["int8_coverage"] < WELL_COVERED and not r.get("speedup_note")
+    ]
     notes += [
         f"{row_label(r)}: timed on an EMULATED CPU ({r['emulated']}): its accuracy is that CPU's, its latency is not"
         for r in rows

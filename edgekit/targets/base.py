@@ -206,6 +206,11 @@ class Runner:
         """Runtime settings that change speed, recorded in reports (threads are recorded separately)."""
         return {}
 
+    def int8_coverage(self) -> dict | None:
+        """How much of the loaded model this runtime executes in int8 (metrics.coverage.summarize's dict), read from the
+        runtime itself; None where it cannot say."""
+        return None
+
 
 def apply_given_inputs(model: list[TensorSpec], given: list[TensorSpec]) -> list[TensorSpec]:
     """The model's input specs with --input's sizes for its dynamic dims (the batch axis stays the batch).

@@ -1,8 +1,12 @@
 """Latency regressions decided by measuring: the baseline's artifact and the new one re-timed on this machine.
 
 One round times A (the baseline) and B (the new artifact) as A B B A, each in a fresh spawned process, so a
-drift of the machine during the round hits both alike. The verdict rests on the spread between rounds, never on
-the spread inside one process: REGRESSION when B is slower than A beyond the tolerance and the rounds agree
+drift of the machine during the round hits both alike. Each process is summed up by its fastest timed run and each
+side of a round by its faster process: on a shared VM the median of a process wanders with its neighbours' load
+(p50s of 16.1 / 16.6 / 14.6 ms for one ResNet-18 while the minima read 13.2 / 12.7 / 12.7), a whole process can
+land on a busy core (2x slower throughout), and neither makes the code faster than it is, so the low end is what
+repeats (`python -m bench gate`, docs/ci.md). The verdict rests on the spread between rounds, never on the spread
+inside one process: REGRESSION when B is slower than A beyond the tolerance and the rounds agree
 (95% interval above 1), SAME when the interval excludes a regression of the tolerance, else more rounds up to
 a cap, then INCONCLUSIVE (as Chromium's Pinpoint answers DIFFERENT / SAME / UNKNOWN and adds runs while unknown).
 """
@@ -30,8 +34,9 @@ class RetimeSettings:
 
     tolerance: float = 0.10  # the smallest slow-down that counts as a regression
     min_rounds: int = 3
-    max_rounds: int = 8
+    max_rounds: int = 12
     latency: BenchSettings = BenchSettings(warmup=10, runs=50)
+    statistic: str = "min"  # of each process's timed runs: "min" (each side its faster process) or "p50" (their mean)
 
 
 def machine_state() -> dict:
@@ -59,20 +64,28 @@ def _temperature() -> float | None:
     return max(values) if values else None
 
 
+STATISTICS = ("min", "p50")
+
+
 def _timed(source: ModelSource, settings: BenchSettings) -> dict:
     state = machine_state()
     result = bench(source, settings)
-    return {"p50_ms": result.latency.p50, **state}
+    return {"p50_ms": result.latency.p50, "min_ms": min(result.times_ms), **state}
 
 
-def timing_round(old: ModelSource, new: ModelSource, settings: BenchSettings) -> dict:
-    """A B B A, each in a fresh process: the round's ratio new/old and its A/A and B/B spreads."""
+def timing_round(old: ModelSource, new: ModelSource, settings: BenchSettings, statistic: str = "min") -> dict:
+    """A B B A, each in a fresh process: the round's ratio new/old and its A/A and B/B spreads, from each process's
+    fastest run (a side's faster process) or, with "p50", from each process's median (a side's mean of two)."""
     a1, b1, b2, a2 = (_timed(s, settings) for s in (old, new, new, old))
-    a, b = (a1["p50_ms"] + a2["p50_ms"]) / 2, (b1["p50_ms"] + b2["p50_ms"]) / 2
+    key = f"{statistic}_ms"
+    side = min if statistic == "min" else lambda x, y: (x + y) / 2
+    a, b = side(a1[key], a2[key]), side(b1[key], b2[key])
     return {
         "ratio": b / a,
-        "aa": abs(math.log(a1["p50_ms"] / a2["p50_ms"])),
-        "bb": abs(math.log(b1["p50_ms"] / b2["p50_ms"])),
+        "a": a,
+        "b": b,
+        "aa": abs(math.log(a1[key] / a2[key])),
+        "bb": abs(math.log(b1[key] / b2[key])),
         "runs": {"A1": a1, "B1": b1, "B2": b2, "A2": a2},
         "busy": any(r["busy"] for r in (a1, b1, b2, a2)),
     }
@@ -87,13 +100,23 @@ def decide(rounds: list[dict], tolerance: float) -> dict:
     )
     low, high = math.exp(mean - half), math.exp(mean + half)
     ratio = math.exp(mean)
-    if low > 1 and ratio > 1 + tolerance:
+    if low > 1 and ratio > 1 + tolerance and _fastest_agree(rounds, tolerance):
         verdict = "REGRESSION"
     elif high < 1 + tolerance:
         verdict = "SAME"
     else:
         verdict = "INCONCLUSIVE"
     return {"verdict": verdict, "ratio": ratio, "ci95": [low, high], "rounds": n}
+
+
+def _fastest_agree(rounds: list[dict], tolerance: float) -> bool:
+    """A REGRESSION's check on the low end itself: the new artifact's fastest process of all rounds is slower than the
+    baseline's fastest by at least half the tolerance. A model whose processes land in distinct speed modes (a 0.08 ms
+    FashionCNN at 2 threads here ran at 0.077, 0.087 or 0.122 ms by process) can lose that lottery a few rounds in a
+    row; its fastest processes still agree (python -m bench gate: false alarms 11% -> 4% of replayed trials)."""
+    if not all("a" in r and "b" in r for r in rounds):
+        return True
+    return min(r["b"] for r in rounds) / min(r["a"] for r in rounds) >= 1 + tolerance / 2
 
 
 def aa_spread(rounds: list[dict]) -> float:
@@ -105,7 +128,7 @@ def retime(old: ModelSource, new: ModelSource, settings: RetimeSettings, progres
     """Re-time the baseline (`old`) and `new` in A B B A rounds until the verdict is clear or the cap is reached."""
     rounds: list[dict] = []
     while len(rounds) < max(settings.max_rounds, settings.min_rounds, 2):
-        rounds.append(timing_round(old, new, settings.latency))
+        rounds.append(timing_round(old, new, settings.latency, settings.statistic))
         if progress:
             progress(f"round {len(rounds)}: new/old x{rounds[-1]['ratio']:.3f}")
         if len(rounds) < max(settings.min_rounds, 2):
@@ -119,22 +142,30 @@ def retime(old: ModelSource, new: ModelSource, settings: RetimeSettings, progres
 
 
 def _settled(verdict: dict, tolerance: float, spread: float) -> bool:
-    """A verdict stands when the tolerance is outside the A/A noise (at least twice the spread); a REGRESSION also
-    stands when the slow-down itself is beyond twice the noise. Inside the noise a SAME or a small REGRESSION only
-    reflects the same artifact's order effects, so more rounds are taken; INCONCLUSIVE never stands."""
-    outside_noise = tolerance >= 2 * spread
+    """A verdict stands when the tolerance is outside the A/A noise (at least the spread); a REGRESSION also stands
+    when the slow-down itself is beyond the noise. Inside the noise a SAME or a small REGRESSION only reflects the same
+    artifact's order effects, so more rounds are taken; INCONCLUSIVE never stands. (Twice the spread, this rule's
+    factor before issue 48, refused 11-22% of a ResNet-18's trials at 2 threads on a 2-core VM where the same artifact's
+    rounds never strayed 10%: each side is the faster of two processes, less noisy than the A/A pairs that measure it.)"""
+    outside_noise = tolerance >= NOISE_FACTOR * spread
     if verdict["verdict"] == "SAME":
         return outside_noise
-    return verdict["verdict"] == "REGRESSION" and (outside_noise or verdict["ratio"] - 1 > 2 * spread)
+    return verdict["verdict"] == "REGRESSION" and (outside_noise or verdict["ratio"] - 1 > NOISE_FACTOR * spread)
+
+
+NOISE_FACTOR = 1.0  # the tolerance must be at least this many A/A spreads
 
 
 def _refuse_small_tolerance(tolerance: float, spread: float) -> None:
-    if tolerance < 2 * spread:
+    if tolerance < NOISE_FACTOR * spread:
         raise EdgekitError(
-            f"a {tolerance:.0%} tolerance is below twice the A/A spread measured here ({spread:.1%}): "
-            "the same artifact timed twice already differs by about that much",
-            hint=f"use --tolerance {math.ceil(200 * spread) / 100:.2f} or more, or gate on a quieter machine",
+            f"a {tolerance:.0%} tolerance is below the A/A spread measured here ({spread:.1%}): "
+            "the same artifact timed twice already differs by that much",
+            hint=f"use --tolerance {math.ceil(100 * NOISE_FACTOR * spread) / 100:.2f} or more, or gate on a quieter machine",
         )
+
+
+STAT_WORDS = {"min": "fastest run", "p50": "median"}
 
 
 def _result(verdict: dict, rounds: list[dict], settings: RetimeSettings) -> dict:
@@ -142,13 +173,14 @@ def _result(verdict: dict, rounds: list[dict], settings: RetimeSettings) -> dict
     low, high = verdict["ci95"]
     reason = (
         f"{verdict['verdict']}: new/old x{verdict['ratio']:.3f} (95% CI {low:.3f}-{high:.3f}) over {verdict['rounds']} "
-        f"A-B-B-A rounds in fresh processes; A/A spread {aa_spread(rounds):.1%}, tolerance {settings.tolerance:.0%}"
+        f"A-B-B-A rounds in fresh processes (each process's {STAT_WORDS[settings.statistic]}); A/A spread {aa_spread(rounds):.1%}, tolerance {settings.tolerance:.0%}"
         + (f"; {busy} round(s) on a busy machine" if busy else "")
     )
     return {
         "method": "retimed",
         **verdict,
         "tolerance": settings.tolerance,
+        "statistic": settings.statistic,
         "aa_spread": aa_spread(rounds),
         "regressed": verdict["verdict"] == "REGRESSION",
         "busy_rounds": busy,

@@ -68,6 +68,8 @@ def evaluate(request: ValidationRequest) -> tuple[dict, dict[str, np.ndarray] | 
         # sides keeps a reference's float results those of the artifact's batch
         batch = _accuracy_batch(artifact.inputs, request.batch)
         ref_out, art_out = run_batches(reference, ref_samples, batch), run_batches(artifact, samples, batch)
+    described = _describe(request.artifact, artifact.target)
+    coverage = int8_coverage(artifact) if str(described.get("precision") or "").startswith("int8") else None
     if hasattr(artifact, "close"):  # a board's session ends before its timed runs start
         artifact.close()
     ref_out, pairing = paired_reference(ref_out, artifact.output_names, reference.output_names)
@@ -77,7 +79,7 @@ def evaluate(request: ValidationRequest) -> tuple[dict, dict[str, np.ndarray] | 
     judged = judge_task(task, request, samples, artifact.output_names, ref_out, art_out)
     report = new_report("validate", (artifact.package, reference.package))
     report.update(
-        artifact=_describe(request.artifact, artifact.target),
+        artifact=described,
         reference=_describe(request.reference, reference.target),
         target=artifact.target,
         threads=artifact.threads,
@@ -89,6 +91,8 @@ def evaluate(request: ValidationRequest) -> tuple[dict, dict[str, np.ndarray] | 
         task_metrics=judged,
     )
     report["input_alignment"] = alignment
+    if coverage is not None:
+        report["int8_coverage"] = coverage
     if samples.provenance.get("random"):
         report["warnings"].append(RANDOM_WARNING)
     if task.name not in ("classification", "regression") and judged is None:
@@ -97,6 +101,15 @@ def evaluate(request: ValidationRequest) -> tuple[dict, dict[str, np.ndarray] | 
         report["warnings"].append(f"the data holds {samples.provenance['nonfinite_values']} non-finite values (NaN/Inf), used as asked")
     feeds = next(samples.batches(request.latency.batch)) if len(samples) >= request.latency.batch else None
     return report, feeds
+
+
+def int8_coverage(runner) -> dict | None:
+    """What the runtime executes of an int8 artifact in int8 (None where it cannot say)."""
+    try:
+        return runner.int8_coverage()
+    except Exception as exc:  # noqa: BLE001 - the runtime's own error types; coverage is a finding, never a failure
+        log.warning("int8 coverage not read from %s: %s", runner.target, str(exc).splitlines()[0][:200])
+        return None
 
 
 def add_latency(report: dict, request: ValidationRequest, feeds: dict[str, np.ndarray] | None) -> dict:
@@ -214,6 +227,8 @@ def gate_section(report: dict, requested: Thresholds, default_gates: bool = True
 
 def summary_row(result: dict) -> dict:
     """One table row from a validation report: what the matrix, the demo and the gates read."""
+    from edgekit.metrics.coverage import share as coverage_share
+
     accuracy = result.get("accuracy") or {}
     fidelity = result.get("fidelity") or []
     latency = result["latency"]["latency"] if result.get("latency") else {}
@@ -257,6 +272,8 @@ def summary_row(result: dict) -> dict:
         "p90_ms": latency.get("p90"),
         "size_bytes": size,
         "size_mb": size / 1e6,
+        "int8_coverage": coverage_share(result.get("int8_coverage")),
+        "int8_coverage_detail": result.get("int8_coverage"),
         "npu_fallback": npu["cpu_fallback_percent"] if npu else None,
         "fallback": fallback["percent"] if fallback else None,
         "artifact": artifact.get("spec"),

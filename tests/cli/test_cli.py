@@ -343,6 +343,8 @@ def test_prune_writes_a_loadable_model_and_a_stage_table(tmp_path, weights_path,
     stages = json.loads(report.read_text())["stages"]
     assert [s["stage"] for s in stages] == ["original", "pruned", "pruned + int8"]
     assert stages[1]["gzip_bytes"] < stages[0]["gzip_bytes"] and stages[2]["size_bytes"] < stages[0]["size_bytes"] / 3
+    assert "MAC ratio" in result.stdout and stages[0]["macs"] == stages[1]["macs"] == 5_719_808  # zeros are still multiplied
+    assert stages[1]["mac_ratio"] == 1.0 and stages[1]["p50_ratio"] == pytest.approx(1 / stages[1]["speedup"])
     assert all(s["accuracy"] is not None and s["p50_ms"] > 0 for s in stages)
     assert run_cli("info", tmp_path / "m.pt2").code == 0
     assert_clean_error(

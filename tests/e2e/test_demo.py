@@ -23,6 +23,7 @@ def _rows(tmp_path, *extra):
         "vs reference",
         "p50 ms",
         "speed-up",
+        "int8 coverage",
         "size",
         "gates",
     ):
@@ -43,6 +44,8 @@ def _check(rows, reference_floor):
         limit = {"fp32": 0.02, "fp16": 0.1, "int8": 0.5}[precision]  # int8: within half a point on the 10k test set
         assert row["drop_points"] <= limit, (fmt, precision, row["drop_points"])
         assert row["p50_ms"] > 0 and row["threads"] >= 1
+        if precision == "int8":  # read from each runtime: every convolution and matrix product runs in int8
+            assert row["int8_coverage"] == 1.0, (fmt, row["int8_coverage_detail"])
     for fmt in ("onnx", "openvino", "tflite"):
         assert _weight_bytes(rows[(fmt, "int8")]) < _weight_bytes(rows[(fmt, "fp32")]) / 3
         assert rows[(fmt, "int8")]["top1_agreement"] >= 99.0

@@ -46,19 +46,24 @@ def executorch_artifact(path: Path, precision: str | None = None) -> Artifact:
     return Artifact(Path(path), "executorch", precision or "unknown", inputs, outputs, {"delegates": delegate_split(path)})
 
 
-def delegate_split(path: Path) -> dict:
-    """The delegate calls of the program and the operators it runs on ExecuTorch's own CPU kernels (outside any delegate)."""
+def read_program(path: Path):
+    """The .pte's Program (the flatbuffer, its delegate payloads inline), as ExecuTorch's serializer reads it."""
     from edgekit.native import stderr_silenced
 
     with stderr_silenced():  # torchao's notes on kernels it cannot load here
         from executorch.exir._serialize._program import deserialize_pte_binary
     try:
-        plan = deserialize_pte_binary(Path(path).read_bytes()).program.execution_plan[0]
+        return deserialize_pte_binary(Path(path).read_bytes()).program
     except Exception as exc:  # the flatbuffer reader raises many types on a damaged file
         raise ModelLoadError(
             f"{Path(path).name} is not a valid ExecuTorch program ({str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__})",
             hint="re-convert it with `edgekit convert MODEL --to executorch`",
         ) from None
+
+
+def delegate_split(path: Path) -> dict:
+    """The delegate calls of the program and the operators it runs on ExecuTorch's own CPU kernels (outside any delegate)."""
+    plan = read_program(path).execution_plan[0]
     calls = Counter(type(i.instr_args).__name__ for chain in plan.chains for i in chain.instructions)
     kernels = Counter()
     for chain in plan.chains:

@@ -58,5 +58,11 @@ class ExecuTorchRunner(Runner):
     def _infer_impl(self, prepared: list) -> list[np.ndarray]:
         return [out.numpy().copy() for out in self.method.execute(prepared)]
 
+    def int8_coverage(self) -> dict:
+        """What the program runs in int8: its XNNPACK partitions' node datatypes and its kernel calls."""
+        from edgekit.backends.executorch.coverage import pte_coverage
+
+        return pte_coverage(self.source.path)
+
     def config(self) -> dict:
         return {"delegate": "XNNPACK", "threadpool": self.threads}

@@ -59,18 +59,8 @@ class OnnxRuntimeRunner(Runner):
         import onnxruntime as ort
 
         provider = self._provider()
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = self.threads
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.graph_optimization_level = {
-            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-            "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-        }[self.settings["optimization"]]
-        options.log_severity_level = 3
         try:
-            self.session = ort.InferenceSession(str(self.source.spec), options, providers=[provider])
+            self.session = ort.InferenceSession(str(self.source.spec), self._options(), providers=[provider])
         except Exception as exc:  # ORT raises its own exception types per failure
             from edgekit.backends.onnx.loader import check_external_data, read_onnx
 
@@ -82,6 +72,27 @@ class OnnxRuntimeRunner(Runner):
             ) from None
         self.inputs = _session_specs(self.session.get_inputs())
         self.output_names = [o.name for o in self.session.get_outputs()]
+
+    def int8_coverage(self) -> dict:
+        """What ONNX Runtime runs in int8: its optimized graph for this session's options and provider."""
+        from edgekit.backends.onnx.coverage import ort_coverage
+
+        return ort_coverage(self.source.spec, self._options(), [self._provider()])
+
+    def _options(self):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self.threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.graph_optimization_level = {
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        }[self.settings["optimization"]]
+        options.log_severity_level = 3
+        return options
 
     def _provider(self) -> str:
         import onnxruntime as ort

@@ -440,6 +440,22 @@ def _ov_convolutions(module, ov_model, samples, specs, module_names: list[str]) 
     return [ov_convs[order.index(name)] for name in module_names if name in order]
 
 
+def excluded_ops(ov_model, names) -> list[str]:
+    """--exclude names as the IR names its ops: the op of that name and those it became (`node_linear/WithoutBiases`,
+    the MatMul of an ONNX Gemm); a name no op has is refused, with names that are there."""
+    ops = [op.get_friendly_name() for op in ov_model.get_ordered_ops()]
+    found = []
+    for name in names:
+        matched = [op for op in ops if op == name or op.startswith(f"{name}/")]
+        if not matched:
+            layers = [op.get_friendly_name() for op in ov_model.get_ordered_ops() if op.get_type_name() in ("Convolution", "MatMul")]
+            raise EdgekitError(
+                f"--exclude {name}: the model has no op of that name", hint=f"its layers are named like: {', '.join(layers[:6])}"
+            )
+        found += matched
+    return found
+
+
 def _nncf_int8(ov_model, data: ConversionData, options: ConvertOptions, sensitivity: dict):
     import nncf
 
@@ -447,7 +463,7 @@ def _nncf_int8(ov_model, data: ConversionData, options: ConvertOptions, sensitiv
     from edgekit.quantize.accuracy import Limit
 
     samples = data.calibration
-    ignored = [*options.exclude, *sensitivity.pop("ov_names")]
+    ignored = [*excluded_ops(ov_model, options.exclude), *sensitivity.pop("ov_names")]
     model_type = options.model_type or detect_model_type(ov_model)
     overflow_fix, isa_notes = _overflow_fix(options.for_target)
     ranges, scheme_notes = _nncf_scheme(options)

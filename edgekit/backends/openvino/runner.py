@@ -61,6 +61,14 @@ class OpenVinoRunner(Runner):
             config |= {"INFERENCE_NUM_THREADS": str(self.threads), "INFERENCE_PRECISION_HINT": "f32"}
         return config
 
+    def int8_coverage(self) -> dict:
+        """What the plugin runs in int8: the runtime model compiled for one sample (the shapes timing uses at batch 1)."""
+        from edgekit.backends.openvino.coverage import ov_coverage
+        from edgekit.calibration import random_samples
+
+        compiled, _ = self._request(next(random_samples(self.inputs, 1).batches(1)))
+        return ov_coverage(compiled, self.device)
+
     def runtime_ms(self) -> float | None:
         """OpenVINO's own measure of the last request, as benchmark_app reports it."""
         return self._last_request.latency

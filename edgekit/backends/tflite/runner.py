@@ -79,6 +79,12 @@ class LiteRtRunner(Runner):
         self.output_names = [tensor_name(d["name"]) for d in self._out]
         self._shapes = {d["index"]: tuple(d["shape"]) for d in self._in}
 
+    def int8_coverage(self) -> dict:
+        """What the interpreter runs in int8, after the XNNPACK delegate took its partitions."""
+        from edgekit.backends.tflite.coverage import litert_coverage
+
+        return litert_coverage(self.source.path, self.interpreter)
+
     def config(self) -> dict:
         return {"interpreter": getattr(self, "interpreter_package", self.package), "delegate": "XNNPACK (default)"}
 

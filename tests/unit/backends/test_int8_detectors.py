@@ -100,3 +100,6 @@ def test_int8_keeps_the_zoo_detectors_detections(fmt, tmp_path):
     report = edgekit.validate(str(artifact.path), limit=100, runs=1, warmup=0)
     assert report.task_metrics["vs_reference"]["map50"] >= 0.95
     assert report.accuracy["drop_points"] <= 1.0
+    assert report.int8_coverage["layers"] >= 10 and report.int8_coverage["macs_share"] >= 0.95, (
+        report.int8_coverage
+    )  # read from the runtime

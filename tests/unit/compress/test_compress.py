@@ -68,6 +68,27 @@ def test_channel_pruning_removes_channels_and_still_converts(tmp_path, fashion_s
         assert artifact.size_bytes() > 0 and artifact.inputs[0].shape[1:] == (1, 28, 28)  # only the batch is dynamic
 
 
+def test_kept_channels_are_the_nearest_multiple_of_the_vector_width(fashion_source):
+    """torch-pruning keeps int(70%) of each layer's channels; edgekit keeps the nearest multiple of the kernels' width
+    (the host ISA class's by default, --round-to N), never fewer than one multiple; the output layer keeps its 10."""
+    from edgekit.backends.torch.loader import example_tensors
+    from edgekit.compress.torch_prune import channel_prune
+    from edgekit.isa import channel_multiple, host_class
+
+    module, _ = load_torch(fashion_source)
+    example = example_tensors(list(INPUTS), 1)[0]
+
+    def kept(round_to):
+        report = channel_prune(module, PruneOptions("channels", channel_ratio=0.3, round_to=round_to), example, None, None)[1]
+        return [layer["channels"] for layer in report.layers], report.notes[1]
+
+    assert kept(1) == (["32 -> 22", "64 -> 44", "64 -> 44", "128 -> 89", "10 -> 10"], "kept channels not rounded")
+    assert kept(8)[0] == ["32 -> 24", "64 -> 48", "64 -> 48", "128 -> 88", "10 -> 10"]
+    assert kept(16)[0] == ["32 -> 16", "64 -> 48", "64 -> 48", "128 -> 96", "10 -> 10"]  # 22.4 -> 16, not 0
+    default, note = kept(None)
+    assert default == kept(channel_multiple(host_class().name))[0] and host_class().name in note and "--round-to" in note
+
+
 def test_batchnorm_recalibration_matters(fashion_source, small_test_npz, test2k):
     from edgekit.backends.torch.loader import example_tensors
     from edgekit.compress.torch_prune import channel_prune, recalibrate_batchnorm

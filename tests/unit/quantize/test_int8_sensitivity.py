@@ -109,6 +109,23 @@ def test_accuracy_aware_int8_returns_layers_to_float_until_the_drop_fits(tmp_pat
     kept = sorted(step["kept_in_float"] for step in tried if step["kept"])
     assert kept == sorted([*control["reverted_to_float"], *control["activations_in_float"]])
     assert reference - _accuracy(controlled.path, test2k) <= 1.5  # held on data it was not validated on (2k vs 500)
+    _assert_coverage_names_the_reverted_layers(controlled.path, control["reverted_to_float"])
+
+
+def _assert_coverage_names_the_reverted_layers(path, reverted: list[str]) -> None:
+    """ONNX Runtime's int8 coverage of an accuracy-controlled model: the layers it returned to float, and no other,
+    are float, with their MACs out of the share."""
+    import onnx
+
+    from edgekit.backends.onnx.macs import layer_macs
+
+    layers = {x["node"]: x["macs"] for x in layer_macs(onnx.load(str(path)))}
+    runner = make_runner(open_source(str(path)), "onnxruntime:cpu", 1)
+    runner.load()
+    coverage = runner.int8_coverage()
+    floats = sorted(layers[name] for name in reverted if name in layers)
+    assert floats and sorted(x["macs"] for x in coverage["float_layers"]) == floats
+    assert coverage["macs_share"] == pytest.approx(1 - sum(floats) / sum(layers.values()), abs=1e-9)
 
 
 def test_min_agreement_without_labels_and_its_limits(tmp_path, fashion_onnx, demo_data):
