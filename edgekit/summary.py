@@ -30,15 +30,10 @@ def model_info(source: ModelSource) -> dict:
     return summary
 
 
-def target_findings(source: ModelSource, target: str) -> list[dict]:
-    """Will `target` take this model? Checks exist for TensorRT, on the ONNX it builds from."""
-    from edgekit.backends.onnx.quantize import for_tensorrt
+def target_findings(source: ModelSource) -> list[dict]:
+    """Will TensorRT take this model? Its acceptance checks, on the ONNX it builds from."""
     from edgekit.errors import EdgekitError
 
-    if not for_tensorrt(target):
-        raise EdgekitError(
-            f"edgekit has no acceptance checks for {target}", hint="--for-target takes tensorrt:cuda (or onnxruntime:tensorrt)"
-        )
     builds_from = registry.backend("tensorrt").via
     if source.format != builds_from:
         raise EdgekitError(
@@ -56,7 +51,7 @@ def target_checks(source: ModelSource, target: str) -> dict:
     from edgekit.backends.onnx.quantize import for_tensorrt
 
     if for_tensorrt(target):
-        return {"tensorrt_checks": target_findings(source, target)}
+        return {"tensorrt_checks": target_findings(source)}
     return {"int8_coverage": target_coverage(source, target)}
 
 

@@ -201,9 +201,9 @@ def print_coverage(coverage: dict, target: str | None = None) -> None:
             share_text = fmt(None if layer["macs_share"] is None else 100 * layer["macs_share"], ".1f")
             table.add_row(escape(layer["name"]), layer["op"], fmt_count(layer["macs"]), share_text + "%")
         console.print(table)
-    others = [x for x in coverage["islands"] if x["name"] not in {f["name"] for f in coverage["float_layers"]}]
-    if others:
-        console.print("float islands (float ops between int8 ones): " + escape(", ".join(f"{x['name']} ({x['op']})" for x in others)))
+    if coverage["islands"]:
+        islands = ", ".join(f"{x['name']} ({x['op']})" for x in coverage["islands"])
+        console.print("float islands (float ops between int8 ones): " + escape(islands))
 
 
 def print_tensorrt_findings(findings: list[dict], indent: str = "") -> None:

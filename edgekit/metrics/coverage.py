@@ -28,7 +28,8 @@ class Layer:
 
 @dataclass(frozen=True)
 class Island:
-    """A float op between int8 neighbours (its MACs when it multiplies, else None)."""
+    """A float op between int8 neighbours (its MACs when it multiplies, else None); a float layer among them is
+    listed as a float layer only."""
 
     name: str
     op: str
@@ -41,6 +42,7 @@ def summarize(layers: list[Layer], islands: list[Island], read_from: str) -> dic
     total = sum(x.macs for x in known)
     int8_macs = sum(x.macs for x in known if x.precision == INT8)
     floats = sorted((x for x in layers if x.precision == FLOAT), key=lambda x: -(x.macs or 0))
+    islands = [x for x in islands if x.name not in {f.name for f in floats}]  # a float layer is named once, as one
     share = int8_macs / total if total and len(known) == len(layers) else None
     return {
         "macs_share": share,
@@ -74,9 +76,8 @@ def coverage_text(coverage: dict | None) -> str | None:
     floats = coverage["float_layers"][:ISLANDS_SHOWN]
     if floats:
         text += "; float: " + ", ".join(_named(x) for x in floats)
-    others = [x for x in coverage["islands"] if x["name"] not in {f["name"] for f in coverage["float_layers"]}]
-    if others:
-        text += "; float islands: " + ", ".join(f"{x['name']} ({x['op']})" for x in others[:ISLANDS_SHOWN])
+    if coverage["islands"]:
+        text += "; float islands: " + ", ".join(f"{x['name']} ({x['op']})" for x in coverage["islands"][:ISLANDS_SHOWN])
     return text
 
 

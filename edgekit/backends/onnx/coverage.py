@@ -4,6 +4,7 @@ and what it could not fuse stayed DequantizeLinear -> float op -> QuantizeLinear
 
 from __future__ import annotations
 
+import math
 import tempfile
 from pathlib import Path
 
@@ -46,7 +47,7 @@ def executed(optimized, source: list[dict]) -> tuple[list[Layer], list[Island]]:
     layers by weight, else by node name), and the float ops fed by a DequantizeLinear."""
     by_weight = {x["weight"]: x["macs"] for x in source if x["weight"]}
     by_node = {x["node"]: x["macs"] for x in source}
-    sizes = {i.name: _size(i) for i in optimized.graph.initializer if len(i.dims) >= 2}
+    sizes = {i.name: math.prod(i.dims) for i in optimized.graph.initializer if len(i.dims) >= 2}
     dequantized = {n.output[0] for n in optimized.graph.node if n.op_type == "DequantizeLinear"}
     layers, islands = [], []
     for node in optimized.graph.node:
@@ -61,13 +62,6 @@ def executed(optimized, source: list[dict]) -> tuple[list[Layer], list[Island]]:
         elif node.op_type not in PLUMBING and any(i in dequantized for i in node.input):
             islands.append(Island(name, node.op_type))
     return layers, islands
-
-
-def _size(initializer) -> int:
-    size = 1
-    for d in initializer.dims:
-        size *= d
-    return size
 
 
 def _by_name(name: str, by_node: dict) -> int | None:

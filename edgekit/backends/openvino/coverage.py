@@ -26,11 +26,11 @@ def executed(runtime_model) -> tuple[list[Layer], list[Island]]:
     layers, islands = [], []
     for op, info in ops:
         kind, precision = info.get("layerType", ""), INT8 if info.get("runtimePrecision") in INT8_TYPES else FLOAT
-        name = _original_name(op, info)
+        name, macs = _original_name(op, info), _macs(op, kind) if kind in MULTIPLY else None
         if kind in MULTIPLY:
-            layers.append(Layer(name, kind, precision, _macs(op, kind)))
+            layers.append(Layer(name, kind, precision, macs))
         if precision == FLOAT and kind not in PLUMBING and _producers(op) & int8_out:
-            islands.append(Island(name, kind, _macs(op, kind) if kind in MULTIPLY else None))
+            islands.append(Island(name, kind, macs))
     return layers, islands
 
 

@@ -1,5 +1,5 @@
 """int8 coverage as LiteRT runs the model: the loaded interpreter's nodes after the XNNPACK delegate took its
-partitions (which ops it took, loader._covered), each op's tensor types and shapes from the same graph without the
+partitions (which ops it took, loader.delegated_ops), each op's tensor types and shapes from the same graph without the
 delegate. XNNPACK runs 8-bit-quantized CONV_2D / FULLY_CONNECTED / ... in int8 (its QS8 kernels)."""
 
 from __future__ import annotations
@@ -17,12 +17,9 @@ PLUMBING = ("QUANTIZE", "DEQUANTIZE", "RESHAPE", "SQUEEZE", "EXPAND_DIMS")
 
 def litert_coverage(path: Path, interpreter) -> dict:
     """Coverage of the .tflite at `path` as `interpreter` (the runner's, delegate applied) runs it."""
-    from edgekit.backends.tflite.loader import _covered, _interpreter
+    from edgekit.backends.tflite.loader import _interpreter, delegated_ops
 
-    graph = interpreter._interpreter
-    names = [graph.NodeName(n) for n in range(graph.NumNodes())]
-    original = [n for n, name in enumerate(names) if name != "DELEGATE"]
-    delegated = set().union(*(_covered(graph, d, original) for d, name in enumerate(names) if name == "DELEGATE"))
+    delegated = delegated_ops(interpreter._interpreter)[2]
     plain = _interpreter(path, delegate=False)  # the same ops, in the same order, with every tensor's type and shape
     layers, islands = executed(plain._get_ops_details(), {d["index"]: d for d in plain.get_tensor_details()}, delegated)
     return summarize(layers, islands, "the LiteRT interpreter's ops (XNNPACK delegate applied) and their tensor types")

@@ -65,18 +65,14 @@ def _precision(path: Path) -> str:
 
 def tflite_summary(path: Path) -> dict:
     """Ops of the graph, and which of them the default XNNPACK delegate runs (the rest run on the CPU kernels)."""
-    graph = _interpreter(path)._interpreter
-    names = [graph.NodeName(n) for n in range(graph.NumNodes())]
-    delegates = [n for n, name in enumerate(names) if name == "DELEGATE"]
-    original = [n for n, name in enumerate(names) if name != "DELEGATE"]
-    taken = set().union(*(_covered(graph, d, original) for d in delegates)) if delegates else set()
+    names, original, taken, partitions = delegated_ops(_interpreter(path)._interpreter)
     ops = Counter(names[n] for n in original)
     on_cpu = Counter(names[n] for n in original if n not in taken)
     plain = _interpreter(path, delegate=False)  # the same graph with tensor types, before delegation
     details = plain._get_ops_details()
     delegate = {
         "name": "XNNPACK",
-        "partitions": len(delegates),
+        "partitions": partitions,
         "ops_total": len(original),
         "ops_on_delegate": len(taken),
         "ops_on_cpu": dict(on_cpu.most_common()),
@@ -148,6 +144,16 @@ def _why_data_movement(op: dict, tensors: dict, _produced, readers: Counter) -> 
         consumers = sorted({reader for (t, reader) in readers if t == int(op["outputs"][0])})
         return f"int8 -> float32: {'/'.join(consumers)} runs in float" if consumers else ""  # none: a model output
     return ""
+
+
+def delegated_ops(graph) -> tuple[list[str], list[int], set[int], int]:
+    """Of a loaded interpreter's graph: every node's name, the model's own ops (node i is operator i), those the
+    delegate took, and how many partitions it made."""
+    names = [graph.NodeName(n) for n in range(graph.NumNodes())]
+    delegates = [n for n, name in enumerate(names) if name == "DELEGATE"]
+    original = [n for n, name in enumerate(names) if name != "DELEGATE"]
+    taken = set().union(*(_covered(graph, d, original) for d in delegates)) if delegates else set()
+    return names, original, taken, len(delegates)
 
 
 def _covered(graph, delegate: int, original: list[int]) -> set[int]:
