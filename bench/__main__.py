@@ -20,6 +20,7 @@ ALL = (
     "deep_compression",
     "families",
     "prune",
+    "lm",
 )
 
 

@@ -261,6 +261,76 @@ ACCURACY_CONTROL = (
         "convert.min_cosine",
     ),
 )
+LANGUAGE_MODEL = (
+    Option(
+        "task",
+        None,
+        "--task",
+        "text-generation: a causal language model (transformers *ForCausalLM) exported with its KV cache; precisions fp32, "
+        "fp16, int8-weights, int4-weights.",
+        recipe="convert.task",
+    ),
+    Option(
+        "group_size",
+        128,
+        "--group-size",
+        "int4/int8-weights of a language model: weights per quantization group along the input (-1: one per channel).",
+        recipe="convert.group_size",
+    ),
+    Option(
+        "ratio",
+        1.0,
+        "--ratio",
+        "int4-weights: share of the weight layers in int4, the rest in int8 (OpenVINO: NNCF picks them by sensitivity).",
+        recipe="convert.ratio",
+    ),
+    Option(
+        "max_seq_len",
+        512,
+        "--max-seq-len",
+        "A language model's longest prompt plus generated tokens.",
+        recipe="convert.max_seq_len",
+        minimum=2,
+    ),
+)
+GENERATION = (
+    Option(
+        "prompt_len",
+        32,
+        "--prompt-len",
+        "text-generation: prompt tokens (prefill; time to first token).",
+        recipe="latency.prompt_len",
+        minimum=1,
+    ),
+    Option(
+        "new_tokens",
+        32,
+        "--new-tokens",
+        "text-generation: tokens generated greedily (greedy_match, decode tokens/s).",
+        recipe="latency.new_tokens",
+        minimum=1,
+    ),
+)
+LM_GATES = (
+    Option(
+        "max_ppl_ratio",
+        None,
+        "--max-ppl-ratio",
+        "Gate (text-generation): fail (exit 2) if the artifact's perplexity over the reference's is above this (default by "
+        "precision: int8-weights 1.01, int4-weights 1.05).",
+        float,
+        "gates.max_ppl_ratio",
+    ),
+    Option(
+        "min_greedy_match",
+        None,
+        "--min-greedy-match",
+        "Gate (text-generation): fail (exit 2) if fewer greedily decoded tokens than this share equal the reference's "
+        "(default: fp32 1.0, fp16 0.99).",
+        float,
+        "gates.min_greedy_match",
+    ),
+)
 VERIFY = Option(
     "verify",
     True,
@@ -321,6 +391,7 @@ CONVERT = Command(
             recipe="convert.max_batch",
         ),
         Option("opt_batch", 1, "--opt-batch", "TensorRT: the batch the engine is tuned for.", recipe="convert.opt_batch"),
+        *LANGUAGE_MODEL,
         VERIFY,
         EMIT_RECIPE,
     ),
@@ -420,7 +491,7 @@ TASK_OPTIONS = (
         "task",
         None,
         "--task",
-        "classification, detection, embedding, regression or segmentation (decides the metrics); inferred when absent.",
+        "classification, detection, embedding, regression, segmentation or text-generation (decides the metrics); inferred when absent.",
         recipe="validation.task",
     ),
     Option(
@@ -488,6 +559,8 @@ VALIDATE = Command(
         BATCH,
         *TASK_OPTIONS,
         *THRESHOLDS,
+        *LM_GATES,
+        *GENERATION,
     ),
     positional=3,
 )
@@ -503,6 +576,14 @@ BENCH = Command(
         *MODEL_OPTIONS,
         REPORT,
         EMIT_RECIPE,
+        Option(
+            "task",
+            None,
+            "--task",
+            "text-generation: time to first token and decode tokens/s (a language model's provenance says so when absent).",
+            recipe="validation.task",
+        ),
+        *GENERATION,
     ),
     positional=1,
 )
@@ -549,6 +630,7 @@ GATE = Command(
         ),
         Option("junit", None, "--junit", "Write the gate results as JUnit XML.", Path),
         *THRESHOLDS,
+        *LM_GATES,
         PROGRESS,
     ),
     positional=1,

@@ -32,7 +32,7 @@ CONVERTERS = registry.converters()
 VIA = {b.format: b.via for b in registry.backends().values() if b.via}
 FORMATS = registry.written_formats()
 SUFFIXES = {b.format: b.suffix for b in registry.backends().values()}
-PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic", "int8-weights")
+PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic", "int8-weights", "int4-weights")
 # auto: the quantizing backend's default_calib_method, the one measured best on it (docs/int8-schemes.md)
 CALIB_METHODS = ("auto", "minmax", "entropy", "percentile", "histogram")
 
@@ -91,6 +91,10 @@ class ConvertOptions:
     opt_batch: int = 1  # TensorRT: the batch the profile is tuned for
     keep_sensitive: bool = True  # int8 keeps the layers whose sensitivity stands out in float (quantize.sensitivity)
     verify: bool = True  # run the artifact and its source on the same inputs before it counts as written (converters.verify)
+    task: str | None = None  # text-generation: a causal language model exported with its KV cache (converters.causal_lm)
+    group_size: int = 128  # int4/int8-weights of a language model: weights per quantization group (-1: per channel)
+    ratio: float = 1.0  # int4-weights: share of the weight layers in int4 (the rest int8)
+    max_seq_len: int = 512  # a language model's longest prompt + generated tokens
 
     @classmethod
     def from_section(cls, precision: str, inputs, calibration: CalibrationOptions, section: dict) -> ConvertOptions:

@@ -22,7 +22,12 @@ def demo_source() -> ModelSource:
 
 RECIPE_DIR = Path(__file__).parent / "recipes"
 # the classifier from PyTorch (the default), from Keras, and the zoo's detector (judged by mAP)
-RECIPES = {"pytorch": RECIPE_DIR / "demo.yaml", "keras": RECIPE_DIR / "demo-keras.yaml", "detector": RECIPE_DIR / "demo-detector.yaml"}
+RECIPES = {
+    "pytorch": RECIPE_DIR / "demo.yaml",
+    "keras": RECIPE_DIR / "demo-keras.yaml",
+    "detector": RECIPE_DIR / "demo-detector.yaml",
+    "llm": RECIPE_DIR / "demo-llm.yaml",  # the zoo's language model: perplexity, greedy match, TTFT, tokens/s
+}
 
 
 def demo_recipe(workdir: Path | None, threads: int | None = None, runs: int = 200, variant: str = "pytorch", precisions=None):
@@ -38,7 +43,7 @@ def demo_recipe(workdir: Path | None, threads: int | None = None, runs: int = 20
     return replace(
         recipe,
         report=replace(recipe.report, dir=str(Path(workdir or recipe.report.dir).resolve())),
-        latency=replace(recipe.latency, threads=threads, runs=runs),
+        latency=replace(recipe.latency, threads=threads, runs=runs if variant != "llm" else recipe.latency.runs),
         matrix=matrix,
     )
 

@@ -38,6 +38,8 @@ class Backend:
     int8_for: str | None = None  # the --for-target its int8 is made for, whatever was asked (TensorRT: symmetric s8)
     npu_compiler: str | None = None  # module whose check_device / vela_command / compile_vela compile for an NPU (--device)
     own_input_shapes: bool = False  # its runner takes the shapes the file records (a TFLite from PyTorch may be NHWC)
+    lm_export: str | None = None  # "module:function" (model, cache shape, out, options, calibration ids, work) -> notes
+    lm_session: str | None = None  # "module:Class" (ModelSource or path, threads): step(ids, keys, values) of a KV-cache LM
 
     @property
     def suffix(self) -> str:
@@ -65,6 +67,8 @@ REGISTRY = (
         loader="edgekit.backends.onnx.loader:for_conversion",
         describer="edgekit.backends.onnx.loader:onnx_artifact",
         summary="edgekit.backends.onnx.loader:onnx_summary",
+        lm_export="edgekit.backends.onnx.causal_lm:convert",
+        lm_session="edgekit.backends.onnx.causal_lm:OnnxLM",
     ),
     # PyTorch: the models edgekit starts from (exported programs, TorchScript, module:factory), run eagerly or compiled.
     Backend(
@@ -80,6 +84,7 @@ REGISTRY = (
         default_targets=("torch:cpu",),
         loader="edgekit.backends.torch.loader:for_conversion",
         source_only=True,
+        lm_session="edgekit.backends.torch.causal_lm:TorchLM",
     ),
     # OpenVINO IR (.xml + .bin), run by OpenVINO on CPU, GPU or NPU; int8 through NNCF or ONNX Runtime's QDQ.
     Backend(
@@ -99,6 +104,8 @@ REGISTRY = (
         loader="edgekit.conversion:file_for_conversion",
         describer="edgekit.backends.openvino.loader:openvino_artifact",
         summary="edgekit.backends.openvino.loader:openvino_summary",
+        lm_export="edgekit.backends.openvino.causal_lm:convert",
+        lm_session="edgekit.backends.openvino.causal_lm:OpenVinoLM",
     ),
     # Keras 3 / TensorFlow: .keras, .h5 and SavedModel folders, run by TensorFlow.
     Backend(
@@ -156,6 +163,8 @@ REGISTRY = (
         converters={"torch": "edgekit.backends.executorch.convert:TorchToExecutorch"},
         describer="edgekit.backends.executorch.describe:executorch_artifact",
         summary="edgekit.backends.executorch.describe:executorch_summary",
+        lm_export="edgekit.backends.executorch.causal_lm:convert",
+        lm_session="edgekit.backends.executorch.causal_lm:ExecuTorchLM",
     ),
 )
 

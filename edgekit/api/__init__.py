@@ -60,6 +60,8 @@ def convert(args) -> Converted:
     from edgekit.source import open_source
 
     source = open_source(args.model, args.weights, args.allow_pickle)
+    if args.task:
+        return _convert_language_model(source, args)
     default = guess.default_calibration(source, args.precision, args.calib)
     specs = guess.inputs_from_data(source, _specs(args.inputs), args.calib or default, args.val)
     options = _conversion_options(commands.CONVERT, args, specs, args.calib or default, source.zoo if default else None)
@@ -70,6 +72,30 @@ def convert(args) -> Converted:
         emit(args.emit_recipe, **recipe_of_conversion(args.model, args.weights, args.inputs, args.to, options))
     output = Path(args.output) if args.output else _default_output(source, args.to, args.precision)
     return _convert(source, args.to, output, options)
+
+
+def _convert_language_model(source, args) -> Converted:
+    """convert --task text-generation: a causal LM with its KV cache (converters.causal_lm)."""
+    from edgekit.converters.causal_lm import convert_lm
+    from edgekit.errors import EdgekitError
+    from edgekit.validate.text_generation import TASK
+
+    if args.task != TASK:
+        raise EdgekitError(f"convert --task takes {TASK}, not '{args.task}'", hint="other tasks need no --task to convert")
+    options = _conversion_options(commands.CONVERT, args, (), args.calib)  # data-free unless --calib: as NNCF and optimum
+    if args.emit_recipe:
+        from edgekit.recipe.write import emit, recipe_of_conversion
+
+        emit(args.emit_recipe, **recipe_of_conversion(args.model, args.weights, args.inputs, args.to, options))
+    output = Path(args.output) if args.output else _default_output(source, args.to, args.precision)
+    return Converted.from_artifact(convert_lm(source, args.to, output, options))
+
+
+def _zoo_default(source, which: str) -> str | None:
+    """A zoo model's declared calibration or validation set, else None."""
+    from edgekit.zoo.names import zoo_entry
+
+    return getattr(zoo_entry(source.zoo), which) if source.zoo else None
 
 
 @_takes(commands.QUANTIZE)
@@ -146,6 +172,8 @@ def validate(args) -> Validation:
     ref, reference = (
         (open_source(reference, weights, allow_pickle), reference) if reference else guess.reference_of(art, weights, allow_pickle)
     )
+    if args.task == "text-generation" or _is_language_model(art):
+        return _validate_language_model(art, ref, args)
     default = None if args.data else guess.default_validation(ref)
     request = ValidationRequest(
         art,
@@ -174,13 +202,40 @@ def validate(args) -> Validation:
     return _reported(Validation.from_dict(result), args.report)
 
 
+def _is_language_model(source) -> bool:
+    from edgekit.validate.text_generation import is_language_model
+
+    return source.path is not None and is_language_model(source)
+
+
+def _generation_settings(args):
+    from edgekit.validate.text_generation import GenerationSettings
+
+    runs = args.runs if args.runs != commands.RUNS.default else GenerationSettings.runs  # a generation is many runs: 5 by default
+    warmup = args.warmup if args.warmup != commands.WARMUP.default else GenerationSettings.warmup
+    return GenerationSettings(args.prompt_len, args.new_tokens, runs, warmup, args.threads, args.target)
+
+
+def _validate_language_model(art, ref, args) -> Validation:
+    """validate --task text-generation: perplexity, KL, next-token agreement and greedy match against PyTorch."""
+    from edgekit.validate.text_generation import LMValidationRequest, validate_lm
+
+    default = None if args.data else _zoo_default(ref, "validation")
+    request = LMValidationRequest(
+        art, ref, args.data or default, args.limit, _generation_settings(args), _thresholds(args), not args.no_default_gates
+    )
+    result = validate_lm(request)
+    if default:
+        result["data"]["default_of"] = ref.zoo
+    return _reported(Validation.from_dict(result), args.report)
+
+
 @_takes(commands.BENCH)
 def bench(args) -> Bench:
     """`edgekit bench`: load time, first inference, latency percentiles after warm-up, throughput, peak RSS, size.
     `artifacts`: one model file or several."""
     from edgekit.report.schema import new_report
     from edgekit.source import open_source
-    from edgekit.validate.benchmark import bench as run_bench
 
     artifacts = [args.artifacts] if isinstance(args.artifacts, str | Path) else list(args.artifacts)
     _check_destinations(args.report, args.emit_recipe)
@@ -190,10 +245,22 @@ def bench(args) -> Bench:
 
         emit(args.emit_recipe, **recipe_of_bench([str(a) for a in artifacts], settings, args.inputs, args.weights))
     specs = list(_specs(args.inputs)) or None
-    results = [run_bench(open_source(str(a), args.weights, args.allow_pickle), settings, specs).to_dict() for a in artifacts]
+    sources = [open_source(str(a), args.weights, args.allow_pickle) for a in artifacts]
+    results = [_bench_one(source, settings, specs, args) for source in sources]
     result = new_report("bench", tuple({r["target"].split(":")[0] for r in results}))
     result["results"] = results
     return _reported(Bench.from_dict(result), args.report)
+
+
+def _bench_one(source, settings, specs, args) -> dict:
+    """One artifact's bench: a language model's generation (TTFT, tokens/s), else the latency protocol."""
+    from edgekit.validate.benchmark import bench as run_bench
+
+    if args.task == "text-generation" or _is_language_model(source):
+        from edgekit.validate.text_generation import bench_lm
+
+        return bench_lm(source, _generation_settings(args)).to_dict()
+    return run_bench(source, settings, specs).to_dict()
 
 
 @_takes(commands.RUN)
@@ -273,6 +340,8 @@ def _thresholds(args):
         min_agreement=args.min_agreement,
         min_snr_db=args.min_snr,
         max_npu_fallback=args.max_npu_fallback,
+        max_ppl_ratio=args.max_ppl_ratio,
+        min_greedy_match=args.min_greedy_match,
     )
 
 

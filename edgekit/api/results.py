@@ -101,6 +101,7 @@ class BenchResult(Record):
     peak_rss_mb: float = 0.0
     size_bytes: int = 0
     times_ms: list = field(default_factory=list)
+    generation: dict | None = None  # a language model's time to first token and decode tokens/s
 
 
 @dataclass
@@ -158,6 +159,7 @@ class Validation(Report):
     accuracy: dict | None = None
     task_metrics: dict | None = None  # detection, segmentation, embedding, regression (metrics.task_metrics)
     int8_coverage: dict | None = None  # an int8 artifact's share run in int8, read from its runtime (metrics.coverage)
+    language: dict | None = None  # a language model: perplexity ratio, KL, next-token agreement, greedy match (metrics.language)
     latency: BenchResult | None = None
     gate: Gate = field(default_factory=Gate)
 

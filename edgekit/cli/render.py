@@ -80,6 +80,11 @@ def verified_text(verified: dict | str) -> str:
     """The check of an artifact against its source (converters.verify), as one clause."""
     if isinstance(verified, str):  # provenance written before verification against the source
         return verified
+    if "greedy_match" in verified:  # a language model (converters.causal_lm)
+        return (
+            f"{verified['result']}: {verified['greedy_match']:.0%} of {verified['prompts']} x {verified['tokens']} greedily decoded "
+            "tokens equal PyTorch's (through the KV cache)"
+        )
     if verified["result"] != "match":
         return f"{verified['result']} ({verified.get('why')})"
     outputs = verified["outputs"]
@@ -248,6 +253,9 @@ def _quant_detail(quant: dict) -> str:
 def print_validation(report: dict) -> None:
     from edgekit.calibration.samples import fed_from_text
 
+    if report.get("language"):
+        _print_language(report)
+        return
     for warning in report["warnings"]:
         console.print(f"[bold red]WARNING: {warning}[/]")
     console.print(
@@ -393,7 +401,76 @@ def _value_and_limit(result: dict) -> tuple[str, str]:
 
 
 def print_bench(report: dict) -> None:
-    _print_latency_rows(report["results"], report)
+    generation = [r for r in report["results"] if r.get("generation")]
+    if generation:
+        _print_generation_rows(generation, report)
+    others = [r for r in report["results"] if not r.get("generation")]
+    if others:
+        _print_latency_rows(others, report)
+
+
+def _print_language(report: dict) -> None:
+    """A language model's validation: perplexity of both, their ratio with its interval, KL, agreement, greedy match."""
+    lm, data = report["language"], report["data"]
+    for warning in report["warnings"]:
+        console.print(f"[bold red]WARNING: {warning}[/]")
+    console.print(
+        f"[bold]{report['artifact']['spec']}[/] on {escape(report['target'])} vs {report['reference'].get('zoo') or report['reference']['spec']}, "
+        f"{lm['sequences']} sequences ({lm['tokens']} next-token predictions) from {escape(str(data['source']))} ({data['read_as']})"
+        + (f" (the validation set of {data['default_of']}; -d to choose)" if data.get("default_of") else "")
+    )
+    lo, hi = lm["ppl_ratio_ci95"]
+    table = Table("perplexity (ref / artifact)", "ratio [95% CI]", "KL nats", "next-token agree", "greedy match", "non-finite")
+    table.add_row(
+        f"{lm['perplexity_reference']:.3f} / {lm['perplexity']:.3f}",
+        f"{lm['ppl_ratio']:.4f} [{lo:.4f}, {hi:.4f}]",
+        f"{lm['kl']:.2e}",
+        f"{lm['top1_agreement']:.2%}",
+        f"{lm['greedy_match']:.2%} ({lm['greedy_prompts']} x {lm['greedy_tokens']}, {lm['greedy_diverged']} diverged)",
+        f"[bold red]{lm['nonfinite']}[/]" if lm["nonfinite"] else "0",
+    )
+    console.print(table)
+    _print_generation_rows([report["latency"]], report)
+    _print_gate(report["gate"])
+
+
+def _print_generation_rows(results: list[dict], report: dict) -> None:
+    """Time to first token and decode speed, one row per artifact."""
+    table = Table(
+        "artifact",
+        "target",
+        "thr",
+        "prompt",
+        "new",
+        "load ms",
+        "TTFT ms",
+        "tokens/s",
+        "decode p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "peak RSS",
+        "size",
+    )
+    for r in results:
+        g = r["generation"]
+        table.add_row(
+            r["artifact"],
+            escape(r["target"]),
+            str(r["threads"]),
+            str(g["prompt_len"]),
+            str(g["new_tokens"]),
+            f"{r['load_ms']:.0f}",
+            f"{g['ttft_ms']:.2f}",
+            f"{g['tokens_per_s']:.1f}",
+            f"{g['decode_ms_p50']:.3f}",
+            f"{g['decode_ms_p90']:.3f}",
+            f"{g['decode_ms_p99']:.3f}",
+            f"{r['peak_rss_mb']:.0f} MB",
+            fmt_size(r["size_bytes"]),
+        )
+    console.print(table)
+    runs = results[0]["generation"]["runs"] if results else 0
+    console.print(f"[dim]{machine_line(report, results[0]['threads'] if results else None)}; median of {runs} generations after warm-up[/]")
 
 
 def _print_latency_rows(results: list[dict], report: dict) -> None:
@@ -585,9 +662,11 @@ def _storage_cells(t: dict, bits: str) -> list[str]:
 
 
 def print_run(result: dict, written) -> None:
-    from edgekit.report.write import COLUMNS, cells, failed_gates, machine_text, row_notes
+    from edgekit.report.write import cells, columns, failed_gates, machine_text, row_notes
 
-    table = Table(*COLUMNS, title=f"{result['model']}: gates {'passed' if result['passed'] else 'FAILED'}", title_justify="left")
+    table = Table(
+        *columns(result["rows"]), title=f"{result['model']}: gates {'passed' if result['passed'] else 'FAILED'}", title_justify="left"
+    )
     for row in result["rows"]:
         style = "" if row.get("passed") else "red"
         table.add_row(*map(escape, cells(row)), style=style)

@@ -26,13 +26,24 @@ class Thresholds:
     max_fallback: float | None = None  # percent of ops outside the NPU or delegate (validation.fallback_of)
     max_npu_fallback: float | None = None  # percent of operators an NPU compiler left on the CPU (recipes written before max_fallback)
     size_metric: str | None = None  # max_size_mb on: stored (default: the file), gzip, or coded (entropy-coded weights)
+    max_ppl_ratio: float | None = None  # a language model: its perplexity over the reference's on the same tokens
+    min_greedy_match: float | None = None  # a language model: share of greedily decoded tokens equal to the reference's
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
 
 # Thresholds on how the artifact's outputs compare with the reference's: a non-finite output fails each.
-FIDELITY = {"max_drop", "max_drop_relative", "min_cosine", "min_agreement", "min_snr_db", "max_nonfinite"}
+FIDELITY = {
+    "max_drop",
+    "max_drop_relative",
+    "min_cosine",
+    "min_agreement",
+    "min_snr_db",
+    "max_nonfinite",
+    "max_ppl_ratio",
+    "min_greedy_match",
+}
 # Applied when the user sets no fidelity threshold. Chosen below every honest int8 of the zoo's models, measured
 # (docs/ci.md): the worst is EfficientNet-Lite0 int8 ONNX at cosine 0.985 / SNR 14.9 dB; a broken int8 sits far
 # lower (the sentence-embedding int8 of issue 15: cosine 0.61, SNR 1.1 dB).
@@ -40,6 +51,14 @@ DEFAULT_GATES = Thresholds(min_cosine=0.97, min_snr_db=10.0)
 # Where cosine says nothing (a detector's boxes, a map that is blank on most images), the floor is on the task metric
 # against the reference instead: mAP@0.5 of the reference's confident detections, the F1 or mIoU of its maps.
 TASK_GATES = {"detection": Thresholds(min_agreement=90.0), "segmentation": Thresholds(min_agreement=90.0)}
+# A language model by its precision: an fp32 export decodes exactly what PyTorch decodes, fp16 nearly; weight-only
+# int8 and int4 are held to their perplexity (the bars the anchors publish: int4 group 128 within a few percent).
+LM_GATES = {
+    "fp32": Thresholds(min_greedy_match=1.0),
+    "fp16": Thresholds(min_greedy_match=0.99),
+    "int8-weights": Thresholds(max_ppl_ratio=1.01),
+    "int4-weights": Thresholds(max_ppl_ratio=1.05),
+}
 
 
 @dataclass(frozen=True)
@@ -70,6 +89,8 @@ CHECKS = {
     "min_speedup": ("speedup", "speedup", "min", "x"),
     "max_fallback": ("fallback", "fallback", "max", "%"),
     "max_npu_fallback": ("npu_fallback", "npu_cpu_fallback", "max", "%"),
+    "max_ppl_ratio": ("ppl_ratio", "perplexity_ratio", "max", ""),
+    "min_greedy_match": ("greedy_match", "greedy_match", "min", ""),
 }
 SIZE_METRICS = {"stored": ("size_mb", "size_mb"), "gzip": ("gzip_mb", "gzip_size_mb"), "coded": ("coded_mb", "coded_size_mb")}
 
@@ -156,6 +177,8 @@ def with_default_gates(thresholds: Thresholds, default_gates: bool = True, row: 
         return thresholds
     task = (row or {}).get("task")
     task_floor = TASK_GATES.get(task) if isinstance(task, str) and (row or {}).get("agreement") is not None else None
+    if task == "text-generation":
+        task_floor = LM_GATES.get((row or {}).get("precision"), LM_GATES["int4-weights"])
     floor = {} if FIDELITY & set(thresholds.to_dict()) else (task_floor or DEFAULT_GATES).to_dict()
     return replace(thresholds, **{**floor, "max_nonfinite": 0, **thresholds.to_dict()})
 

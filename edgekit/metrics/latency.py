@@ -64,6 +64,7 @@ class BenchResult:
     compile_ms: float | None = None  # torch.compile and CUDA-graph capture on the first calls, apart from run time
     device: dict | None = None  # on a board (target RUNTIME:DEVICE@NAME): its name, probed facts, thermal state
     peak_gpu_memory_mb: float | None = None  # torch.cuda.max_memory_allocated over load and runs on a CUDA target; else None
+    generation: dict | None = None  # a language model: time to first token, decode tokens/s (validate.text_generation)
 
     def to_dict(self) -> dict:
         return asdict(self)

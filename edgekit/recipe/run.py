@@ -117,10 +117,11 @@ def model_source(recipe: Recipe) -> tuple[ModelSource, tuple[TensorSpec, ...], s
 
 
 def data_path(path: str | None, workdir: Path, layout: str) -> str | None:
-    """A data path, with zoo:fashion-mnist-test / zoo:fashion-mnist-calib written out on first use."""
-    from edgekit.zoo.names import is_zoo, zoo_data
+    """A data path, with zoo:fashion-mnist-test / zoo:fashion-mnist-calib written out on first use (a language model's
+    zoo token data is read where it is committed)."""
+    from edgekit.zoo.names import TEXT, is_zoo, zoo_data
 
-    return str(zoo_data(path, workdir, layout)) if is_zoo(path) else path
+    return str(zoo_data(path, workdir, layout)) if is_zoo(path) and path not in TEXT else path
 
 
 def apply_compression(recipe: Recipe, source: ModelSource, inputs, validation: str | None, cache: Path, progress) -> ModelSource:
@@ -182,6 +183,8 @@ def prepare_cell(recipe, source, inputs, fmt, precision, target, validation, cal
     try:
         artifact, cell.cached = _artifact(recipe, source, inputs, fmt, precision, target, calibration, cache, use_cache)
         lat = recipe.latency
+        if recipe.convert.task:
+            return _prepare_language_model(cell, recipe, artifact, source, target, validation)
         cell.request = ValidationRequest(
             artifact,
             source,
@@ -206,15 +209,30 @@ def prepare_cell(recipe, source, inputs, fmt, precision, target, validation, cal
     return cell
 
 
+def _prepare_language_model(
+    cell: PreparedCell, recipe, artifact: ModelSource, source: ModelSource, target: str, validation
+) -> PreparedCell:
+    """A language model's cell: perplexity, KL, next-token agreement and greedy match against PyTorch (no timing)."""
+    from edgekit.validate.text_generation import GenerationSettings, LMValidationRequest, evaluate_lm
+
+    lat = recipe.latency
+    settings = GenerationSettings(lat.prompt_len, lat.new_tokens, min(lat.runs, 5), min(lat.warmup, 1), lat.threads, target)
+    cell.request = LMValidationRequest(artifact, source, validation, recipe.validation.limit, settings)
+    cell.report, cell.feeds = evaluate_lm(cell.request)
+    return cell
+
+
 def time_cell(cell: PreparedCell) -> dict:
     """The cell's latency run (alone on its machine) and its row; a failure becomes the row's status."""
+    from edgekit.validate.text_generation import LMValidationRequest, add_lm_latency
     from edgekit.validate.validation import add_latency, summary_row
 
     where = {"host_work": cell.host_work}
     if cell.failure:
         return {**cell.base, "status": cell.failure, "cached": False, **where}
     try:
-        report = add_latency(cell.report, cell.request, cell.feeds)
+        timed = add_lm_latency if isinstance(cell.request, LMValidationRequest) else add_latency
+        report = timed(cell.report, cell.request, cell.feeds)
     except EdgekitError as exc:
         return {**cell.base, "status": f"failed: {exc.one_line()}", "cached": False, **where}
     timed_on = {**where_this_runs(), "machine": timing_machine(cell.base["target"])}
@@ -251,6 +269,8 @@ def _artifact(recipe, source, inputs, fmt, precision, target, calibration, cache
         return source, False
     options = _convert_options(recipe, inputs, precision, target, calibration)
     out = artifact_path(recipe, source, inputs, fmt, precision, target, calibration, cache)
+    if options.task:
+        from edgekit.converters.causal_lm import convert_lm as convert
     cached = cached_build(out, lambda: convert(source, fmt, out, options), use_cache)
     artifact = describe(out, fmt, None)
     return ModelSource(str(artifact.path), fmt), cached
@@ -289,6 +309,10 @@ def _convert_options(recipe, inputs, precision, target, calibration) -> ConvertO
         opt_batch=conv.opt_batch,
         keep_sensitive=conv.keep_sensitive,
         verify=conv.verify,
+        task=conv.task,
+        group_size=conv.group_size,
+        ratio=conv.ratio,
+        max_seq_len=conv.max_seq_len,
     )
 
 

@@ -88,6 +88,10 @@ class ConvertSection:
     device: str | None = None
     max_batch: int = 64
     opt_batch: int = 1
+    task: str | None = None  # text-generation: a causal LM with its KV cache (precisions fp32, fp16, int8-weights, int4-weights)
+    group_size: int = 128
+    ratio: float = 1.0
+    max_seq_len: int = 512
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,8 @@ class LatencySection:
     batch: int = 1
     warmup: int = 20
     runs: int = 100
+    prompt_len: int = 32  # text-generation: prefill tokens (time to first token)
+    new_tokens: int = 32  # text-generation: greedily generated tokens (greedy match, tokens/s)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import numpy as np
 
 from edgekit.errors import EdgekitError
 from edgekit.report.schema import fmt_size
-from edgekit.report.write import COLUMNS, cells, failed_gates, machine_text, row_notes
+from edgekit.report.write import cells, columns, failed_gates, machine_text, row_notes
 
 LOG_SPREAD = 5.0  # largest / smallest plotted latency above which an axis is logarithmic
 PRECISION_SYMBOLS = {"fp32": "circle", "fp16": "diamond", "bf16": "diamond-open", "int8": "square", "int8-dynamic": "square-open"}
@@ -87,7 +87,7 @@ def _plotly():
 
 
 def _table(rows: list[dict]) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns(rows))
     body = "".join(
         "<tr class='{}'>{}</tr>".format("" if r.get("passed") else "fail", "".join(f"<td>{html.escape(c)}</td>" for c in cells(r)))
         for r in rows

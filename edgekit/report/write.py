@@ -29,8 +29,33 @@ COLUMNS = (
 )
 
 
+# A language model's rows (recipes with convert.task: text-generation): its own metrics and generation speed.
+LM_COLUMNS = (
+    "format",
+    "precision",
+    "target",
+    "status",
+    "perplexity",
+    "ppl ratio [95% CI]",
+    "greedy match",
+    "next-token agree",
+    "TTFT ms",
+    "tokens/s",
+    "speed-up",
+    "size",
+    "gates",
+)
+
+
+def columns(rows: list[dict]) -> tuple[str, ...]:
+    """The table's columns: a language model's when its rows are one's."""
+    return LM_COLUMNS if any(r.get("ppl_ratio") is not None for r in rows) else COLUMNS
+
+
 def cells(row: dict) -> list[str]:
     """A row's table cells, shared by every renderer."""
+    if row.get("ppl_ratio") is not None:
+        return _language_cells(row)
     if row["status"] != "ok":
         return [row["format"], row["precision"], row["target"], row["status"], *["-"] * 10, "error"]
     failed = [g["metric"] for g in row.get("gates", []) if not g["passed"]]
@@ -51,6 +76,28 @@ def cells(row: dict) -> list[str]:
         fmt(_percent(row.get("int8_coverage")), ".1f") + ("%" if row.get("int8_coverage") is not None else ""),
         fmt_size(row["size_bytes"]),
         gates if row.get("gates") else "-",
+    ]
+
+
+def _language_cells(row: dict) -> list[str]:
+    if row["status"] != "ok":
+        return [row["format"], row["precision"], row["target"], row["status"], *["-"] * 8, "error"]
+    failed = [g["metric"] for g in row.get("gates", []) if not g["passed"]]
+    lo, hi = row["ppl_ratio_ci95"]
+    return [
+        row["format"],
+        row["precision"],
+        row["target"],
+        "ok" + (" (cached)" if row.get("cached") else ""),
+        f"{row['perplexity']:.3f}",
+        f"{row['ppl_ratio']:.4f} [{lo:.4f}, {hi:.4f}]",
+        f"{100 * row['greedy_match']:.1f}%",
+        f"{100 * row['next_token_agreement']:.1f}%",
+        fmt(row.get("ttft_ms"), ".2f"),
+        fmt(row.get("tokens_per_s"), ".1f"),
+        fmt(row.get("speedup"), ".2f") + ("x" if row.get("speedup") else ""),
+        fmt_size(row["size_bytes"]),
+        ("pass" if not failed else "FAIL: " + ", ".join(failed)) if row.get("gates") else "-",
     ]
 
 
@@ -110,7 +157,12 @@ def machine_text(report: dict) -> str:
 
 def to_markdown(report: dict) -> str:
     verdict = "passed" if report["passed"] else "FAILED"
-    lines = [f"### edgekit: {report['model']} - gates {verdict}", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines = [
+        f"### edgekit: {report['model']} - gates {verdict}",
+        "",
+        "| " + " | ".join(columns(report["rows"])) + " |",
+        "|" + "---|" * len(columns(report["rows"])),
+    ]
     lines += ["| " + " | ".join(c.replace("|", "/") for c in cells(r)) + " |" for r in report["rows"]]
     lines += [f"\n{note}" for note in row_notes(report)]
     failed = failed_gates(report)

@@ -281,6 +281,28 @@ def summary_row(result: dict) -> dict:
         "random_data": bool((result.get("data") or {}).get("random")),
         "task": (result.get("task") or {}).get("name"),
         "emulated": ((result.get("device") or {}).get("facts") or {}).get("emulated"),  # timed on an emulated board
+        **language_row(result),
+    }
+
+
+def language_row(result: dict) -> dict:
+    """A language model's figures in a row: perplexity ratio and interval, greedy match, KL, TTFT, tokens/s."""
+    language = result.get("language")
+    if not language:
+        return {}
+    generation = (result.get("latency") or {}).get("generation") or {}
+    return {
+        "ppl_ratio": language["ppl_ratio"],
+        "ppl_ratio_ci95": language["ppl_ratio_ci95"],
+        "perplexity": language["perplexity"],
+        "reference_perplexity": language["perplexity_reference"],
+        "greedy_match": language["greedy_match"],
+        "kl": language["kl"],
+        "next_token_agreement": language["top1_agreement"],
+        "nonfinite": language["nonfinite"],
+        "samples": language["sequences"],
+        "ttft_ms": generation.get("ttft_ms"),
+        "tokens_per_s": generation.get("tokens_per_s"),
     }
 
 

@@ -51,6 +51,9 @@ MODELS = {
     "zoo:fashion-count": ZooModel(
         "edgekit.zoo.models:fashion_count", ("image:1x1x96x96",), calibration="zoo:fashion-det-calib", validation="zoo:fashion-count-test"
     ),
+    # a Llama-architecture decoder (3.7 M parameters, BPE vocabulary of 2048) trained on the Python standard library
+    # (edgekit.zoo.lm, scripts/train_stdlib_lm.py): `convert --task text-generation`, validated on held-out files
+    "zoo:stdlib-lm": ZooModel("edgekit.zoo.lm:stdlib_lm", (), calibration="zoo:stdlib-lm-calib", validation="zoo:stdlib-lm-test"),
 }
 # zoo data -> the committed raw file, and its preprocessing: uint8 `images` [N, H, W] -> float32 `image` in [0, 1],
 # [N, 1, H, W] (nchw) or [N, H, W, 1] (nhwc), with int64 `labels` where the raw file has them
@@ -63,6 +66,13 @@ DATA = {
 }
 # zoo data -> its labels file under edgekit/zoo/data, where they are not the npz's `labels` (COCO instances for boxes)
 LABELS = {"zoo:fashion-det-test": "fashion_det_test.json"}
+# zoo token data of the language model: the committed file as it is (token ids, or text its tokenizer reads)
+TEXT = {
+    "zoo:stdlib-lm-test": "stdlib_lm_test.npz",
+    "zoo:stdlib-lm-calib": "stdlib_lm_calib.txt",
+    "zoo:stdlib-lm-text": "stdlib_lm_test.txt",
+}
+TOKENIZERS = {"zoo:stdlib-lm": "stdlib_lm_tokenizer.json"}
 PREPROCESSING = "uint8 images / 255 -> float32 `image` [N, 1, H, W] (channels-last for Keras), int64 labels if any"
 
 
@@ -85,6 +95,22 @@ def zoo_data(spec: str, folder: Path | None = None, layout: str = "nchw") -> Pat
     folder = folder or Path(os.environ.get("EDGEKIT_CACHE", Path.home() / ".cache" / "edgekit")) / "zoo"
     folder.mkdir(parents=True, exist_ok=True)
     return write_preprocessed(DATA_DIR / DATA[spec], folder, layout)
+
+
+def zoo_text(spec: str) -> Path:
+    """The committed token data (.npz of input_ids) or text of a zoo language model's data name."""
+    from edgekit.zoo.fashion_mnist import DATA_DIR
+
+    if spec not in TEXT:
+        raise EdgekitError(f"unknown zoo token data '{spec}'", hint=f"known: {', '.join(TEXT)}")
+    return DATA_DIR / TEXT[spec]
+
+
+def zoo_tokenizer(spec: str | None) -> Path | None:
+    """The tokenizer.json of a zoo language model, else None."""
+    from edgekit.zoo.fashion_mnist import DATA_DIR
+
+    return DATA_DIR / TOKENIZERS[spec] if spec in TOKENIZERS else None
 
 
 def zoo_labels(spec: str) -> Path | None:

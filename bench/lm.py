@@ -1,0 +1,90 @@
+"""14. The zoo's language model on the device: zoo:stdlib-lm exported with its KV cache to ONNX Runtime, OpenVINO and
+ExecuTorch in fp32, int8 weights and int4 weights (group 128), each judged by perplexity on the 64 held-out sequences
+against PyTorch's (ratio with its paired 95% interval; gates int8-weights <= 1.01, int4-weights <= 1.05), greedy
+match through the cache, and timed: time to first token (32-token prompt) and decode tokens/s (32 new tokens), median
+of 5 generations in a fresh process, 1 and 2 threads; tokens/s vs the same runtime's fp32. Also the damaged int4
+(group 1024, no data) that the gate must stop.
+
+`python -m bench lm`; EDGEKIT_LM_THREADS=1,2 EDGEKIT_LM_FORMATS=onnx,openvino,executorch.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from bench.common import CACHE, publish
+
+FORMATS = tuple(os.environ.get("EDGEKIT_LM_FORMATS", "onnx,openvino,executorch").split(","))
+THREADS = tuple(int(t) for t in os.environ.get("EDGEKIT_LM_THREADS", "1,2").split(","))
+PRECISIONS = ("fp32", "int8-weights", "int4-weights")
+SUFFIX = {"onnx": ".onnx", "openvino": ".xml", "executorch": ".pte"}
+
+
+def artifact(fmt: str, precision: str, group_size: int = 128, calib: bool = True) -> Path:
+    """The zoo LM converted (cached under bench/.cache/lm)."""
+    import edgekit
+
+    name = f"stdlib_lm.{precision}.g{group_size}{'' if calib else '.nodata'}{SUFFIX[fmt]}"
+    out = CACHE / "lm" / fmt / name
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        calib_text = "zoo:stdlib-lm-calib" if calib and precision.endswith("-weights") else None
+        edgekit.convert(
+            "zoo:stdlib-lm", to=fmt, output=str(out), precision=precision, task="text-generation",
+            group_size=group_size, max_seq_len=256, calib=calib_text,
+        )  # fmt: skip
+    return out
+
+
+def judged(path: Path) -> dict:
+    """Perplexity ratio, greedy match (validate, no gate raised) on the held-out sequences."""
+    import edgekit
+
+    result = edgekit.validate(str(path), data="zoo:stdlib-lm-test", runs=1, warmup=0, threads=2)
+    return {"language": result.language, "passed": result.gate.passed, "failures": [f.reason for f in result.gate.failures]}
+
+
+def timed(path: Path, threads: int) -> dict:
+    import edgekit
+
+    return edgekit.bench(str(path), threads=threads, runs=5, warmup=1, prompt_len=32, new_tokens=32).results[0].generation
+
+
+def run() -> None:
+    rows = []
+    for fmt in FORMATS:
+        paths = {p: artifact(fmt, p) for p in PRECISIONS}
+        quality = {p: judged(path) for p, path in paths.items()}
+        speed = {(p, t): timed(path, t) for p, path in paths.items() for t in THREADS}
+        for precision, path in paths.items():
+            lm = quality[precision]["language"]
+            lo, hi = lm["ppl_ratio_ci95"]
+            row = [
+                fmt,
+                precision,
+                f"{path.stat().st_size / 1e6:.1f} MB",
+                f"{lm['perplexity']:.3f}",
+                f"{lm['ppl_ratio']:.4f} [{lo:.4f}, {hi:.4f}]",
+            ]
+            row += [f"{lm['greedy_match']:.3f}", "pass" if quality[precision]["passed"] else "FAIL"]
+            for t in THREADS:
+                g, base = speed[(precision, t)], speed[("fp32", t)]
+                row += [f"{g['ttft_ms']:.2f}", f"{g['tokens_per_s']:.0f}", f"{g['tokens_per_s'] / base['tokens_per_s']:.2f}x"]
+            rows.append(row)
+    damaged = judged(artifact("onnx", "int4-weights", group_size=1024, calib=False))
+    lm = damaged["language"]
+    columns = ["format", "precision", "size", "perplexity", "ppl ratio [95% CI]", "greedy match", "gate"]
+    for t in THREADS:
+        columns += [f"TTFT ms {t}t", f"tokens/s {t}t", f"vs fp32 {t}t"]
+    notes = [
+        f"reference: PyTorch fp32, perplexity {lm['perplexity_reference']:.3f} on {lm['sequences']} held-out sequences "
+        f"({lm['tokens']} next-token predictions)",
+        f"damaged int4 (ONNX, group 1024 = one group per channel, no data): perplexity ratio {lm['ppl_ratio']:.4f} "
+        f"[{lm['ppl_ratio_ci95'][0]:.4f}, {lm['ppl_ratio_ci95'][1]:.4f}], gate {'pass' if damaged['passed'] else 'FAIL'}: "
+        + "; ".join(damaged["failures"]),
+        "int8-weights: ONNX MatMulNBits 8 bits g128, OpenVINO NNCF INT8_ASYM per channel, ExecuTorch torchao int8 weight-only; "
+        "int4-weights: ONNX MatMulNBits 4 bits g128 (RTN), OpenVINO NNCF INT4_ASYM g128 with AWQ + scale estimation on "
+        "zoo:stdlib-lm-calib (embedding and head int8), ExecuTorch torchao 8da4w g128",
+    ]
+    publish("lm", "The zoo LM with its KV cache: perplexity ratio, greedy match, TTFT and decode tokens/s", columns, rows, notes)

@@ -1,0 +1,99 @@
+"""A causal language model as an ExecuTorch .pte with its KV cache, lowered to XNNPACK; weights through torchao.
+
+torch.export of edgekit.backends.torch.causal_lm's KV-cache signature with dynamic token and past lengths (bounded
+by --max-seq-len), lowered with the XnnpackPartitioner. int8-weights: torchao int8 weight-only per output channel;
+int4-weights: torchao 8da4w (int8 dynamic activations, int4 weights in groups of --group-size), ExecuTorch's scheme
+for its LLMs; both through XNNPACK's dynamically quantized kernels where it takes them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edgekit.errors import ConversionError
+
+
+def convert(model, shape, final: Path, options, calibration, work: Path) -> dict:
+    """Write the language model as a .pte at options.precision to `final`; the notes for the provenance."""
+    import copy
+
+    import torch
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    from edgekit.backends.torch import causal_lm
+
+    notes = {"weights": options.precision}
+    wrapped = causal_lm.wrap(copy.deepcopy(model) if options.precision != "fp32" else model)
+    if options.precision == "fp16":
+        raise ConversionError("ExecuTorch language models are written in fp32, int8-weights or int4-weights", hint="choose one of those")
+    if options.precision.endswith("-weights"):
+        notes = quantize_weights(wrapped, options)
+    example, dynamic = causal_lm.export_inputs(shape)
+    try:
+        with torch.no_grad():
+            program = torch.export.export(wrapped, example, dynamic_shapes=dynamic, strict=False)
+            edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+            final.write_bytes(edge.to_executorch().buffer)
+    except Exception as exc:  # noqa: BLE001 - torch.export, the partitioner and to_executorch raise many types
+        raise ConversionError(f"ExecuTorch export of the language model failed: {str(exc).splitlines()[0][:240]}") from None
+    from edgekit.backends.executorch.describe import delegate_split
+
+    return notes | {"delegation": delegate_split(final)}
+
+
+def quantize_weights(wrapped, options) -> dict:
+    """torchao in place on the Linear layers: int8 weight-only, or 8da4w in groups."""
+    import torch
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, IntxWeightOnlyConfig, quantize_
+    from torchao.quantization.granularity import PerAxis, PerGroup
+
+    if options.precision == "int8-weights":
+        quantize_(wrapped, IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0)))
+        return {"weights": "int8 per channel (torchao IntxWeightOnly)", "method": "RTN"}
+    group = options.group_size if options.group_size > 0 else None
+    granularity = PerGroup(group) if group else PerAxis(0)
+    quantize_(wrapped, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=granularity))
+    return {
+        "weights": f"int4 weights {'in groups of ' + str(group) if group else 'per channel'}, int8 dynamic activations (torchao 8da4w)",
+        "group_size": group or -1,
+        "method": "RTN",
+    }
+
+
+class ExecuTorchLM:
+    """The .pte's forward method stepping the KV-cache graph in ExecuTorch's runtime."""
+
+    def __init__(self, source, threads: int | None = None) -> None:
+        """`source`: the artifact's ModelSource or its path."""
+        path = getattr(source, "path", source)
+        from edgekit.backends.executorch.describe import load_program
+        from edgekit.native import stderr_silenced
+
+        if threads:
+            with stderr_silenced():
+                from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+
+                _unsafe_reset_threadpool(threads)
+        program, _ = load_program(path)
+        self.method = program.load_method("forward")
+        self.name = "executorch:cpu"
+
+    def step(self, ids, keys, values):
+        outs = self.method.execute([_tensor(a) for a in (ids, keys, values)])
+        return tuple(out.numpy().copy() for out in outs)
+
+
+def _tensor(array):
+    """A contiguous torch tensor; an empty one (the past of a prefill) with the strides ExecuTorch computes, which
+    count a size-0 dimension as 1 (torch's are 0 there, and ExecuTorch's runtime refuses them)."""
+    import numpy as np
+    import torch
+
+    if array.size:
+        return torch.from_numpy(np.ascontiguousarray(array))
+    strides, step = [], 1
+    for size in reversed(array.shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return torch.empty_strided(array.shape, tuple(reversed(strides)), dtype=torch.from_numpy(array[:0]).dtype)

@@ -1,0 +1,103 @@
+"""A causal language model as OpenVINO IR with its KV cache; weight-only int8/int4 through NNCF's compress_weights.
+
+The IR is OpenVINO's reading of edgekit's KV-cache ONNX (backends.onnx.causal_lm), token and past lengths dynamic.
+int8-weights: INT8_ASYM per output channel, every weight layer. int4-weights: INT4_ASYM in groups of `--group-size`
+on `--ratio` of the layers (NNCF ranks them by sensitivity; the rest, the embedding and the head stay INT8_ASYM as
+optimum-intel ships them); with `--calib` text, data-aware: AWQ and scale estimation on its token sequences.
+Run in f32 inference precision (no bf16 on AMX), so fp32 decodes as PyTorch does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edgekit.errors import ConversionError
+
+CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
+
+
+def convert(model, shape, final: Path, options, calibration, work: Path) -> dict:
+    """Write the language model as OpenVINO IR at options.precision to `final`; the notes for the provenance."""
+    import openvino as ov
+
+    from edgekit.backends.onnx.causal_lm import export_onnx
+
+    onnx_path = work / "fp32.onnx"
+    export_onnx(model, shape, onnx_path)
+    ov_model = ov.convert_model(str(onnx_path))
+    notes = {"weights": options.precision}
+    if options.precision.endswith("-weights"):
+        notes = compress(ov_model, options, shape, calibration)
+    ov.save_model(ov_model, str(final), compress_to_fp16=options.precision == "fp16")
+    return notes
+
+
+def compress(ov_model, options, shape, calibration) -> dict:
+    """NNCF weight compression in place: the mode, groups, ratio and data-aware methods used."""
+    import nncf
+
+    if options.precision == "int8-weights":
+        nncf.compress_weights(ov_model, mode=nncf.CompressWeightsMode.INT8_ASYM)
+        return {"weights": "int8 asymmetric per channel (NNCF)", "method": "RTN"}
+    group = _group(options.group_size, _widest_input(ov_model))
+    kwargs = {"mode": nncf.CompressWeightsMode.INT4_ASYM, "group_size": group, "ratio": options.ratio}
+    method = "RTN"
+    if calibration is not None:
+        kwargs |= {"dataset": nncf.Dataset(list(_feeds(calibration, shape))), "awq": True, "scale_estimation": True}
+        method = f"AWQ + scale estimation on {len(calibration)} calibration sequences"
+    try:
+        nncf.compress_weights(ov_model, **kwargs)
+    except (ValueError, RuntimeError, nncf.ValidationError) as exc:
+        raise ConversionError(
+            f"NNCF weight compression failed: {str(exc).splitlines()[0][:240]}",
+            hint="try another --group-size (a divisor of the layers' input widths) or -1",
+        ) from None
+    return {
+        "weights": f"int4 asymmetric, {'one group per channel' if group < 0 else f'groups of {group}'}, on {options.ratio:.0%} of the "
+        "weight layers; the embedding and the head int8 (NNCF's backup mode)",
+        "group_size": group,
+        "ratio": options.ratio,
+        "method": method,
+        "calibrated": calibration is not None,
+    }
+
+
+def _group(group_size: int, widest: int) -> int:
+    """NNCF's group size: -1 (one group per output channel) for -1 or a group at least as wide as every layer's input
+    (a group spans at most a whole input row, so that is what it means)."""
+    return -1 if group_size <= 0 or group_size >= widest else group_size
+
+
+def _widest_input(ov_model) -> int:
+    """The widest input (reduction) dimension of the model's MatMuls with constant weights."""
+    widths = [0]
+    for op in ov_model.get_ordered_ops():
+        if op.get_type_name() != "MatMul" or not op.input_value(1).get_partial_shape().is_static:
+            continue
+        shape = op.input_value(1).get_shape()
+        transposed = op.get_attributes().get("transpose_b", False)
+        widths.append(int(shape[-1] if transposed else shape[-2]) if len(shape) >= 2 else 0)
+    return max(widths)
+
+
+def _feeds(calibration, shape):
+    for row in calibration:
+        yield {"input_ids": row[None], "past_keys": shape.empty(), "past_values": shape.empty()}
+
+
+class OpenVinoLM:
+    """One compiled OpenVINO model stepping the KV-cache graph (dynamic shapes: one compilation for every length)."""
+
+    def __init__(self, source, threads: int | None = None) -> None:
+        """`source`: the artifact's ModelSource or its path."""
+        path = getattr(source, "path", source)
+        import openvino as ov
+
+        config = dict(CONFIG) | ({"INFERENCE_NUM_THREADS": str(threads)} if threads else {})
+        self.compiled = ov.Core().compile_model(str(path), "CPU", config)
+        self.request = self.compiled.create_infer_request()
+        self.name = "openvino:cpu"
+
+    def step(self, ids, keys, values):
+        result = self.request.infer({"input_ids": ids, "past_keys": keys, "past_values": values})
+        return tuple(result[out] for out in self.compiled.outputs)

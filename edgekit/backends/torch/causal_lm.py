@@ -1,0 +1,140 @@
+"""A PyTorch causal language model with its KV cache as inputs and outputs, for export and as the reference.
+
+Any transformers causal LM (Llama, Qwen, GPT-2, Phi and their like: a model whose forward takes `past_key_values`)
+is wrapped in `KVCacheLM`: forward(input_ids [1, T], past_keys [L, 1, H_kv, P, D], past_values) ->
+(logits [1, T, V], present_keys [L, 1, H_kv, P + T, D], present_values). Prefill is P = 0, T = the prompt; decode is
+T = 1. The past is handed to the model as a transformers DynamicCache, and positions run from P, so one graph serves
+both. Every runtime (ONNX Runtime, OpenVINO, ExecuTorch) runs the same signature (edgekit.validate.text_generation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from edgekit.errors import ModelLoadError
+
+INPUTS = ("input_ids", "past_keys", "past_values")
+OUTPUTS = ("logits", "present_keys", "present_values")
+
+
+@dataclass(frozen=True)
+class CacheShape:
+    """What the KV cache of a model looks like: [layers, 1, kv_heads, tokens, head_dim] for keys and for values."""
+
+    layers: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    max_seq_len: int
+
+    def empty(self, tokens: int = 0):
+        import numpy as np
+
+        return np.zeros((self.layers, 1, self.kv_heads, tokens, self.head_dim), np.float32)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def cache_shape(model, max_seq_len: int) -> CacheShape:
+    """The KV cache shape of a transformers causal LM, from its config."""
+    config = getattr(model, "config", None)
+    try:
+        heads = config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        return CacheShape(config.num_hidden_layers, kv_heads, head_dim, config.vocab_size, max_seq_len)
+    except AttributeError as exc:
+        raise ModelLoadError(
+            f"{type(model).__name__} is not a transformers causal language model ({exc})",
+            hint="--task text-generation takes a transformers *ForCausalLM (Llama, Qwen, GPT-2, Phi...) from a factory, a pickle or a folder",
+        ) from None
+
+
+def load_causal_lm(source):
+    """The source as an eval-mode transformers causal LM: a module:factory (+ --weights), zoo:stdlib-lm, a pickled
+    module (with consent), or a folder written by save_pretrained."""
+    from pathlib import Path
+
+    from edgekit.native import stderr_silenced, third_party_quiet
+
+    spec = Path(source.spec)
+    with stderr_silenced(), third_party_quiet():  # transformers imports torchao, which notes kernels it cannot load
+        if source.path is not None and spec.is_dir() and (spec / "config.json").is_file():
+            from transformers import AutoModelForCausalLM
+
+            model = AutoModelForCausalLM.from_pretrained(str(spec), local_files_only=True, dtype="float32")
+        else:
+            from edgekit.backends.torch.loader import load_torch
+
+            model, _ = load_torch(source)
+    if not hasattr(model, "config") or "past_key_values" not in _forward_parameters(model):
+        raise ModelLoadError(
+            f"{source.spec} is not a causal language model with a KV cache (its forward takes no past_key_values)",
+            hint="--task text-generation takes a transformers *ForCausalLM (Llama, Qwen, GPT-2, Phi...)",
+        )
+    model.config.use_cache = True
+    return model.float().eval()
+
+
+def _forward_parameters(model) -> set[str]:
+    import inspect
+
+    return set(inspect.signature(model.forward).parameters)
+
+
+def wrap(model):
+    """`model` behind the KV-cache signature (an nn.Module, for torch.export and as the reference)."""
+    import torch
+    from transformers import DynamicCache
+
+    class KVCacheLM(torch.nn.Module):
+        def __init__(self, lm) -> None:
+            super().__init__()
+            self.lm = lm
+            self.layers = lm.config.num_hidden_layers
+
+        def forward(self, input_ids, past_keys, past_values):
+            past = past_keys.shape[3]
+            cache = DynamicCache(config=self.lm.config)
+            for i in range(self.layers):
+                cache.update(past_keys[i], past_values[i], i)
+            positions = torch.arange(past, past + input_ids.shape[1]).unsqueeze(0)
+            out = self.lm(input_ids=input_ids, past_key_values=cache, position_ids=positions, use_cache=True)
+            layers = out.past_key_values.layers
+            return out.logits, torch.stack([c.keys for c in layers]), torch.stack([c.values for c in layers])
+
+    return KVCacheLM(model).eval()
+
+
+def export_inputs(shape: CacheShape):
+    """Example inputs (distinct tensors: torch.export takes one tensor passed twice for one input) and the dynamic
+    shapes: T in 1..max_seq_len, P in 0..max_seq_len - 1."""
+    import torch
+
+    tokens = torch.export.Dim("tokens", min=1, max=shape.max_seq_len)
+    past = torch.export.Dim("past", min=0, max=shape.max_seq_len - 1)
+    cache = (shape.layers, 1, shape.kv_heads, 3, shape.head_dim)
+    example = (torch.randint(0, shape.vocab, (1, 5)), torch.zeros(cache), torch.zeros(cache))
+    return example, {"input_ids": {1: tokens}, "past_keys": {3: past}, "past_values": {3: past}}
+
+
+class TorchLM:
+    """The reference: the PyTorch model itself behind the KV-cache signature, one step at a time."""
+
+    name = "torch:cpu"
+
+    def __init__(self, model, threads: int | None = None) -> None:
+        """`model`: a loaded causal LM, or the ModelSource to load it from."""
+        import torch
+
+        if threads:
+            torch.set_num_threads(threads)
+        self.wrapped = wrap(model if isinstance(model, torch.nn.Module) else load_causal_lm(model))
+
+    def step(self, ids, keys, values):
+        import torch
+
+        with torch.no_grad():
+            logits, keys, values = self.wrapped(torch.from_numpy(ids), torch.from_numpy(keys), torch.from_numpy(values))
+        return logits.numpy(), keys.numpy(), values.numpy()

@@ -1,0 +1,119 @@
+"""`convert --task text-generation`: a causal language model exported with its KV cache, checked, written atomically.
+
+The format's backend writes the file (the registry's `lm_export`: ONNX with MatMulNBits, OpenVINO with NNCF's
+compress_weights, ExecuTorch with torchao); this driver loads the model, reads calibration text, checks the
+written artifact against PyTorch by greedy decoding through the cache before it is moved into place, and writes the
+provenance (the task and the cache's shape: what `validate` and `bench` step it by).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from edgekit import progress, registry
+from edgekit.artifact import Artifact
+from edgekit.errors import EdgekitError
+from edgekit.fileio import SIDECAR_SUFFIX, atomic_output, check_output_path, work_folder
+from edgekit.imports import import_attr
+from edgekit.native import third_party_quiet
+from edgekit.provenance import describe, source_provenance
+from edgekit.source import ModelSource
+from edgekit.validate.text_generation import PRECISIONS, TASK, generate, load_tokens
+
+log = logging.getLogger("edgekit")
+VERIFY_PROMPTS = 2  # prompts greedily decoded by the artifact and PyTorch before the file counts as written
+VERIFY_TOKENS = 16
+CALIB_SEQUENCES = 16  # calibration sequences (128 tokens each) for data-aware weight compression
+
+
+def check_request(to: str, precision: str) -> None:
+    backend = registry.backend(to)
+    if backend is None or backend.lm_export is None:
+        writers = [b.format for b in registry.backends().values() if b.lm_export]
+        raise EdgekitError(f"--task {TASK} does not write {to}", hint=f"choose --to {' or '.join(writers)}")
+    if precision not in PRECISIONS:
+        raise EdgekitError(
+            f"--task {TASK} takes precision {', '.join(PRECISIONS)}, not {precision}", hint="int8 of activations is for CNNs"
+        )
+
+
+def convert_lm(source: ModelSource, to: str, out: Path, options) -> Artifact:
+    """Write `source` (a PyTorch causal LM) as `to` at options.precision with its KV cache; verified, then moved to `out`."""
+    from edgekit.backends.torch.causal_lm import cache_shape, load_causal_lm
+
+    check_request(to, options.precision)
+    check_output_path(Path(out), "-o", "model" + registry.backend(to).suffix)
+    if options.max_seq_len < 2:
+        raise EdgekitError(f"--max-seq-len {options.max_seq_len} leaves no room to generate", hint="e.g. --max-seq-len 512")
+    with progress.step(f"loading {source.spec}"):
+        model = load_causal_lm(source)
+        shape = cache_shape(model, options.max_seq_len)
+        calibration, calib_note = _calibration(options, source)
+    with atomic_output(Path(out)) as final, work_folder(Path(out)) as work:
+        with progress.step(f"{source.name}: exporting to {to} ({options.precision})"), third_party_quiet():
+            notes = import_attr(registry.backend(to).lm_export)(model, shape, final, options, calibration, Path(work))
+        notes["verified"] = _verified(model, shape, to, final, options, calibration)
+        sidecar = _provenance(source, options, shape, notes, calib_note if notes.pop("calibrated", False) else None)
+        sidecar["files"] = sorted(p.name for p in final.parent.iterdir() if p.name != final.name) + [final.name + SIDECAR_SUFFIX]
+        final.with_name(final.name + SIDECAR_SUFFIX).write_text(json.dumps(sidecar, indent=2, default=str) + "\n")
+    return describe(Path(out), to, options.precision, sidecar)
+
+
+def _calibration(options, source: ModelSource) -> tuple[np.ndarray | None, dict | None]:
+    """Calibration token sequences (--calib: token ids or text), or None: data-aware compression only with them (the
+    provenance records them where the backend used them: its notes say `calibrated`)."""
+    data = options.calibration.data
+    if not data:
+        return None, None
+    ids, provenance = load_tokens(data, source, CALIB_SEQUENCES)
+    return ids, provenance | {"default_of": options.calibration.default_of}
+
+
+def _verified(model, shape, to: str, final: Path, options, calibration) -> dict:
+    """Greedy decoding of the written artifact against PyTorch's from the same prompts (fp32 must match token for
+    token; a quantized model's share is recorded, `validate` judges it). Prompts: calibration text, else fixed tokens."""
+    from edgekit.backends.torch.causal_lm import TorchLM
+
+    if not options.verify:
+        log.warning("not verified against PyTorch (--no-verify)")
+        return {"result": "skipped", "why": "--no-verify"}
+    prompts = (
+        calibration[:VERIFY_PROMPTS, :8]
+        if calibration is not None
+        else np.random.default_rng(0).integers(1, shape.vocab, (VERIFY_PROMPTS, 8))
+    )
+    tokens = min(VERIFY_TOKENS, shape.max_seq_len - prompts.shape[1])
+    with progress.step(f"decoding {len(prompts)} prompts with the written {to} and with PyTorch"):
+        session = import_attr(registry.backend(to).lm_session)(final)
+        reference = TorchLM(model)
+        ours = np.stack([generate(session, shape, p, tokens)[0] for p in prompts])
+        theirs = np.stack([generate(reference, shape, p, tokens)[0] for p in prompts])
+    match = float(np.mean(ours == theirs))
+    result = {"result": "passed", "greedy_match": match, "prompts": len(prompts), "tokens": tokens}
+    if options.precision == "fp32" and match < 1.0:
+        raise EdgekitError(
+            f"the fp32 {to} decodes differently from PyTorch ({match:.0%} of {ours.size} greedy tokens equal): not written",
+            hint="report it with the model; --no-verify writes it anyway",
+        )
+    if match < 1.0:
+        result["result"] = "differs"
+    return result
+
+
+def _provenance(source: ModelSource, options, shape, notes: dict, calibration: dict | None) -> dict:
+    from edgekit.machine import package_versions
+
+    return {
+        "source": source_provenance(source),
+        "task": TASK,
+        "precision": options.precision,
+        "kv_cache": shape.to_dict(),
+        "calibration": calibration,
+        "options": {"group_size": options.group_size, "ratio": options.ratio, "max_seq_len": options.max_seq_len},
+        "versions": package_versions("torch", "transformers", "onnx", "onnxruntime", "openvino", "nncf", "executorch", "torchao"),
+        **notes,
+    }
