@@ -39,6 +39,7 @@ class Backend:
     npu_compiler: str | None = None  # module whose check_device / vela_command / compile_vela compile for an NPU (--device)
     own_input_shapes: bool = False  # its runner takes the shapes the file records (a TFLite from PyTorch may be NHWC)
     lm_export: str | None = None  # "module:function" (model, cache shape, out, options, calibration ids, work) -> notes
+    lm_mixed_precision: bool = False  # its int4-weights takes --ratio < 1 (some layers int8): NNCF
     lm_session: str | None = None  # "module:Class" (ModelSource or path, threads): step(ids, keys, values) of a KV-cache LM
 
     @property
@@ -105,6 +106,7 @@ REGISTRY = (
         describer="edgekit.backends.openvino.loader:openvino_artifact",
         summary="edgekit.backends.openvino.loader:openvino_summary",
         lm_export="edgekit.backends.openvino.causal_lm:convert",
+        lm_mixed_precision=True,
         lm_session="edgekit.backends.openvino.causal_lm:OpenVinoLM",
     ),
     # Keras 3 / TensorFlow: .keras, .h5 and SavedModel folders, run by TensorFlow.

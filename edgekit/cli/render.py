@@ -114,6 +114,13 @@ def print_how_made(prov: dict) -> None:
     against the source: what `convert` prints."""
     if len(prov.get("routes") or []) > 1:
         console.print(f"  routes: {escape(routes_text(prov['routes']))}")
+    if prov.get("kv_cache"):  # a language model (converters.causal_lm)
+        cache = prov["kv_cache"]
+        console.print(
+            f"  {prov['task']}: KV cache [{cache['layers']}, 1, {cache['kv_heads']}, tokens, {cache['head_dim']}] as inputs and outputs, "
+            f"up to {cache['max_seq_len']} tokens; weights: {escape(prov.get('weights', '?'))}"
+            + (f" ({escape(prov['method'])})" if prov.get("method") else "")
+        )
     if prov.get("verified"):
         console.print(f"  verified: {escape(verified_text(prov['verified']))}")
     if prov.get("exporter"):

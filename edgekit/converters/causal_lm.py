@@ -30,7 +30,7 @@ VERIFY_TOKENS = 16
 CALIB_SEQUENCES = 16  # calibration sequences (128 tokens each) for data-aware weight compression
 
 
-def check_request(to: str, precision: str) -> None:
+def check_request(to: str, precision: str, ratio: float = 1.0) -> None:
     backend = registry.backend(to)
     if backend is None or backend.lm_export is None:
         writers = [b.format for b in registry.backends().values() if b.lm_export]
@@ -39,13 +39,20 @@ def check_request(to: str, precision: str) -> None:
         raise EdgekitError(
             f"--task {TASK} takes precision {', '.join(PRECISIONS)}, not {precision}", hint="int8 of activations is for CNNs"
         )
+    if not 0 < ratio <= 1:
+        raise EdgekitError(f"--ratio {ratio} is not a share of the layers", hint="pass a value in (0, 1], e.g. --ratio 0.8")
+    if ratio < 1 and not (precision == "int4-weights" and backend.lm_mixed_precision):
+        mixed = [b.format for b in registry.backends().values() if b.lm_mixed_precision]
+        raise EdgekitError(
+            f"--ratio {ratio} (some layers int8) is for int4-weights on {', '.join(mixed)}, not {precision} on {to}", hint="drop --ratio"
+        )
 
 
 def convert_lm(source: ModelSource, to: str, out: Path, options) -> Artifact:
     """Write `source` (a PyTorch causal LM) as `to` at options.precision with its KV cache; verified, then moved to `out`."""
     from edgekit.backends.torch.causal_lm import cache_shape, load_causal_lm
 
-    check_request(to, options.precision)
+    check_request(to, options.precision, options.ratio)
     check_output_path(Path(out), "-o", "model" + registry.backend(to).suffix)
     if options.max_seq_len < 2:
         raise EdgekitError(f"--max-seq-len {options.max_seq_len} leaves no room to generate", hint="e.g. --max-seq-len 512")

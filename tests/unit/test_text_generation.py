@@ -1,0 +1,153 @@
+"""Language models with their KV cache on real runtimes: zoo:stdlib-lm (trained here on the Python standard library).
+
+The exports are built once for the module: fp32 on ONNX Runtime, OpenVINO and ExecuTorch, int4 weights on ONNX
+Runtime (groups of 128) and on OpenVINO (one group per channel, no data: --group-size 1024 spans every layer).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import edgekit
+from edgekit.source import open_source
+from edgekit.validate import text_generation as tg
+from tests.conftest import assert_clean_error, run_cli
+
+MAX_SEQ = 160
+PROMPTS, NEW = 2, 12
+
+
+def _convert(folder, to: str, precision: str = "fp32", **options):
+    suffix = {"onnx": ".onnx", "openvino": ".xml", "executorch": ".pte", "tflite": ".tflite"}[to]
+    out = folder / f"lm.{precision}.{options.get('group_size', 128)}{suffix}"
+    return edgekit.convert(
+        "zoo:stdlib-lm", to=to, output=str(out), precision=precision, task="text-generation", max_seq_len=MAX_SEQ, **options
+    )
+
+
+@pytest.fixture(scope="module")
+def lm(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("lm")
+    return {
+        "onnx": _convert(folder, "onnx").artifact.path,
+        "openvino": _convert(folder, "openvino").artifact.path,
+        "executorch": _convert(folder, "executorch").artifact.path,
+        "onnx-int4": _convert(folder, "onnx", "int4-weights").artifact.path,
+        "openvino-int4-per-channel": _convert(folder, "openvino", "int4-weights", group_size=1024).artifact.path,
+    }
+
+
+@pytest.fixture(scope="module")
+def held_out():
+    from edgekit.zoo.lm import LM_EVAL
+
+    with np.load(LM_EVAL) as npz:
+        return npz["input_ids"]
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "openvino", "executorch"])
+def test_fp32_decodes_through_its_cache_exactly_what_transformers_generate_decodes(lm, held_out, fmt):
+    """Greedy decoding on the runtime (prefill, then one token at a time through the KV cache) against
+    transformers' own generate() on the PyTorch model: independent of edgekit's wrapper."""
+    import torch
+
+    from edgekit.zoo.lm import build_stdlib_lm
+
+    model = build_stdlib_lm()
+    source = open_source(str(lm[fmt]))
+    shape = tg.cache_of(source)
+    session = tg.open_session(source)
+    for prompt in held_out[:PROMPTS, :16]:
+        ours, ttft, steps = tg.generate(session, shape, prompt, NEW)
+        with torch.no_grad():
+            theirs = model.generate(torch.from_numpy(prompt[None]), max_new_tokens=NEW, do_sample=False, pad_token_id=0)[0, len(prompt) :]
+        assert ours.tolist() == theirs.tolist()
+        assert ttft > 0 and len(steps) == NEW - 1
+    provenance = json.loads(lm[fmt].with_name(lm[fmt].name + ".edgekit.json").read_text())
+    assert provenance["task"] == "text-generation" and provenance["verified"]["greedy_match"] == 1.0
+    assert provenance["kv_cache"] == {"layers": 4, "kv_heads": 2, "head_dim": 64, "vocab": 2048, "max_seq_len": MAX_SEQ}
+
+
+def test_int4_is_judged_by_perplexity_and_passes_its_default_gate(lm, tmp_path):
+    result = edgekit.validate(str(lm["onnx-int4"]), limit=16, runs=2, warmup=0, report=str(tmp_path / "r.json"))
+    language = result.language
+    lo, hi = language["ppl_ratio_ci95"]
+    assert 1.0 < language["ppl_ratio"] < 1.05 and lo < language["ppl_ratio"] < hi
+    assert language["perplexity_reference"] == pytest.approx(12.5, abs=1.5)  # the zoo LM on its held-out files
+    assert 0.5 < language["top1_agreement"] < 1.0 and language["kl"] > 0
+    assert language["greedy_prompts"] == 8 and language["tokens"] == 16 * 127
+    assert result.gate.passed and result.gate.thresholds["max_ppl_ratio"] == 1.05
+    generation = result.latency.generation
+    assert generation["ttft_ms"] > 0 and generation["tokens_per_s"] > 0 and generation["prompt_len"] == 32
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved["language"]["ppl_ratio"] == language["ppl_ratio"]
+    from edgekit.report.schema import load_json
+
+    load_json(tmp_path / "r.json")  # against report.schema.json
+
+
+def test_a_perplexity_gate_missed_exits_2_naming_the_ratio_and_its_interval(lm):
+    """The int4 without groups and without data (--group-size 1024 spans every layer: one group per channel), the issue's
+    damaged model, measured at a perplexity ratio of 1.008 on this well-conditioned 3.7 M-parameter model (groups of 128
+    with AWQ: 1.006; bench lm): under the 1.05 default, so a stricter gate stands for the damage here. Exit 2, the ratio
+    named."""
+    result = run_cli("validate", lm["openvino-int4-per-channel"], "--limit", "16", "--runs", "1", "--max-ppl-ratio", "1.001")
+    assert result.code == 2, result.stdout + result.stderr
+    assert "perplexity_ratio" in result.stdout and "GATE FAILED" in result.stdout
+    provenance = json.loads(lm["openvino-int4-per-channel"].with_name(lm["openvino-int4-per-channel"].name + ".edgekit.json").read_text())
+    assert provenance["group_size"] == -1 and provenance["calibration"] is None
+
+
+def test_text_is_read_with_the_models_tokenizer_and_bench_times_generation(lm, tmp_path):
+    result = edgekit.validate(str(lm["onnx"]), data="zoo:stdlib-lm-text", limit=4, runs=1, warmup=0, new_tokens=8)
+    assert result.data["read_as"] == "text cut into 128-token sequences" and result.language["sequences"] == 4
+    assert result.language["ppl_ratio"] == pytest.approx(1.0, abs=1e-5) and result.language["greedy_match"] == 1.0
+    out = run_cli(
+        "bench", lm["onnx"], "--prompt-len", "16", "--new-tokens", "8", "--runs", "2", "--threads", "1", "--report", tmp_path / "b.json"
+    )
+    assert out.code == 0, out.stderr
+    assert "TTFT ms" in out.stdout and "tokens/s" in out.stdout
+    timed = json.loads((tmp_path / "b.json").read_text())["results"][0]
+    assert timed["threads"] == 1 and len(timed["times_ms"]) == 2 * 7 and timed["generation"]["new_tokens"] == 8
+
+
+def test_bad_requests_get_one_clear_line(lm, tmp_path):
+    from edgekit.errors import EdgekitError
+
+    assert_clean_error(
+        run_cli("convert", "zoo:fashion-cnn", "--task", "text-generation", "--to", "onnx", "-o", tmp_path / "x.onnx"),
+        "causal language model",
+    )
+    assert_clean_error(run_cli("validate", lm["onnx"], "--prompt-len", "100", "--new-tokens", "100"), "--max-seq-len")
+    with pytest.raises(EdgekitError, match="does not write tflite"):
+        _convert(tmp_path, "tflite")
+    with pytest.raises(EdgekitError, match="--group-size 16, 32, 64, 128, 256, not 100"):
+        _convert(tmp_path, "onnx", "int4-weights", group_size=100)
+    assert not list(tmp_path.glob("lm.int4-weights.100.onnx*"))  # nothing half-written left behind
+
+
+def test_a_recipe_row_shows_perplexity_greedy_match_ttft_and_tokens_per_second(tmp_path):
+    """`edgekit run` on a language-model recipe (demo --llm's, cut to ONNX fp32 and 4 held-out sequences)."""
+    from edgekit.demo import RECIPES
+
+    recipe = RECIPES["llm"].read_text().replace("formats: [onnx, openvino, executorch]", "formats: [onnx]")
+    recipe = recipe.replace("precisions: [fp32, int8-weights, int4-weights]", "precisions: [fp32]").replace(
+        "max_seq_len: 256", "max_seq_len: 160"
+    )
+    recipe = recipe.replace("  task: text-generation\n\nconvert", "  task: text-generation\n  limit: 4\n\nconvert").replace(
+        "dir: edgekit-demo-llm", f"dir: {tmp_path}"
+    )
+    (tmp_path / "lm.yaml").write_text(recipe)
+    result = run_cli("run", tmp_path / "lm.yaml", "--quiet")
+    assert result.code == 0, result.stdout + result.stderr
+    for header in ("perplexity", "ppl ratio [95% CI]", "greedy match", "TTFT ms", "tokens/s"):
+        assert header in result.stdout
+    row = json.loads((tmp_path / "report.json").read_text())["rows"][0]
+    assert row["status"] == "ok" and row["passed"] and row["samples"] == 4
+    assert row["greedy_match"] == 1.0 and row["ppl_ratio"] == pytest.approx(1.0, abs=1e-5) and row["tokens_per_s"] > 0
+    assert [g["metric"] for g in row["gates"]] == ["nonfinite_values", "greedy_match"]
+    assert "| ppl ratio [95% CI] |" in (tmp_path / "report.md").read_text()
+    assert "<th>tokens/s</th>" in (tmp_path / "report.html").read_text()
