@@ -39,8 +39,9 @@ def set_verbose(on: bool) -> None:
 
 @contextlib.contextmanager
 def third_party_quiet():
-    """Around a framework's work: its progress bars (NNCF draws rich bars on stdout) and INFO/WARNING logs
-    go nowhere, unless --verbose. edgekit prints nothing on stdout inside such a block."""
+    """Around a framework's work: its progress bars (NNCF draws rich bars on stdout), INFO/WARNING logs and its
+    deprecation notices to itself (torch.export's pytree FutureWarnings) go nowhere, unless --verbose. edgekit prints
+    nothing on stdout inside such a block."""
     if verbose():
         yield
         return
@@ -49,7 +50,9 @@ def third_party_quiet():
     for logger in loggers:
         logger.setLevel(logging.ERROR)
     try:
-        with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
+        with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
             yield
     finally:
         for logger, level in zip(loggers, levels, strict=True):

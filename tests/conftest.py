@@ -109,6 +109,7 @@ def pytest_configure(config):
 # longest go first and the short ones even out the end: with xdist's own order (most tests first) the longest files
 # came last and one worker ran alone for minutes.
 SLOW_FILES = {
+    "tests/unit/test_text_generation.py": 160,
     "tests/e2e/test_demo.py": 140,
     "tests/unit/backends/openvino/test_openvino.py": 120,
     "tests/unit/backends/onnx/test_int8_rounding.py": 115,

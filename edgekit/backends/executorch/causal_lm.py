@@ -65,15 +65,16 @@ class ExecuTorchLM:
 
     def __init__(self, source, threads: int | None = None) -> None:
         """`source`: the artifact's ModelSource or its path."""
-        path = getattr(source, "path", source)
+        import os
+
         from edgekit.backends.executorch.describe import load_program
         from edgekit.native import stderr_silenced
 
-        if threads:
-            with stderr_silenced():
-                from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+        path = getattr(source, "path", source)
+        with stderr_silenced():  # the thread pool's cpuinfo banners, printed where it is first made
+            from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
 
-                _unsafe_reset_threadpool(threads)
+            _unsafe_reset_threadpool(threads or len(os.sched_getaffinity(0)))
         program, _ = load_program(path)
         self.method = program.load_method("forward")
         self.name = "executorch:cpu"

@@ -43,7 +43,8 @@ def compress(ov_model, options, shape, calibration) -> dict:
     kwargs = {"mode": nncf.CompressWeightsMode.INT4_ASYM, "group_size": group, "ratio": options.ratio}
     method = "RTN"
     if calibration is not None:
-        kwargs |= {"dataset": nncf.Dataset(list(_feeds(calibration, shape))), "awq": True, "scale_estimation": True}
+        feeds = list(_feeds(calibration, shape))
+        kwargs |= {"dataset": nncf.Dataset(feeds), "subset_size": len(feeds), "awq": True, "scale_estimation": True}
         method = f"AWQ + scale estimation on {len(calibration)} calibration sequences"
     try:
         nncf.compress_weights(ov_model, **kwargs)
