@@ -127,6 +127,8 @@ def test_bad_requests_get_one_clear_line(lm, tmp_path):
     with pytest.raises(EdgekitError, match="--group-size 16, 32, 64, 128, 256, not 100"):
         _convert(tmp_path, "onnx", "int4-weights", group_size=100)
     assert not list(tmp_path.glob("lm.int4-weights.100.onnx*"))  # nothing half-written left behind
+    with pytest.raises(EdgekitError, match="--group-size 96 does not divide the linear layers' input widths \\(256, 768\\)"):
+        _convert(tmp_path, "executorch", "int4-weights", group_size=96)
 
 
 def test_a_recipe_row_shows_perplexity_greedy_match_ttft_and_tokens_per_second(tmp_path):

@@ -54,6 +54,12 @@ def quantize_weights(wrapped, options) -> dict:
         quantize_(wrapped, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0)))
         return {"weights": "int8 per channel, int8 dynamic activations (torchao 8da8w)", "method": "RTN"}
     group = options.group_size if options.group_size > 0 else None
+    widths = sorted({m.in_features for m in wrapped.modules() if isinstance(m, torch.nn.Linear)})
+    if group and any(w % group for w in widths):
+        raise ConversionError(
+            f"--group-size {group} does not divide the linear layers' input widths ({', '.join(map(str, widths))})",
+            hint="pick a divisor such as 32, 64 or 128, or -1 for one group per channel",
+        )
     granularity = PerGroup(group) if group else PerAxis(0)
     quantize_(wrapped, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=granularity))
     groups = f"in groups of {group}" if group else "per channel"
