@@ -91,13 +91,6 @@ def _convert_language_model(source, args) -> Converted:
     return Converted.from_artifact(convert_lm(source, args.to, output, options))
 
 
-def _zoo_default(source, which: str) -> str | None:
-    """A zoo model's declared calibration or validation set, else None."""
-    from edgekit.zoo.names import zoo_entry
-
-    return getattr(zoo_entry(source.zoo), which) if source.zoo else None
-
-
 @_takes(commands.QUANTIZE)
 def quantize(args) -> Converted:
     """`edgekit quantize`: an existing ONNX model to fp16, int8-dynamic, or static int8 (with `calib`)."""
@@ -218,9 +211,10 @@ def _generation_settings(args):
 
 def _validate_language_model(art, ref, args) -> Validation:
     """validate --task text-generation: perplexity, KL, next-token agreement and greedy match against PyTorch."""
+    from edgekit.api import guess
     from edgekit.validate.text_generation import LMValidationRequest, validate_lm
 
-    default = None if args.data else _zoo_default(ref, "validation")
+    default = None if args.data else guess.default_validation(ref)
     request = LMValidationRequest(
         art, ref, args.data or default, args.limit, _generation_settings(args), _thresholds(args), not args.no_default_gates
     )

@@ -28,6 +28,7 @@ from edgekit.metrics.language import compare_lm
 from edgekit.metrics.latency import BenchResult, LatencyStats, _size
 from edgekit.provenance import read_provenance
 from edgekit.source import ModelSource
+from edgekit.targets.base import default_threads
 
 log = logging.getLogger("edgekit")
 TASK = "text-generation"
@@ -294,7 +295,7 @@ def bench_lm_in_process(source: ModelSource, settings: GenerationSettings, promp
         source.spec,
         session.name,
         _runtime_version(session.name),
-        settings.threads or _threads(),
+        settings.threads or default_threads(),
         load_ms,
         first_ms,
         LatencyStats.from_times(step_ms, 1),
@@ -303,12 +304,6 @@ def bench_lm_in_process(source: ModelSource, settings: GenerationSettings, promp
         [round(t, 4) for t in steps],
         generation=generation,
     )
-
-
-def _threads() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0))
 
 
 def _package(target: str) -> str:

@@ -71,16 +71,15 @@ class ExecuTorchLM:
 
     def __init__(self, source, threads: int | None = None) -> None:
         """`source`: the artifact's ModelSource or its path."""
-        import os
-
         from edgekit.backends.executorch.describe import load_program
         from edgekit.native import stderr_silenced
+        from edgekit.targets.base import default_threads
 
         path = getattr(source, "path", source)
         with stderr_silenced():  # the thread pool's cpuinfo banners, printed where it is first made
             from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
 
-            _unsafe_reset_threadpool(threads or len(os.sched_getaffinity(0)))
+            _unsafe_reset_threadpool(threads or default_threads())
         program, _ = load_program(path)
         self.method = program.load_method("forward")
         self.name = "executorch:cpu"
