@@ -57,9 +57,9 @@ def pruned_name(round_to: int) -> str:
 def pruned_resnet(round_to: int | None = None) -> Path:
     """ResNet-18 shape with 30% of channels pruned (BN recalibrated on real photos), kept channels a multiple of
     `round_to` (None: edgekit's default for this host), as a cached .pt2."""
-    from edgekit.compress import PruneOptions
     from edgekit.isa import channel_multiple
-    from edgekit.pruning import prune
+    from edgekit.pruning import PruneOptions
+    from edgekit.pruning.stages import prune
 
     round_to = round_to or channel_multiple(ISA_CLASS)
     out = CACHE / f"{pruned_name(round_to)}.pt2"

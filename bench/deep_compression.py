@@ -153,8 +153,8 @@ def _full_train():
 
 
 def _compress(source: ModelSource, model: str, sparsity: float, clusters: int, data: dict) -> list[dict]:
-    from edgekit.compress import PruneOptions
-    from edgekit.pruning import prune
+    from edgekit.pruning import PruneOptions
+    from edgekit.pruning.stages import prune
 
     epochs, learning_rate = FINETUNE[model]
     out = data["dir"] / f"{model}.s{sparsity}.k{clusters}.e{epochs}.pt2"
@@ -204,11 +204,11 @@ def _best(results: list[dict]) -> str:
 
 def _surgery_vs_iterative(source: ModelSource, data: dict) -> list[dict]:
     """Same sparsity, same epochs, same data: gradual magnitude pruning vs dynamic network surgery (LeNet-300-100)."""
+    from edgekit.backends.torch.prune import torch_accuracy
+    from edgekit.backends.torch.prune_methods import magnitude_prune
     from edgekit.calibration import load_samples
-    from edgekit.compress import PruneOptions
-    from edgekit.compress.torch_prune import magnitude_prune
     from edgekit.conversion import load_for_conversion
-    from edgekit.pruning import _torch_accuracy
+    from edgekit.pruning import PruneOptions
 
     cached = data["dir"] / f"surgery.{Path(source.weights).stem}.e{FINETUNE['LeNet-300-100'][0]}.json"
     if cached.exists():
@@ -228,8 +228,8 @@ def _surgery_vs_iterative(source: ModelSource, data: dict) -> list[dict]:
                     "sparsity": sparsity,
                     "method": "surgery" if surgery else "iterative (cubic)",
                     "epochs": epochs,
-                    "accuracy": _torch_accuracy(model, test),
-                    "reference": _torch_accuracy(module, test),
+                    "accuracy": torch_accuracy(model, test),
+                    "reference": torch_accuracy(module, test),
                     "spliced_back": sum(layer.get("spliced_back", 0) for layer in report.layers),
                     "spliced_kept": sum(layer.get("spliced_kept", 0) for layer in report.layers),
                 }
@@ -273,8 +273,8 @@ def _vela(source: ModelSource, data: dict) -> list[dict]:
 
 def _one_shot(data: dict, method: str, sparsity: float) -> Path:
     """The FashionCNN compressed without fine-tuning (Vela's weight bytes depend on the values, not on the training)."""
-    from edgekit.compress import PruneOptions
-    from edgekit.pruning import prune
+    from edgekit.pruning import PruneOptions
+    from edgekit.pruning.stages import prune
 
     out = data["dir"] / f"FashionCNN.oneshot.{method.replace(',', '_')}.{sparsity}.pt2"
     if not out.exists():
@@ -284,10 +284,10 @@ def _one_shot(data: dict, method: str, sparsity: float) -> Path:
 
 def _sparse_latency(source: ModelSource, data: dict) -> list[dict]:
     """Dense vs 90%-sparse int8 LeNet-300-100 (fully connected: where OpenVINO's sparse int8 path applies), batch 1 and 64."""
-    from edgekit.compress import PruneOptions
     from edgekit.conversion import CalibrationOptions, ConvertOptions
     from edgekit.converters.pipeline import convert
-    from edgekit.pruning import prune
+    from edgekit.pruning import PruneOptions
+    from edgekit.pruning.stages import prune
     from edgekit.source import open_source
 
     sparse_pt2 = data["dir"] / "LeNet-300-100.s0.9.pt2"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -225,3 +225,20 @@ def check_array(spec: TensorSpec, array: np.ndarray) -> None:
             f"input '{spec.name}': data dtype {array.dtype.name} but the model takes {spec.dtype}",
             hint=f"convert it, e.g. array.astype(np.{spec.dtype})",
         )
+
+
+@dataclass(frozen=True)
+class CacheShape:
+    """What the KV cache of a language model looks like: [layers, 1, kv_heads, tokens, head_dim] for keys and for values."""
+
+    layers: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    max_seq_len: int
+
+    def empty(self, tokens: int = 0) -> np.ndarray:
+        return np.zeros((self.layers, 1, self.kv_heads, tokens, self.head_dim), np.float32)
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from edgekit import registry
-from edgekit.artifact import Artifact
+from edgekit.artifact import Artifact, file_size
 from edgekit.fileio import SIDECAR_SUFFIX
 from edgekit.source import ModelSource
 
@@ -40,3 +40,20 @@ def source_provenance(source: ModelSource) -> dict:
     """What names the model an artifact came from: enough to open it again (`validate ARTIFACT` needs no -r)."""
     weights = {"weights": str(Path(source.weights).resolve())} if source.weights and not source.zoo else {}
     return {"spec": source.spec, "format": source.format, **weights, **({"zoo": source.zoo} if source.zoo else {})}
+
+
+def model_size(source: ModelSource) -> int:
+    """The bytes of a model as its format counts them (every file of an artifact), 0 for a model with no file."""
+    if source.path is None:
+        return 0
+    if source.format in DESCRIBERS:
+        return describe(source.path, source.format, None).size_bytes()
+    return file_size(source.path)
+
+
+def report_entry(source: ModelSource, target: str) -> dict:
+    """A model as a report names it: its spec, format and target (its zoo name), and the artifact's description."""
+    described = {"spec": source.spec, "format": source.format, "target": target, **({"zoo": source.zoo} if source.zoo else {})}
+    if source.format in DESCRIBERS:
+        described.update(describe(source.path, source.format, None).to_dict())
+    return described

@@ -36,11 +36,15 @@ class Backend:
     quantized_check: str | None = None  # "module:function" (path) -> True when the file already holds Q/DQ nodes
     takes_quantized: bool = False  # int8 from a source that holds Q/DQ is built from them as they are (nothing calibrated)
     int8_for: str | None = None  # the --for-target its int8 is made for, whatever was asked (TensorRT: symmetric s8)
+    acceptance_checks: str | None = None  # "module:function" (path of what it builds from) -> findings: will it take it
     npu_compiler: str | None = None  # module whose check_device / vela_command / compile_vela compile for an NPU (--device)
     own_input_shapes: bool = False  # its runner takes the shapes the file records (a TFLite from PyTorch may be NHWC)
     lm_export: str | None = None  # "module:function" (model, cache shape, out, options, calibration ids, work) -> notes
     lm_mixed_precision: bool = False  # its int4-weights takes --ratio < 1 (some layers int8): NNCF
     lm_session: str | None = None  # "module:Class" (ModelSource or path, threads): step(ids, keys, values) of a KV-cache LM
+    lm_loader: str | None = None  # "module:function" (ModelSource, max_seq_len) -> (a causal LM, its CacheShape): LM sources
+    coded_size: str | None = None  # "module:function" (path) -> bytes with the weights coded as Deep Compression codes them
+    macs: str | None = None  # "module:function" (path) -> multiply-accumulates per sample (None where a shape is unknown)
 
     @property
     def suffix(self) -> str:
@@ -68,6 +72,8 @@ REGISTRY = (
         loader="edgekit.backends.onnx.loader:for_conversion",
         describer="edgekit.backends.onnx.loader:onnx_artifact",
         summary="edgekit.backends.onnx.loader:onnx_summary",
+        coded_size="edgekit.backends.onnx.coding:coded_bytes",
+        macs="edgekit.backends.onnx.macs:file_macs",
         lm_export="edgekit.backends.onnx.causal_lm:convert",
         lm_session="edgekit.backends.onnx.causal_lm:OnnxLM",
     ),
@@ -78,13 +84,14 @@ REGISTRY = (
         source_formats=("torch-export", "torchscript", "torch-factory", "torch-pickle"),
         source_summary="edgekit.backends.torch.loader:torch_summary",
         debug_capture="edgekit.backends.torch.debug:capture",
-        pruner="edgekit.pruning:prune_torch",
+        pruner="edgekit.backends.torch.prune:prune_torch",
         compares_stages=True,
         suffixes={".pt2": "torch-export"},  # TorchScript's .pt/.ts are told apart from state dicts by their content
         runners={"torch": "edgekit.backends.torch.runner:TorchRunner"},
         default_targets=("torch:cpu",),
         loader="edgekit.backends.torch.loader:for_conversion",
         source_only=True,
+        lm_loader="edgekit.backends.torch.causal_lm:load_with_cache",
         lm_session="edgekit.backends.torch.causal_lm:TorchLM",
     ),
     # OpenVINO IR (.xml + .bin), run by OpenVINO on CPU, GPU or NPU; int8 through NNCF or ONNX Runtime's QDQ.
@@ -147,6 +154,7 @@ REGISTRY = (
         title="TensorRT",
         takes_quantized=True,
         int8_for="tensorrt:cuda",
+        acceptance_checks="edgekit.backends.tensorrt.checks:findings",
         suffixes={".engine": "tensorrt", ".plan": "tensorrt"},
         runners={"tensorrt": "edgekit.backends.tensorrt.runner:TensorRtRunner"},
         default_targets=("tensorrt:cuda",),
@@ -228,3 +236,10 @@ def titles(where) -> str:
     """'PyTorch and Keras': the names of the formats whose backend satisfies `where`, for messages."""
     names = [b.title for b in backends().values() if where(b)]
     return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
+
+
+def own_int8_backend(target: str) -> Backend | None:
+    """The backend whose own int8 a target runs (TensorRT's symmetric s8: tensorrt:cuda, or ONNX Runtime's TensorRT
+    provider onnxruntime:tensorrt), or None."""
+    runtime, _, device = target.partition(":")
+    return next((b for b in backends().values() if b.int8_for and (runtime in b.runners or device in b.runners)), None)

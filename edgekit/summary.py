@@ -30,28 +30,24 @@ def model_info(source: ModelSource) -> dict:
     return summary
 
 
-def target_findings(source: ModelSource) -> list[dict]:
-    """Will TensorRT take this model? Its acceptance checks, on the ONNX it builds from."""
+def target_findings(source: ModelSource, backend: registry.Backend) -> list[dict]:
+    """Will `backend` (TensorRT) take this model? Its acceptance checks, on the file it builds from."""
     from edgekit.errors import EdgekitError
 
-    builds_from = registry.backend("tensorrt").via
-    if source.format != builds_from:
+    if source.format != backend.via:
         raise EdgekitError(
-            f"TensorRT builds from {registry.backend(builds_from).title}; {source.spec} is {source.format}",
-            hint="convert first: edgekit convert MODEL --to onnx --precision int8 --for-target tensorrt:cuda --calib DATA",
+            f"{backend.title} builds from {registry.backend(backend.via).title}; {source.spec} is {source.format}",
+            hint=f"convert first: edgekit convert MODEL --to {backend.via} --precision int8 --for-target {backend.int8_for} --calib DATA",
         )
-    from edgekit.backends.tensorrt.checks import check_for_tensorrt
-
-    return [f.to_dict() for f in check_for_tensorrt(source.path)]
+    return import_attr(backend.acceptance_checks)(source.path)
 
 
 def target_checks(source: ModelSource, target: str) -> dict:
-    """`info --for-target`: TensorRT's acceptance checks ({"tensorrt_checks": [...]}), else the target runtime's int8
-    coverage ({"int8_coverage": {...}})."""
-    from edgekit.backends.onnx.quantize import for_tensorrt
-
-    if for_tensorrt(target):
-        return {"tensorrt_checks": target_findings(source)}
+    """`info --for-target`: the acceptance checks of a backend that builds its own int8 (TensorRT's: {"tensorrt_checks":
+    [...]}), else the target runtime's int8 coverage ({"int8_coverage": {...}})."""
+    own = registry.own_int8_backend(target)
+    if own is not None and own.acceptance_checks:
+        return {f"{own.format}_checks": target_findings(source, own)}
     return {"int8_coverage": target_coverage(source, target)}
 
 

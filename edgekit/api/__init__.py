@@ -116,9 +116,10 @@ def quantize(args) -> Converted:
 def prune(args) -> Prune:
     """`edgekit prune`: compress a model, save it, compare original vs compressed (vs quantized) on `data`."""
     from edgekit.api import guess
-    from edgekit.compress import method_chain
-    from edgekit.pruning import STAGE_NAMES, compare_stages, fill_int8_accuracy, gate_compressed
-    from edgekit.pruning import prune as run_prune
+    from edgekit.api.prune import compare_stages, fill_int8_accuracy, gate_compressed
+    from edgekit.pruning import method_chain
+    from edgekit.pruning.stages import STAGE_NAMES
+    from edgekit.pruning.stages import prune as run_prune
     from edgekit.report.schema import new_report
     from edgekit.source import open_source
 
@@ -357,7 +358,7 @@ def _conversion_options(command: commands.Command, args, specs, calib: str | Non
 
 
 def _prune_options(args):
-    from edgekit.compress import PruneOptions
+    from edgekit.pruning import PruneOptions
 
     keep = None if args.energy else args.keep  # --keep applies without --energy
     return PruneOptions(

@@ -6,7 +6,6 @@ import hashlib
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -163,37 +162,6 @@ def choose(count: int, limit: int | None, seed: int) -> np.ndarray:
     if limit is None or limit >= count:
         return np.arange(count)
     return np.sort(np.random.default_rng(seed).choice(count, limit, replace=False))
-
-
-def load_samples(
-    spec: str, limit: int | None = None, seed: int = 0, preprocess: str | None = None, specs: list[TensorSpec] | None = None
-) -> Samples:
-    """Read samples from an .npz/.npy file, an image folder, a `module:function` or a zoo: data name; sample `limit` of them.
-
-    A zoo name (or a committed zoo file named by path) is read with its declared preprocessing."""
-    from edgekit.calibration import sources
-    from edgekit.zoo.names import zoo_data_for
-
-    spec, name = zoo_data_for(spec, specs)
-    if limit is not None and limit < 1:
-        raise EdgekitError(f"a sample limit of {limit} is out of range: it must be at least 1", hint="ask for 1 sample or more")
-    path = Path(spec)
-    if path.is_dir():
-        samples = sources.image_folder(path, limit, seed, preprocess, specs)
-    elif path.suffix in (".npz", ".npy") and not path.exists():
-        raise EdgekitError(f"data not found: {spec}", hint="check the path (recipes resolve it from the recipe's folder)")
-    elif path.suffix in (".npz", ".npy"):
-        samples = sources.numpy_file(path, limit, seed)
-    elif ":" in spec and not path.exists():
-        samples = sources.from_callable(spec, limit, specs)
-    else:
-        raise EdgekitError(f"data not found or not readable: {spec}", hint="give an .npz/.npy file, a folder of images, or module:function")
-    if len(samples) == 0:
-        raise EdgekitError(f"no samples in {spec}", hint="the data source is empty")
-    samples.provenance.update(
-        source=name, **({"path": spec} if name != spec else {}), samples=len(samples), seed=seed, random=False, nonfinite=nonfinite_policy()
-    )
-    return samples if specs is None else samples.bind(specs)
 
 
 NONFINITE_POLICIES = ("error", "warn")

@@ -1,4 +1,4 @@
-"""The data sources: numpy files, image folders (with preprocessing), Python callables."""
+"""The data sources: numpy files, image folders (with preprocessing), Python callables; load_samples reads any of them."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import numpy as np
 
 from edgekit.artifact import TensorSpec
 from edgekit.calibration.preprocess import Preprocess
-from edgekit.calibration.samples import LABEL_KEYS, Samples, checked_labels, choose
+from edgekit.calibration.samples import LABEL_KEYS, Samples, checked_labels, choose, nonfinite_policy
 from edgekit.errors import EdgekitError, InputMismatchError
+from edgekit.zoo.names import zoo_data_for
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff"}
 LABELS_FILE = "labels.json"
@@ -186,3 +187,31 @@ def _only_name(specs: list[TensorSpec] | None) -> str:
 def _is_batch(name: str, value: np.ndarray, specs: list[TensorSpec] | None) -> bool:
     spec = next((s for s in specs or [] if s.name == name), None)
     return value.ndim >= 1 if spec is None else value.ndim == len(spec.shape)
+
+
+def load_samples(
+    spec: str, limit: int | None = None, seed: int = 0, preprocess: str | None = None, specs: list[TensorSpec] | None = None
+) -> Samples:
+    """Read samples from an .npz/.npy file, an image folder, a `module:function` or a zoo: data name; sample `limit` of them.
+
+    A zoo name (or a committed zoo file named by path) is read with its declared preprocessing."""
+    spec, name = zoo_data_for(spec, specs)
+    if limit is not None and limit < 1:
+        raise EdgekitError(f"a sample limit of {limit} is out of range: it must be at least 1", hint="ask for 1 sample or more")
+    path = Path(spec)
+    if path.is_dir():
+        samples = image_folder(path, limit, seed, preprocess, specs)
+    elif path.suffix in (".npz", ".npy") and not path.exists():
+        raise EdgekitError(f"data not found: {spec}", hint="check the path (recipes resolve it from the recipe's folder)")
+    elif path.suffix in (".npz", ".npy"):
+        samples = numpy_file(path, limit, seed)
+    elif ":" in spec and not path.exists():
+        samples = from_callable(spec, limit, specs)
+    else:
+        raise EdgekitError(f"data not found or not readable: {spec}", hint="give an .npz/.npy file, a folder of images, or module:function")
+    if len(samples) == 0:
+        raise EdgekitError(f"no samples in {spec}", hint="the data source is empty")
+    samples.provenance.update(
+        source=name, **({"path": spec} if name != spec else {}), samples=len(samples), seed=seed, random=False, nonfinite=nonfinite_policy()
+    )
+    return samples if specs is None else samples.bind(specs)

@@ -69,9 +69,9 @@ _registered: list[bool] = []
 def _register() -> None:
     if _registered:  # main() may run more than once in one process (tests/corpus/batch_cli.py)
         return
-    from edgekit.cli import compress, convert, debug, demo, devices, info, measure, recipe
+    from edgekit.cli import convert, debug, demo, devices, info, measure, prune, recipe
 
-    for module in (info, convert, compress, measure, recipe, demo, devices, debug):
+    for module in (info, convert, prune, measure, recipe, demo, devices, debug):
         module.register(app)
     _registered.append(True)
 

@@ -50,20 +50,17 @@ def check_request(to: str, precision: str, ratio: float = 1.0) -> None:
 
 def convert_lm(source: ModelSource, to: str, out: Path, options) -> Artifact:
     """Write `source` (a PyTorch causal LM) as `to` at options.precision with its KV cache; verified, then moved to `out`."""
-    from edgekit.backends.torch.causal_lm import cache_shape, load_causal_lm
-
     check_request(to, options.precision, options.ratio)
     check_output_path(Path(out), "-o", "model" + registry.backend(to).suffix)
     if options.max_seq_len < 2:
         raise EdgekitError(f"--max-seq-len {options.max_seq_len} leaves no room to generate", hint="e.g. --max-seq-len 512")
     with progress.step(f"loading {source.spec}"):
-        model = load_causal_lm(source)
-        shape = cache_shape(model, options.max_seq_len)
+        model, shape = import_attr(_source_backend(source).lm_loader)(source, options.max_seq_len)
         calibration, calib_note = _calibration(options, source)
     with atomic_output(Path(out)) as final, work_folder(Path(out)) as work:
         with progress.step(f"{source.name}: exporting to {to} ({options.precision})"), third_party_quiet():
             notes = import_attr(registry.backend(to).lm_export)(model, shape, final, options, calibration, Path(work))
-        notes["verified"] = _verified(model, shape, to, final, options, calibration)
+        notes["verified"] = _verified(source, model, shape, to, final, options, calibration)
         sidecar = _provenance(source, options, shape, notes, calib_note if notes.pop("calibrated", False) else None)
         sidecar["files"] = sorted(p.name for p in final.parent.iterdir() if p.name != final.name) + [final.name + SIDECAR_SUFFIX]
         final.with_name(final.name + SIDECAR_SUFFIX).write_text(json.dumps(sidecar, indent=2, default=str) + "\n")
@@ -80,11 +77,21 @@ def _calibration(options, source: ModelSource) -> tuple[np.ndarray | None, dict 
     return ids, provenance | {"default_of": options.calibration.default_of}
 
 
-def _verified(model, shape, to: str, final: Path, options, calibration) -> dict:
+def _source_backend(source: ModelSource) -> registry.Backend:
+    """The backend of the source's framework, where it loads causal LMs (the registry's `lm_loader`: PyTorch's)."""
+    backend = registry.backend(source.family)
+    if backend is None or backend.lm_loader is None:
+        raise EdgekitError(
+            f"{source.spec} is a {source.format} model: --task {TASK} takes a causal language model of "
+            f"{registry.titles(lambda b: b.lm_loader)}",
+            hint="give a transformers *ForCausalLM (a module:factory, a save_pretrained folder)",
+        )
+    return backend
+
+
+def _verified(source: ModelSource, model, shape, to: str, final: Path, options, calibration) -> dict:
     """Greedy decoding of the written artifact against PyTorch's from the same prompts (fp32 must match token for
     token; a quantized model's share is recorded, `validate` judges it). Prompts: calibration text, else fixed tokens."""
-    from edgekit.backends.torch.causal_lm import TorchLM
-
     if not options.verify:
         log.warning("not verified against PyTorch (--no-verify)")
         return {"result": "skipped", "why": "--no-verify"}
@@ -96,7 +103,7 @@ def _verified(model, shape, to: str, final: Path, options, calibration) -> dict:
     tokens = min(VERIFY_TOKENS, shape.max_seq_len - prompts.shape[1])
     with progress.step(f"decoding {len(prompts)} prompts with the written {to} and with PyTorch"):
         session = import_attr(registry.backend(to).lm_session)(final)
-        reference = TorchLM(model)
+        reference = import_attr(_source_backend(source).lm_session)(model)
         ours = np.stack([generate(session, shape, p, tokens)[0] for p in prompts])
         theirs = np.stack([generate(reference, shape, p, tokens)[0] for p in prompts])
     match = float(np.mean(ours == theirs))

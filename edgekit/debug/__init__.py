@@ -16,6 +16,7 @@ from edgekit import registry
 from edgekit.errors import EdgekitError, InputMismatchError
 from edgekit.imports import import_attr
 from edgekit.metrics.tensors import FLOOR_DB, JUMP_DB, ErrorStats, TensorRef, first_jump, table_rows, worst
+from edgekit.quantize.channel_order import orders_by_tensor, restore
 from edgekit.source import ModelSource
 
 SHOWN_UNMATCHED = 20
@@ -203,15 +204,11 @@ def _provenance(source: ModelSource) -> dict:
 
 def _channel_orders(provenance: dict) -> dict[str, list[int]]:
     """The tensors whose channels a conversion reordered (pair-safe int8: backends.onnx.channel_order), by name."""
-    from edgekit.backends.onnx.channel_order import orders_by_tensor
-
     return orders_by_tensor((provenance.get("quantization") or {}).get("channel_order"))
 
 
 def _source_order(value: np.ndarray, tensor: TensorRef, orders: dict[str, list[int]]) -> np.ndarray:
     """A tensor's value with its channels back in the order of the model it was converted from."""
-    from edgekit.backends.onnx.channel_order import restore
-
     order = next((orders[n] for n in tensor.names if n in orders), None)
     return value if order is None or value.ndim < 2 or value.shape[1] != len(order) else restore(value, order)
 

@@ -228,7 +228,8 @@ def make_remote_runner(source: ModelSource, target: str, threads: int | None, in
 
 def bench_on_device(source: ModelSource, settings, inputs: list[TensorSpec] | None = None, feeds: dict[str, np.ndarray] | None = None):
     """The latency protocol run on the device in a fresh process there; percentiles computed here from its raw times."""
-    from edgekit.metrics.latency import BenchResult, LatencyStats, _size
+    from edgekit.metrics.latency import BenchResult, LatencyStats
+    from edgekit.provenance import model_size
 
     runner = make_remote_runner(source, settings.target, settings.threads, inputs)
     board = runner.board
@@ -264,7 +265,7 @@ def bench_on_device(source: ModelSource, settings, inputs: list[TensorSpec] | No
         header["first_inference_ms"],
         LatencyStats.from_times(times, settings.batch),
         header["peak_rss_mb"],
-        _size(source),
+        model_size(source),
         [round(t, 4) for t in times],
         None,
         header.get("config"),

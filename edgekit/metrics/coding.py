@@ -20,6 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit import registry
+from edgekit.imports import import_attr
+
 CODEBOOK_LIMIT = 256  # a float tensor with at most this many distinct values (each used 4+ times on average) is a codebook
 INDEX_BITS = {"conv": 8, "fc": 5}  # the paper's relative-index widths (Section 2)
 FLOAT_BITS = 32
@@ -236,28 +239,15 @@ def int8_weights(weight: np.ndarray) -> np.ndarray:
     return np.round(flat / np.where(scale == 0, 1, scale)).astype(np.int8).reshape(weight.shape)
 
 
-def onnx_coded_bytes(path) -> int:
-    """Coded size of an ONNX model: weight initializers (>= 64 elements) as Deep Compression codes them, the rest gzip-compressed."""
-    import onnx
-    from onnx import numpy_helper
-
-    model = onnx.load(str(path), load_external_data=True)
-    large = {}
-    for tensor in model.graph.initializer:
-        array = numpy_helper.to_array(tensor)
-        if array.size >= 64:
-            large[tensor.name] = array
-            tensor.CopyFrom(onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims))  # keep only the header
-    rest = len(gzip.compress(model.SerializeToString(), compresslevel=9))
-    return storage_table(large)["total"]["coded_bytes"] + rest
-
-
 def size_metrics(path) -> dict:
-    """The size gate's alternatives for one artifact file: gzip_mb, and coded_mb (ONNX only; None otherwise)."""
+    """The size gate's alternatives for one artifact file: gzip_mb, and coded_mb where its format's backend codes its
+    weights as Deep Compression does (the registry's `coded_size`: ONNX); None otherwise."""
     path = Path(path)
     if path.is_dir():
         return {"gzip_mb": None, "coded_mb": None}
-    return {
-        "gzip_mb": len(gzip.compress(path.read_bytes(), compresslevel=6)) / 1e6,
-        "coded_mb": onnx_coded_bytes(path) / 1e6 if path.suffix == ".onnx" else None,
-    }
+    return {"gzip_mb": len(gzip.compress(path.read_bytes(), compresslevel=6)) / 1e6, "coded_mb": _coded_mb(path)}
+
+
+def _coded_mb(path: Path) -> float | None:
+    backend = registry.backend(registry.suffix_formats().get(path.suffix, ""))
+    return import_attr(backend.coded_size)(path) / 1e6 if backend is not None and backend.coded_size else None

@@ -2,32 +2,32 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 
-import numpy as np
-
-from edgekit.artifact import file_size
-from edgekit.source import ModelSource
+from edgekit.record import Record
 
 
-@dataclass(frozen=True)
-class LatencyStats:
-    """Per-batch latency in milliseconds over the timed runs."""
+@dataclass
+class LatencyStats(Record):
+    """Per-batch latency in milliseconds over the timed runs (a report's `latency` section, read back by the API too)."""
 
-    p50: float
-    p90: float
-    p99: float
-    mean: float
-    std: float
-    min: float
-    max: float
-    runs: int
-    batch: int
-    throughput: float  # samples per second, from the mean
+    p50: float = 0.0
+    p90: float = 0.0
+    p99: float = 0.0
+    mean: float = 0.0
+    std: float = 0.0
+    min: float = 0.0
+    max: float = 0.0
+    runs: int = 0
+    batch: int = 1
+    throughput: float = 0.0  # samples per second, from the mean
     tail_note: str | None = None  # set when there are too few runs for p99 to be more than the slowest few
 
     @classmethod
-    def from_times(cls, times_ms: np.ndarray, batch: int) -> LatencyStats:
+    def from_times(cls, times_ms, batch: int) -> LatencyStats:
+        """The statistics of `times_ms` (a numpy array: numpy is imported here, so the API's results load without it)."""
+        import numpy as np
+
         p50, p90, p99 = np.percentile(times_ms, [50, 90, 99])
         mean = float(times_ms.mean())
         return cls(
@@ -45,39 +45,27 @@ class LatencyStats:
         )
 
 
-@dataclass(frozen=True)
-class BenchResult:
-    """Everything `edgekit bench` reports for one artifact on one target."""
+@dataclass
+class BenchResult(Record):
+    """Everything `edgekit bench` reports for one artifact on one target (a report's bench result, read back by the
+    API too)."""
 
-    artifact: str
-    target: str
-    runtime_version: str
-    threads: int
-    load_ms: float
-    first_inference_ms: float  # input preparation + the first run, compile time excluded
-    latency: LatencyStats  # wall clock around each call: what the calling application sees
-    peak_rss_mb: float
-    size_bytes: int
-    times_ms: list[float]
+    artifact: str = ""
+    target: str = ""
+    runtime_version: str = ""
+    threads: int = 0
+    load_ms: float = 0.0
+    first_inference_ms: float = 0.0  # input preparation + the first run, compile time excluded
+    latency: LatencyStats = field(default_factory=LatencyStats)  # wall clock around each call: what the application sees
+    peak_rss_mb: float = 0.0
+    size_bytes: int = 0
+    times_ms: list[float] = field(default_factory=list)
     runtime_latency: LatencyStats | None = None  # as the runtime itself measured it, where it reports one
     runtime_config: dict | None = None
     compile_ms: float | None = None  # torch.compile and CUDA-graph capture on the first calls, apart from run time
     device: dict | None = None  # on a board (target RUNTIME:DEVICE@NAME): its name, probed facts, thermal state
     peak_gpu_memory_mb: float | None = None  # torch.cuda.max_memory_allocated over load and runs on a CUDA target; else None
     generation: dict | None = None  # a language model: time to first token, decode tokens/s (validate.text_generation)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def _size(source: ModelSource) -> int:
-    if source.path is None:
-        return 0
-    from edgekit.provenance import DESCRIBERS, describe
-
-    if source.format in DESCRIBERS:
-        return describe(source.path, source.format, None).size_bytes()
-    return file_size(source.path)
 
 
 def tail_note(runs: int) -> str | None:

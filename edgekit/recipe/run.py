@@ -126,8 +126,8 @@ def data_path(path: str | None, workdir: Path, layout: str) -> str | None:
 
 def apply_compression(recipe: Recipe, source: ModelSource, inputs, validation: str | None, cache: Path, progress) -> ModelSource:
     """Run the recipe's compression stages in order; each result is cached like an artifact."""
-    from edgekit.compress import PruneOptions
-    from edgekit.pruning import prune
+    from edgekit.pruning import PruneOptions
+    from edgekit.pruning.stages import prune
 
     for i, stage in enumerate(recipe.compress):
         options = PruneOptions(
@@ -362,7 +362,7 @@ def cache_key(source: ModelSource, fmt: str, options: ConvertOptions) -> str:
 def _int8_for(for_target: str) -> dict:
     """The int8 scheme of the target (TensorRT's, or its CPU class's): a cache made with another scheme for the
     same class (an older edgekit's) is not reused."""
-    from edgekit.backends.onnx.quantize import choose_scheme
+    from edgekit.quantize.scheme import choose_scheme
 
     scheme = choose_scheme(for_target).to_dict()
     scheme.pop("isa_from")  # how the class was named (this host, --for-target) does not change the artifact

@@ -334,9 +334,9 @@ def _typed(value, expected: str, where: str):
 
 
 def _check_choices(recipe: Recipe, top: dict, name: str) -> None:
-    from edgekit.compress import METHODS, method_chain
     from edgekit.conversion import CALIB_METHODS, FORMATS, PRECISIONS
     from edgekit.metrics.gate import SIZE_METRICS
+    from edgekit.pruning import METHODS, method_chain
 
     line = lambda key: top[key][0] + 1 if key in top else 1  # noqa: E731
     checks = [

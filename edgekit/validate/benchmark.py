@@ -19,7 +19,8 @@ import numpy as np
 from edgekit import progress
 from edgekit.artifact import TensorSpec
 from edgekit.errors import EdgekitError
-from edgekit.metrics.latency import BenchResult, LatencyStats, _size
+from edgekit.metrics.latency import BenchResult, LatencyStats
+from edgekit.provenance import model_size
 from edgekit.source import ModelSource
 
 log = logging.getLogger("edgekit")
@@ -95,7 +96,7 @@ def bench_in_process(
         first,
         LatencyStats.from_times(times, settings.batch),
         peak_kb / 1024,
-        _size(source),
+        model_size(source),
         [round(t, 4) for t in times],
         None if reported is None else LatencyStats.from_times(reported, settings.batch),
         runner.config(),

@@ -21,12 +21,13 @@ from pathlib import Path
 import numpy as np
 
 from edgekit import progress, registry
+from edgekit.artifact import CacheShape
 from edgekit.errors import EdgekitError
 from edgekit.imports import import_attr
 from edgekit.metrics.gate import Thresholds
 from edgekit.metrics.language import compare_lm
-from edgekit.metrics.latency import BenchResult, LatencyStats, _size
-from edgekit.provenance import read_provenance
+from edgekit.metrics.latency import BenchResult, LatencyStats
+from edgekit.provenance import model_size, read_provenance
 from edgekit.source import ModelSource
 from edgekit.targets.base import default_threads
 
@@ -68,8 +69,6 @@ def is_language_model(source: ModelSource) -> bool:
 
 def cache_of(source: ModelSource):
     """The artifact's KV cache shape, as its provenance records it."""
-    from edgekit.backends.torch.causal_lm import CacheShape
-
     provenance = read_provenance(source.path) if source.path else None
     if not provenance or "kv_cache" not in provenance:
         raise EdgekitError(
@@ -202,8 +201,8 @@ def validate_lm(request: LMValidationRequest) -> dict:
 def evaluate_lm(request: LMValidationRequest) -> tuple[dict, np.ndarray]:
     """The host-side part: both models on the same sequences and prompts, no timing. The report so far and the
     prompt the timing will decode from."""
+    from edgekit.provenance import report_entry
     from edgekit.report.schema import new_report
-    from edgekit.validate.validation import _describe
 
     shape = cache_of(request.artifact)
     settings = request.settings
@@ -225,8 +224,8 @@ def evaluate_lm(request: LMValidationRequest) -> tuple[dict, np.ndarray]:
     language["nonfinite"] = int(np.size(art_logits) - np.isfinite(art_logits).sum())
     report = new_report("validate", (_package(artifact.name), "torch"))
     report.update(
-        artifact=_describe(request.artifact, artifact.name),
-        reference=_describe(request.reference, reference.name),
+        artifact=report_entry(request.artifact, artifact.name),
+        reference=report_entry(request.reference, reference.name),
         target=artifact.name,
         threads=settings.threads or 0,
         data=data,
@@ -300,7 +299,7 @@ def bench_lm_in_process(source: ModelSource, settings: GenerationSettings, promp
         first_ms,
         LatencyStats.from_times(step_ms, 1),
         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        _size(source),
+        model_size(source),
         [round(t, 4) for t in steps],
         generation=generation,
     )

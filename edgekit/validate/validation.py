@@ -14,6 +14,7 @@ from edgekit.metrics.compare import CHANGES_SHOWN, compare, is_classifier_output
 from edgekit.metrics.gate import Thresholds, check_row, failures, with_default_gates
 from edgekit.metrics.task import pair_outputs, resolve_task
 from edgekit.metrics.task_metrics import TaskSettings
+from edgekit.provenance import report_entry
 from edgekit.report.schema import new_report
 from edgekit.source import ModelSource
 from edgekit.targets import make_runner
@@ -68,7 +69,7 @@ def evaluate(request: ValidationRequest) -> tuple[dict, dict[str, np.ndarray] | 
         # sides keeps a reference's float results those of the artifact's batch
         batch = _accuracy_batch(artifact.inputs, request.batch)
         ref_out, art_out = run_batches(reference, ref_samples, batch), run_batches(artifact, samples, batch)
-    described = _describe(request.artifact, artifact.target)
+    described = report_entry(request.artifact, artifact.target)
     coverage = int8_coverage(artifact) if str(described.get("precision") or "").startswith("int8") else None
     if hasattr(artifact, "close"):  # a board's session ends before its timed runs start
         artifact.close()
@@ -80,7 +81,7 @@ def evaluate(request: ValidationRequest) -> tuple[dict, dict[str, np.ndarray] | 
     report = new_report("validate", (artifact.package, reference.package))
     report.update(
         artifact=described,
-        reference=_describe(request.reference, reference.target),
+        reference=report_entry(request.reference, reference.target),
         target=artifact.target,
         threads=artifact.threads,
         data=samples.provenance,
@@ -374,15 +375,6 @@ def _accuracy(ref_logits, art_logits, samples: Samples, ignore_label: int | None
     for row in accuracy["classes_lost"] or []:
         row["name"] = _name(row["class"], names)
     return accuracy
-
-
-def _describe(source: ModelSource, target: str) -> dict:
-    from edgekit.provenance import DESCRIBERS, describe
-
-    described = {"spec": source.spec, "format": source.format, "target": target, **({"zoo": source.zoo} if source.zoo else {})}
-    if source.format in DESCRIBERS:
-        described.update(describe(source.path, source.format, None).to_dict())
-    return described
 
 
 def _with_target(settings: BenchSettings, target: str) -> BenchSettings:

@@ -1,6 +1,8 @@
 """The layering rule of docs/architecture.md, read from the source: every import in edgekit (those inside functions too)
-goes to its own layer or one below, the parts of edgekit import one another without a cycle, and a runtime or
-converter framework is imported only under edgekit/backends/ (the standalone device runner excepted)."""
+goes to its own layer or one below; the parts of edgekit (each backend folder a part of its own) and its files import
+one another without a cycle; no driver imports a named backend (they reach backends through the registry's strings);
+and a framework is imported only under edgekit/backends/ (the zoo's PyTorch model definitions and the standalone device
+runner excepted)."""
 
 from __future__ import annotations
 
@@ -10,30 +12,41 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2] / "edgekit"
 
-# Lowest first. A part is a top-level module or subpackage of edgekit; each belongs to one layer.
+# Lowest first. A part is a top-level module or subpackage of edgekit, or a backend's folder (backends.<format>);
+# each belongs to one layer.
 LAYERS = (
-    ("core", {"errors", "artifact", "fileio", "native", "progress", "imports", "isa", "machine", "emulation"}),
+    ("core", {"errors", "artifact", "record", "fileio", "native", "progress", "imports", "isa", "machine", "emulation"}),
     ("registry", {"registry", "commands"}),
     ("data", {"source", "zoo", "calibration", "provenance"}),
     ("metrics and reports", {"metrics", "report"}),
     ("runtime", {"targets", "devices"}),
-    ("algorithms", {"conversion", "quantize", "compress"}),
-    ("backends", {"backends"}),
-    ("drivers", {"converters", "validate", "debug", "summary", "pruning"}),
+    ("algorithms", {"conversion", "quantize", "pruning"}),
+    ("backends", {"backends"}),  # and every backends.<format>
+    ("drivers", {"converters", "validate", "debug", "summary"}),
     ("recipe", {"recipe"}),
     ("api", {"api", "demo"}),
     ("cli", {"cli", "__main__", "__init__"}),
 )
 FRAMEWORKS = {
     "onnxruntime", "openvino", "nncf", "ai_edge_litert", "tflite_runtime", "litert_torch", "ai_edge_torch",
-    "executorch", "tensorrt", "tensorflow", "keras", "tf2onnx",
+    "executorch", "tensorrt", "tensorflow", "keras", "tf2onnx", "torch", "torchao", "onnx", "transformers",
 }  # fmt: skip
 STANDALONE = {ROOT / "devices" / "device_runner.py"}  # goes to a board alone: stdlib, numpy and its runtime
+MODEL_DEFINITIONS = ROOT / "zoo"  # the zoo's models are PyTorch code by nature
 
 
-def part_of(path: Path) -> str:
-    """The part of edgekit a file belongs to: its top-level subpackage, or its own name for a top-level module."""
-    return path.relative_to(ROOT).with_suffix("").parts[0]
+def part_of(path: Path, root: Path = ROOT) -> str:
+    """The part a file belongs to: `backends.<format>` for a backend's folder, else its top-level subpackage, or its own
+    name for a top-level module."""
+    parts = path.relative_to(root).with_suffix("").parts
+    if parts[0] == "backends" and len(parts) > 2:
+        return f"backends.{parts[1]}"
+    return parts[0]
+
+
+def module_of(path: Path, root: Path = ROOT) -> str:
+    parts = path.relative_to(root.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def imported_modules(path: Path, package: tuple[str, ...]) -> list[tuple[int, str]]:
@@ -50,40 +63,73 @@ def imported_modules(path: Path, package: tuple[str, ...]) -> list[tuple[int, st
     return found
 
 
-def edgekit_part(module: str) -> str | None:
-    """The part of edgekit a module name lies in, or None for anything outside edgekit."""
-    parts = module.split(".")
-    if parts[0] != "edgekit" or len(parts) < 2:
-        return None
-    name = parts[1]
-    return name if (ROOT / name).is_dir() or (ROOT / f"{name}.py").is_file() else None
+def package_of(path: Path, root: Path = ROOT) -> tuple[str, ...]:
+    return path.relative_to(root.parent).with_suffix("").parts[:-1]
 
 
-def import_graph() -> tuple[dict[str, set[str]], dict[tuple[str, str], str], list[str]]:
-    """Edges between parts, where each edge was first seen, and the framework imports outside backends/."""
-    edges, where, frameworks = defaultdict(set), {}, []
-    for path in sorted(ROOT.rglob("*.py")):
-        source = part_of(path)
-        for line, module in imported_modules(path, path.relative_to(ROOT.parent).with_suffix("").parts[:-1]):
-            rel = f"{path.relative_to(ROOT.parent)}:{line}"
-            if module.split(".")[0] in FRAMEWORKS and source != "backends" and path not in STANDALONE:
-                frameworks.append(f"{rel} imports {module}")
-            target = edgekit_part(module)
-            if target and target != source:
+class Tree:
+    """The edgekit source under `root`: its modules, and which module or part each import names."""
+
+    def __init__(self, root: Path = ROOT) -> None:
+        self.root = root
+        self.files = sorted(root.rglob("*.py"))
+        self.modules = {module_of(f, root): f for f in self.files}
+
+    def target(self, name: str) -> str | None:
+        """The edgekit module an imported name lies in (the longest module prefix), or None outside edgekit."""
+        while name and name not in self.modules:
+            name = name.rpartition(".")[0]
+        return name if name and name != self.root.name else None
+
+    def imports(self):
+        """(file, line, imported name, edgekit module it lies in or None) for every import."""
+        for path in self.files:
+            for line, name in imported_modules(path, package_of(path, self.root)):
+                yield path, line, name, self.target(name)
+
+    def part_graph(self) -> tuple[dict[str, set[str]], dict[tuple[str, str], str]]:
+        """Edges between parts and where each edge was first seen."""
+        edges, where = defaultdict(set), {}
+        for path, line, _, module in self.imports():
+            if module is None:
+                continue
+            source, target = part_of(path, self.root), part_of(self.modules[module], self.root)
+            if target != source:
                 edges[source].add(target)
-                where.setdefault((source, target), rel)
-    return edges, where, frameworks
+                where.setdefault((source, target), f"{path.relative_to(self.root.parent)}:{line}")
+        return edges, where
+
+    def file_graph(self) -> dict[str, set[str]]:
+        """Edges between modules (a module importing its own package's __init__ left out: Python runs that first)."""
+        edges = defaultdict(set)
+        for path, _, _, module in self.imports():
+            source = module_of(path, self.root)
+            if module is not None and module != source and not source.startswith(module + "."):
+                edges[source].add(module)
+        return edges
+
+    def named_backend_imports(self) -> list[str]:
+        """Imports of a backend's folder (backends.<format>) from outside the backends: a driver reaches a backend
+        through the registry's "module:attr" strings, so adding a format never edits a driver."""
+        found = {
+            f"{path.relative_to(self.root.parent)}:{line} imports {module}"
+            for path, line, _, module in self.imports()
+            if module is not None
+            and part_of(self.modules[module], self.root).startswith("backends.")
+            and not part_of(path, self.root).startswith("backends")
+        }
+        return sorted(found)
 
 
 def layer_of(part: str) -> int:
     for index, (_, parts) in enumerate(LAYERS):
-        if part in parts:
+        if part in parts or part.partition(".")[0] in parts and part.startswith("backends."):
             return index
     raise AssertionError(f"edgekit/{part} is in no layer: add it to LAYERS here and to docs/architecture.md")
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one part (Tarjan)."""
+    """The strongly connected components of more than one node (Tarjan)."""
     index, low, stack, on_stack, found = {}, {}, [], set(), []
 
     def visit(v: str) -> None:
@@ -110,6 +156,18 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def framework_imports(tree: Tree) -> list[str]:
+    """Imports of a framework outside edgekit/backends/ (the standalone device runner and the zoo's models excepted)."""
+    return [
+        f"{path.relative_to(tree.root.parent)}:{line} imports {name}"
+        for path, line, name, _ in tree.imports()
+        if name.split(".")[0] in FRAMEWORKS
+        and part_of(path, tree.root).partition(".")[0] != "backends"
+        and path not in STANDALONE
+        and MODEL_DEFINITIONS not in path.parents
+    ]
+
+
 def test_every_part_of_edgekit_has_a_layer():
     parts = {part_of(path) for path in ROOT.rglob("*.py")}
     for part in parts:
@@ -119,7 +177,7 @@ def test_every_part_of_edgekit_has_a_layer():
 
 
 def test_imports_go_only_downward():
-    edges, where, _ = import_graph()
+    edges, where = Tree().part_graph()
     upward = [
         f"{where[(a, b)]}: {a} ({LAYERS[layer_of(a)][0]}) imports {b} ({LAYERS[layer_of(b)][0]})"
         for a in sorted(edges)
@@ -130,14 +188,60 @@ def test_imports_go_only_downward():
 
 
 def test_no_cycle_between_the_parts_of_edgekit():
-    edges, where, _ = import_graph()
-    found = cycles(edges)
-    assert not found, "import cycles: " + "; ".join(", ".join(c) for c in found)
+    found = cycles(Tree().part_graph()[0])
+    assert not found, "import cycles between parts: " + "; ".join(", ".join(c) for c in found)
+
+
+def test_no_cycle_between_files():
+    found = cycles(Tree().file_graph())
+    assert not found, "import cycles between files: " + "; ".join(", ".join(c) for c in found)
+
+
+def test_no_driver_imports_a_named_backend():
+    found = Tree().named_backend_imports()
+    assert not found, "imports of a backend's folder from outside edgekit/backends/ (use a registry capability):\n" + "\n".join(found)
 
 
 def test_frameworks_are_imported_only_in_their_backend_folder():
-    _, _, frameworks = import_graph()
-    assert not frameworks, "framework imports outside edgekit/backends/:\n" + "\n".join(frameworks)
+    found = framework_imports(Tree())
+    assert not found, "framework imports outside edgekit/backends/:\n" + "\n".join(found)
+
+
+def _planted(tmp_path: Path, files: dict[str, str]) -> Tree:
+    root = tmp_path / "edgekit"
+    for name, text in {"__init__.py": "", **files}.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return Tree(root)
+
+
+def test_the_checks_fail_on_planted_cycles_driver_imports_and_frameworks(tmp_path):
+    """A cycle closed inside a function between two files of one part, a driver's import of a backend's folder, a
+    cycle between two backends and a framework in a driver are each found."""
+    tree = _planted(
+        tmp_path,
+        {
+            "calibration/__init__.py": "",
+            "calibration/samples.py": "from edgekit.calibration.sources import load\n",
+            "calibration/sources.py": "def load():\n    from edgekit.calibration import samples\n",
+            "converters/__init__.py": "",
+            "converters/pipeline.py": "def convert():\n    from edgekit.backends.onnx.loader import read_onnx\n    import onnx\n",
+            "backends/__init__.py": "",
+            "backends/routes.py": "",
+            "backends/onnx/__init__.py": "",
+            "backends/onnx/loader.py": "from edgekit.backends import routes\nfrom edgekit.backends.torch import loader\n",
+            "backends/torch/__init__.py": "",
+            "backends/torch/loader.py": "from ..onnx.loader import read_onnx\n",
+        },
+    )
+    assert cycles(tree.file_graph()) == [
+        ["edgekit.backends.onnx.loader", "edgekit.backends.torch.loader"],
+        ["edgekit.calibration.samples", "edgekit.calibration.sources"],
+    ]
+    assert cycles(tree.part_graph()[0]) == [["backends.onnx", "backends.torch"]]
+    assert tree.named_backend_imports() == ["edgekit/converters/pipeline.py:2 imports edgekit.backends.onnx.loader"]
+    assert framework_imports(tree) == ["edgekit/converters/pipeline.py:3 imports onnx"]
+    assert layer_of("backends.onnx") == layer_of("backends") and layer_of("pruning") < layer_of("backends")
 
 
 def test_the_check_sees_imports_inside_functions_and_relative_ones(tmp_path):
@@ -146,7 +250,7 @@ def test_the_check_sees_imports_inside_functions_and_relative_ones(tmp_path):
     module.write_text("def f():\n    from edgekit.cli import main\n    import onnxruntime\n    from ..registry import REGISTRY\n")
     found = imported_modules(module, ("edgekit", "validate"))
     assert (2, "edgekit.cli.main") in found and (3, "onnxruntime") in found and (4, "edgekit.registry.REGISTRY") in found
-    assert edgekit_part("edgekit.cli.main") == "cli" and edgekit_part("numpy") is None
+    assert Tree().target("edgekit.cli.main") == "edgekit.cli" and Tree().target("numpy") is None
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
@@ -168,7 +272,9 @@ def test_no_format_name_is_compared_outside_the_registry(tmp_path):
     from edgekit.registry import backends
 
     formats = set(backends())
-    outside = [p for p in sorted(ROOT.rglob("*.py")) if part_of(p) not in {"backends", "registry"} and p not in STANDALONE]
+    outside = [
+        p for p in sorted(ROOT.rglob("*.py")) if part_of(p).partition(".")[0] not in {"backends", "registry"} and p not in STANDALONE
+    ]
     found = [line for path in outside for line in format_comparisons(path, formats)]
     assert not found, "format names compared outside edgekit/registry.py and edgekit/backends/:\n" + "\n".join(found)
     probe = tmp_path / "probe.py"

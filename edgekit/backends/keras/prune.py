@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.compress import PruneOptions, StageReport, kept_rank, method_chain
 from edgekit.errors import EdgekitError
 from edgekit.fileio import atomic_output
+from edgekit.pruning import PruneOptions, StageReport, kept_rank, method_chain
 from edgekit.source import ModelSource
 
 
@@ -86,7 +86,7 @@ def _magnitude(model, options: PruneOptions):
 
 def _cluster(model, options: PruneOptions):
     """Weight sharing of every kernel (k-means of its non-zeros, zeros kept); no centroid fine-tuning in Keras."""
-    from edgekit.compress.sharing import share_layer
+    from edgekit.pruning.sharing import share_layer
 
     before = _count(model)
     report_layers = []

@@ -14,7 +14,7 @@ pair sums the least. A space stays as it is where an op could not follow a reord
 mixes channels, a graph input or output, a MatMul, a shared weight).
 
 The orders are recorded (`notes["spaces"]`) so that `edgekit debug` compares each reordered tensor channel by
-channel with its reference (`restore`).
+channel with its reference (edgekit.quantize.channel_order.restore).
 """
 
 from __future__ import annotations
@@ -83,17 +83,6 @@ def reorder(model_path: Path, out: Path) -> dict:
         "spaces": moved,
         "note": "channels reordered so that adjacent input channels pair a large weight with a small one (backends.onnx.channel_order)",
     }
-
-
-def restore(value: np.ndarray, order: list[int]) -> np.ndarray:
-    """A reordered tensor's value in its original channel order (channels on axis 1)."""
-    inverse = np.argsort(np.asarray(order))
-    return np.take(value, inverse, axis=1)
-
-
-def orders_by_tensor(notes: dict | None) -> dict[str, list[int]]:
-    """{tensor name: its order} from reorder's notes (as recorded in an artifact's provenance)."""
-    return {t: space["order"] for space in (notes or {}).get("spaces", []) for t in space["tensors"]}
 
 
 def pair_order(rows: np.ndarray) -> np.ndarray:

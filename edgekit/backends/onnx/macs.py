@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from edgekit.backends.onnx.loader import read_onnx
+
 # op -> (index of the activation input, index of the weight input)
 LAYER_INPUTS = {
     "Conv": (0, 1),
@@ -92,3 +94,8 @@ def _batch_one(model):
         if dims and not dims[0].HasField("dim_value"):
             dims[0].dim_value = 1
     return copy
+
+
+def file_macs(path) -> int | None:
+    """The MACs per sample of the ONNX file at `path` (the registry's `macs` for ONNX)."""
+    return total_macs(read_onnx(path))

@@ -13,60 +13,18 @@ import io
 import logging
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from edgekit import registry
 from edgekit.backends.onnx.exponential_ops import exponential_chains
 from edgekit.backends.onnx.int8_rounding import WeightRounding
 from edgekit.conversion import ConversionData, Converter, ConvertOptions
 from edgekit.errors import ConversionError, EdgekitError
+from edgekit.imports import import_attr
+from edgekit.quantize.scheme import Int8Scheme, choose_scheme
 
 log = logging.getLogger("edgekit")
 ORDER_TOLERANCE = 1e-4  # the largest change of the float outputs, relative to their range, that a channel reordering may make
-
-
-@dataclass(frozen=True)
-class Int8Scheme:
-    """Activation/weight types and symmetry for static int8, and why."""
-
-    activations: str  # "uint8" | "int8"
-    weights: str
-    symmetric_activations: bool
-    reason: str
-    quantize_bias: bool = True  # int32 bias DequantizeLinear (ONNX Runtime fuses it); TensorRT keeps float biases
-    isa_class: str | None = None  # the CPU class the scheme was chosen for (None: not a CPU target)
-    isa_from: str | None = None  # where that class came from: this host, --for-target, a device
-    pair_safe_weights: bool = False  # weight pairs kept within VPMADDUBSW's int16 (x86 without VNNI; backends.onnx.pair_safe)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def for_tensorrt(target: str) -> bool:
-    """tensorrt:cuda, or ONNX Runtime's TensorRT provider (onnxruntime:tensorrt)."""
-    runtime, _, device = target.partition(":")
-    return runtime == "tensorrt" or device == "tensorrt"
-
-
-def choose_scheme(for_target: str) -> Int8Scheme:
-    """The int8 scheme for `--for-target`: TensorRT's, or the one for the ISA class the model will run on
-    (a target on this host, a class name, a device preset or an inventory device; see edgekit.isa)."""
-    from edgekit.devices.isa_class import class_for
-
-    if for_tensorrt(for_target):
-        return Int8Scheme(
-            "int8", "int8", True, "TensorRT's explicit quantization takes symmetric int8 Q/DQ (zero-point 0) only, biases in float", False
-        )
-    isa, source = class_for(for_target)
-    return Int8Scheme(
-        isa.activations,
-        isa.weights,
-        False,
-        f"{isa.name}: {isa.reason}",
-        isa_class=isa.name,
-        isa_from=source,
-        pair_safe_weights=isa.pair_safe_weights and isa.weights == "int8",
-    )
 
 
 class OnnxQuantizer(Converter):
@@ -234,10 +192,9 @@ def _int8_static(model: Path, out: Path, options: ConvertOptions, data: Conversi
     notes["quantization"].update(quantizer.ranges_notes)
     if control is not None:
         notes["quantization"]["accuracy_control"] = control
-    if for_tensorrt(options.for_target):  # say whether TensorRT would take it
-        from edgekit.backends.tensorrt.checks import check_for_tensorrt
-
-        notes["tensorrt_checks"] = [f.to_dict() for f in check_for_tensorrt(out)]
+    own = registry.own_int8_backend(options.for_target)
+    if own is not None and own.acceptance_checks:  # say whether TensorRT would take it
+        notes[f"{own.format}_checks"] = import_attr(own.acceptance_checks)(out)
     return notes
 
 

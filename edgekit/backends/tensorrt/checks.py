@@ -43,6 +43,11 @@ class Finding:
         return asdict(self)
 
 
+def findings(path: Path) -> list[dict]:
+    """check_for_tensorrt's findings as dicts (the registry's acceptance_checks for TensorRT)."""
+    return [f.to_dict() for f in check_for_tensorrt(path)]
+
+
 def check_for_tensorrt(path: Path) -> list[Finding]:
     """Every finding for the ONNX file at `path`, errors first."""
     from edgekit.backends.onnx.loader import read_onnx

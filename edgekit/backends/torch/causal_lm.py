@@ -9,31 +9,11 @@ both. Every runtime (ONNX Runtime, OpenVINO, ExecuTorch) runs the same signature
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
+from edgekit.artifact import CacheShape
 from edgekit.errors import ModelLoadError
 
 INPUTS = ("input_ids", "past_keys", "past_values")
 OUTPUTS = ("logits", "present_keys", "present_values")
-
-
-@dataclass(frozen=True)
-class CacheShape:
-    """What the KV cache of a model looks like: [layers, 1, kv_heads, tokens, head_dim] for keys and for values."""
-
-    layers: int
-    kv_heads: int
-    head_dim: int
-    vocab: int
-    max_seq_len: int
-
-    def empty(self, tokens: int = 0):
-        import numpy as np
-
-        return np.zeros((self.layers, 1, self.kv_heads, tokens, self.head_dim), np.float32)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def cache_shape(model, max_seq_len: int) -> CacheShape:
@@ -75,6 +55,12 @@ def load_causal_lm(source):
         )
     model.config.use_cache = True
     return model.float().eval()
+
+
+def load_with_cache(source, max_seq_len: int) -> tuple[object, CacheShape]:
+    """The causal LM of `source` and the shape of its KV cache up to `max_seq_len` tokens (the registry's lm_loader)."""
+    model = load_causal_lm(source)
+    return model, cache_shape(model, max_seq_len)
 
 
 def _forward_parameters(model) -> set[str]:

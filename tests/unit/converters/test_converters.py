@@ -2,10 +2,10 @@ import numpy as np
 import onnx
 import pytest
 
-from edgekit.backends.onnx.quantize import choose_scheme
 from edgekit.conversion import CalibrationOptions, ConvertOptions, needs_calibration, plan
 from edgekit.converters.pipeline import convert
 from edgekit.errors import EdgekitError
+from edgekit.quantize.scheme import choose_scheme
 from edgekit.source import open_source
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 from edgekit.metrics.coverage import FLOAT, INT8, Island, Layer, coverage_text, share, summarize, why_size_only
-from edgekit.report.write import cells, row_notes
+from edgekit.report.tables import cells, row_notes
 
 
 def _coverage(head_precision: str = FLOAT) -> dict:

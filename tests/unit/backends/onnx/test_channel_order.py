@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from edgekit.backends.onnx.channel_order import _pair_ratios, pair_order, reorder, restore
+from edgekit.backends.onnx.channel_order import _pair_ratios, pair_order, reorder
+from edgekit.quantize.channel_order import restore
 
 pytest.importorskip("onnxruntime")
 

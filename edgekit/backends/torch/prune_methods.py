@@ -1,20 +1,20 @@
-"""Compression stages for PyTorch modules."""
+"""Compression stages for PyTorch modules: magnitude pruning (dynamic network surgery too), structured channel pruning,
+low-rank factorization, and the fine-tuning they share."""
 
 from __future__ import annotations
 
 import copy
 
-import numpy as np
+import torch
 
 from edgekit.calibration import Samples
-from edgekit.compress import PruneOptions, StageReport, kept_rank
 from edgekit.errors import EdgekitError
+from edgekit.pruning import PruneOptions, StageReport, kept_rank
+from edgekit.pruning.stages import class_labels, kept_channels, kept_multiple
 
 
 def prunable(module) -> list[tuple[str, object]]:
     """(name, layer) of the Conv and Linear layers whose weights magnitude pruning touches."""
-    import torch
-
     return [(n, m) for n, m in module.named_modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Conv1d, torch.nn.Linear))]
 
 
@@ -26,8 +26,6 @@ def count(module) -> tuple[int, int]:
 
 def magnitude_masks(module, sparsity: float, scope: str) -> dict[str, object]:
     """Masks that zero the `sparsity` smallest-magnitude weights, globally or per layer."""
-    import torch
-
     layers = prunable(module)
     if scope == "global":
         magnitudes = torch.cat([m.weight.detach().abs().flatten() for _, m in layers])
@@ -37,8 +35,6 @@ def magnitude_masks(module, sparsity: float, scope: str) -> dict[str, object]:
 
 
 def apply_masks(module, masks: dict) -> None:
-    import torch
-
     with torch.no_grad():
         for name, layer in prunable(module):
             if name in masks:
@@ -68,16 +64,12 @@ def magnitude_prune(module, options: PruneOptions, train: Samples | None) -> tup
 
 def surgery_mask(weight, mask, cut: float, splice: float):
     """Dynamic network surgery's mask update (Guo et al. 2016): |w| < cut -> pruned, |w| > splice -> spliced back, else unchanged."""
-    import torch
-
     magnitude = weight.detach().abs()
     return torch.where(magnitude < cut, torch.zeros_like(mask), torch.where(magnitude > splice, torch.ones_like(mask), mask))
 
 
 def surgery_cuts(module, sparsity: float, scope: str) -> dict[str, float]:
     """The cut `a` per layer: the magnitude below which `sparsity` of the weights lie (one value for all layers if global)."""
-    import torch
-
     layers = prunable(module)
     if scope == "global":
         magnitudes = torch.cat([m.weight.detach().abs().flatten() for _, m in layers]).float()
@@ -118,8 +110,6 @@ SURGERY_SHARE = 2 / 3  # of the fine-tuning steps with moving masks; the rest tr
 
 def surgery_finetune(model, samples: Samples, options: PruneOptions, batch: int = 128) -> tuple[dict, dict]:
     """Train `model` with DNS masks, then with the final (exact-sparsity) mask; returns (weights spliced back at least once, final masks)."""
-    import torch
-
     batches = labelled_batches(samples, options.epochs, options.seed, batch)  # refuses missing labels or label sets first
     layers = dict(prunable(model))
     masks = magnitude_masks(model, options.sparsity * (1 - (1 - 1 / options.epochs) ** 3), options.scope)
@@ -154,8 +144,6 @@ def surgery_finetune(model, samples: Samples, options: PruneOptions, batch: int 
 
 def _surgery_step(model, layers: dict, masks: dict, optimizer, inputs, labels) -> None:
     """Forward and backward through the masked weights; the gradient then updates every dense weight, cut or not."""
-    import torch
-
     dense = {n: layer.weight.detach().clone() for n, layer in layers.items()}
     apply_masks(model, masks)
     loss = torch.nn.functional.cross_entropy(model(inputs), labels)
@@ -169,7 +157,6 @@ def _surgery_step(model, layers: dict, masks: dict, optimizer, inputs, labels) -
 
 def channel_prune(module, options: PruneOptions, example, calibration: Samples | None, train: Samples | None) -> tuple[object, StageReport]:
     """Structured channel pruning with torch-pruning's dependency graph; BN statistics recalibrated on data."""
-    import torch
     import torch_pruning as tp
 
     model = copy.deepcopy(module).eval()
@@ -210,21 +197,6 @@ def channel_prune(module, options: PruneOptions, example, calibration: Samples |
     )
 
 
-def kept_multiple(round_to: int | None) -> tuple[int, str]:
-    """The multiple each layer keeps (asked for, else the host ISA class's) and the note saying why."""
-    from edgekit.isa import CHANNEL_MULTIPLE_MEASURED, channel_multiple, host_class
-
-    if round_to:
-        return round_to, f"kept channels rounded to a multiple of {round_to} (--round-to)" if round_to > 1 else "kept channels not rounded"
-    isa = host_class().name
-    measured = "measured, bench/results/" + isa + "/prune.md" if isa in CHANNEL_MULTIPLE_MEASURED else "not measured on this class"
-    multiple = channel_multiple(isa)
-    return multiple, (
-        f"kept channels rounded to a multiple of {multiple}: the vector width of {isa} (this host; {measured}); "
-        "--round-to N for another target's"
-    )
-
-
 def _rounded_ratios(model, widths: dict[str, int], ratio: float, multiple: int) -> dict:
     """Per layer, the ratio that keeps the multiple of `multiple` nearest to (1 - ratio) of its channels (at least one
     multiple). torch-pruning keeps int(width x (1 - ratio)) channels; its own round_to rounds down, which keeps 32 of
@@ -232,15 +204,12 @@ def _rounded_ratios(model, widths: dict[str, int], ratio: float, multiple: int) 
     modules = dict(model.named_modules())
     ratios = {}
     for name, width in widths.items():
-        kept = min(width, max(multiple, multiple * round(width * (1 - ratio) / multiple)))
-        ratios[modules[name]] = 1 - (kept + 0.5) / width  # int(width x (1 - this)) == kept
+        ratios[modules[name]] = 1 - (kept_channels(width, ratio, multiple) + 0.5) / width  # int(width x (1 - this)) == kept
     return ratios
 
 
 def _widths(model) -> dict[str, int]:
     """Output channels (features) of each Conv and Linear layer."""
-    import torch
-
     return {
         n: m.out_channels if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d)) else m.out_features
         for n, m in model.named_modules()
@@ -255,16 +224,12 @@ def _output_layers(model, example) -> list:
 
 
 def _output_shape(module, example) -> tuple:
-    import torch
-
     with torch.no_grad():
         return tuple(module.eval()(example).shape)
 
 
 def recalibrate_batchnorm(model, samples: Samples, batch: int = 64) -> None:
     """Re-estimate BN running mean/var as exact averages over `samples` (weights unchanged)."""
-    import torch
-
     norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
     if not norms:
         return
@@ -278,30 +243,14 @@ def recalibrate_batchnorm(model, samples: Samples, batch: int = 64) -> None:
     model.eval()
 
 
-def class_labels(samples: Samples) -> np.ndarray:
-    """The class of each fine-tuning sample; refused where there are none, or label sets (they score, they cannot train)."""
-    if samples.labels is None:
-        raise EdgekitError("fine-tuning needs labels", hint="add a `labels` array to the --finetune data")
-    if samples.labels.dtype == bool:
-        raise EdgekitError(
-            "fine-tuning needs one class per sample; these labels are label sets ([N, classes])",
-            hint="give --finetune data with [N] class indices; label sets only score accuracy (--data, --val)",
-        )
-    return samples.labels.astype(np.int64)
-
-
 def labelled_batches(samples: Samples, epochs: int, seed: int, batch: int = 128):
     """(epoch, inputs, labels) mini-batches for fine-tuning, shuffled per epoch by a seeded generator (epochs count from 1).
     The labels are checked when it is called (class_labels), not at the first batch."""
-    import torch
-
     labels = torch.from_numpy(class_labels(samples))
     return _shuffled_batches(torch.from_numpy(next(iter(samples.arrays.values()))), labels, epochs, seed, batch)
 
 
 def _shuffled_batches(inputs, labels, epochs: int, seed: int, batch: int):
-    import torch
-
     generator = torch.Generator().manual_seed(seed)
     for epoch in range(1, epochs + 1):
         order = torch.randperm(len(inputs), generator=generator)
@@ -312,8 +261,6 @@ def _shuffled_batches(inputs, labels, epochs: int, seed: int, batch: int):
 
 def finetune(model, samples: Samples, epochs: int, learning_rate: float, masks: dict | None, seed: int, batch: int = 128) -> None:
     """Cross-entropy fine-tuning on labelled samples; masks (if any) are re-applied after every step."""
-    import torch
-
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0)
     model.train()
     for _, inputs, labels in labelled_batches(samples, epochs, seed, batch):
@@ -328,8 +275,6 @@ def finetune(model, samples: Samples, epochs: int, learning_rate: float, masks: 
 
 def lowrank_factorize(module, options: PruneOptions, example, train: Samples | None = None) -> tuple[object, StageReport]:
     """Replace Linear layers (not the output layer) by two thinner ones from a truncated SVD; rank by energy or target compression."""
-    import torch
-
     model = copy.deepcopy(module).eval()
     before = count(model)[0]
     layers = []
@@ -358,16 +303,12 @@ def lowrank_factorize(module, options: PruneOptions, example, train: Samples | N
 
 
 def _output_error(reference, model, example) -> float:
-    import torch
-
     with torch.no_grad():
         ref, out = reference.eval()(example), model.eval()(example)
     return float(torch.linalg.norm(ref - out) / max(float(torch.linalg.norm(ref)), 1e-12))
 
 
 def _factorized(layer, rank: int):
-    import torch
-
     u, s, vh = torch.linalg.svd(layer.weight.detach().float(), full_matrices=False)
     first = torch.nn.Linear(layer.in_features, rank, bias=False)
     second = torch.nn.Linear(rank, layer.out_features, bias=layer.bias is not None)

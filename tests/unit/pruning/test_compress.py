@@ -4,14 +4,15 @@ import numpy as np
 import pytest
 import torch
 
+from edgekit.api.prune import gzip_size
 from edgekit.backends.torch.loader import load_torch
 from edgekit.calibration import load_samples
-from edgekit.compress import PruneOptions
 from edgekit.conversion import ConvertOptions
 from edgekit.converters.pipeline import convert
 from edgekit.errors import EdgekitError
 from edgekit.metrics.compare import accuracy_percent, run_batches
-from edgekit.pruning import gzip_size, prune
+from edgekit.pruning import PruneOptions
+from edgekit.pruning.stages import prune
 from edgekit.source import open_source
 from edgekit.targets import make_runner
 from tests.conftest import INPUTS
@@ -72,7 +73,7 @@ def test_kept_channels_are_the_nearest_multiple_of_the_vector_width(fashion_sour
     """torch-pruning keeps int(70%) of each layer's channels; edgekit keeps the nearest multiple of the kernels' width
     (the host ISA class's by default, --round-to N), never fewer than one multiple; the output layer keeps its 10."""
     from edgekit.backends.torch.loader import example_tensors
-    from edgekit.compress.torch_prune import channel_prune
+    from edgekit.backends.torch.prune_methods import channel_prune
     from edgekit.isa import channel_multiple, host_class
 
     module, _ = load_torch(fashion_source)
@@ -91,7 +92,7 @@ def test_kept_channels_are_the_nearest_multiple_of_the_vector_width(fashion_sour
 
 def test_batchnorm_recalibration_matters(fashion_source, small_test_npz, test2k):
     from edgekit.backends.torch.loader import example_tensors
-    from edgekit.compress.torch_prune import channel_prune, recalibrate_batchnorm
+    from edgekit.backends.torch.prune_methods import channel_prune, recalibrate_batchnorm
 
     module, _ = load_torch(fashion_source)
     pruned, _ = channel_prune(module, PruneOptions("channels", channel_ratio=0.4), example_tensors(list(INPUTS), 1)[0], None, None)

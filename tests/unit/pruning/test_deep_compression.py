@@ -4,17 +4,19 @@ import numpy as np
 import pytest
 import torch
 
+from edgekit.api.prune import gate_compressed
 from edgekit.backends.torch.loader import load_torch
+from edgekit.backends.torch.prune import cluster_torch
+from edgekit.backends.torch.prune_methods import magnitude_prune, prunable, surgery_mask
 from edgekit.calibration import load_samples
-from edgekit.compress import PruneOptions
-from edgekit.compress.sharing import cluster_torch, initial_centroids
-from edgekit.compress.torch_prune import magnitude_prune, prunable, surgery_mask
 from edgekit.conversion import ConvertOptions
 from edgekit.converters.pipeline import convert
 from edgekit.errors import EdgekitError
 from edgekit.metrics.coding import Huffman, from_relative_index, relative_index, size_metrics, symbols_of, tensor_storage
 from edgekit.metrics.gate import Thresholds, check_row, failures
-from edgekit.pruning import gate_compressed, prune
+from edgekit.pruning import PruneOptions
+from edgekit.pruning.sharing import initial_centroids
+from edgekit.pruning.stages import prune
 from edgekit.source import open_source
 from tests.conftest import INPUTS, run_cli
 

@@ -1,0 +1,151 @@
+"""A matrix report's table, as every rendering shows it (console, Markdown, HTML): its columns, each row's cells, the
+notes under it, the failed gates and the machine line."""
+
+from __future__ import annotations
+
+from edgekit.metrics.coverage import WELL_COVERED, coverage_text
+from edgekit.report.schema import fmt, fmt_size
+
+COLUMNS = (
+    "format",
+    "precision",
+    "target",
+    "status",
+    "metric",
+    "vs labels",
+    "drop (pts)",
+    "vs reference",
+    "cosine",
+    "p50 ms",
+    "p90 ms",
+    "speed-up",
+    "int8 coverage",
+    "size",
+    "gates",
+)
+
+
+# A language model's rows (recipes with convert.task: text-generation): its own metrics and generation speed.
+LM_COLUMNS = (
+    "format",
+    "precision",
+    "target",
+    "status",
+    "perplexity",
+    "ppl ratio [95% CI]",
+    "greedy match",
+    "next-token agree",
+    "TTFT ms",
+    "tokens/s",
+    "speed-up",
+    "size",
+    "gates",
+)
+
+
+def columns(rows: list[dict]) -> tuple[str, ...]:
+    """The table's columns: a language model's when its rows are one's."""
+    return LM_COLUMNS if any(r.get("ppl_ratio") is not None for r in rows) else COLUMNS
+
+
+def cells(row: dict) -> list[str]:
+    """A row's table cells, shared by every renderer."""
+    if row.get("ppl_ratio") is not None:
+        return _language_cells(row)
+    if row["status"] != "ok":
+        return [row["format"], row["precision"], row["target"], row["status"], *["-"] * 10, "error"]
+    failed = [g["metric"] for g in row.get("gates", []) if not g["passed"]]
+    gates = "pass" if not failed else "FAIL: " + ", ".join(failed)
+    return [
+        row["format"],
+        row["precision"],
+        row["target"],
+        "ok" + (" (cached)" if row.get("cached") else ""),
+        row.get("metric") or "-",
+        fmt(row.get("accuracy"), ".2f") + ("%" if row.get("accuracy") is not None else ""),
+        fmt(row.get("drop_points"), "+.2f"),
+        fmt(_agreement(row), ".2f") + ("%" if _agreement(row) is not None else ""),
+        fmt(row.get("cosine"), ".5f"),
+        f"{row['p50_ms']:.3f}",
+        f"{row['p90_ms']:.3f}",
+        fmt(row.get("speedup"), ".2f") + ("x" if row.get("speedup") else "") + (" (size only)" if row.get("speedup_note") else ""),
+        fmt(_percent(row.get("int8_coverage")), ".1f") + ("%" if row.get("int8_coverage") is not None else ""),
+        fmt_size(row["size_bytes"]),
+        gates if row.get("gates") else "-",
+    ]
+
+
+def _language_cells(row: dict) -> list[str]:
+    if row["status"] != "ok":
+        return [row["format"], row["precision"], row["target"], row["status"], *["-"] * 8, "error"]
+    failed = [g["metric"] for g in row.get("gates", []) if not g["passed"]]
+    lo, hi = row["ppl_ratio_ci95"]
+    return [
+        row["format"],
+        row["precision"],
+        row["target"],
+        "ok" + (" (cached)" if row.get("cached") else ""),
+        f"{row['perplexity']:.3f}",
+        f"{row['ppl_ratio']:.4f} [{lo:.4f}, {hi:.4f}]",
+        f"{100 * row['greedy_match']:.1f}%",
+        f"{100 * row['next_token_agreement']:.1f}%",
+        fmt(row.get("ttft_ms"), ".2f"),
+        fmt(row.get("tokens_per_s"), ".1f"),
+        fmt(row.get("speedup"), ".2f") + ("x" if row.get("speedup") else ""),
+        fmt_size(row["size_bytes"]),
+        ("pass" if not failed else "FAIL: " + ", ".join(failed)) if row.get("gates") else "-",
+    ]
+
+
+def _percent(share: float | None) -> float | None:
+    return None if share is None else 100 * share
+
+
+def _agreement(row: dict) -> float | None:
+    """The task metric against the reference, percent (top-1 agreement in reports written before schema 1.5)."""
+    return row.get("agreement", row.get("top1_agreement"))
+
+
+def row_label(row: dict) -> str:
+    """A matrix row as the notes under a table name it: `onnx int8 on onnxruntime:cpu`."""
+    return f"{row['format']} {row['precision']} on {row['target']}"
+
+
+def row_notes(report: dict) -> list[str]:
+    """One line per row whose int8 is not faster than fp32 where it was timed, per row timed on an emulated board, and
+    per row whose top-1 answers changed (how many, and whether near-ties or answers the reference was sure of) unless
+    its failed agreement gate says so."""
+    from edgekit.metrics.compare import changes_text, flips_text
+
+    rows = report["rows"]
+    notes = [f"{row_label(r)}: {r['speedup_note']}" for r in rows if r.get("speedup_note")]
+    notes += [
+        f"{row_label(r)}: {coverage_text(r['int8_coverage_detail'])}"
+        for r in rows
+        if r.get("int8_coverage") is not None and r["int8_coverage"] < WELL_COVERED and not r.get("speedup_note")
+    ]
+    notes += [
+        f"{row_label(r)}: timed on an EMULATED CPU ({r['emulated']}): its accuracy is that CPU's, its latency is not"
+        for r in rows
+        if r.get("emulated")
+    ]
+    changed = [r for r in rows if r.get("top1_flips") and not _agreement_failed(r)]
+    return notes + [f"{row_label(r)}: {'; '.join(filter(None, (flips_text(r), changes_text(r))))}" for r in changed]
+
+
+def _agreement_failed(row: dict) -> bool:
+    """A failed top-1 agreement gate, whose reason already says which answers changed."""
+    return any(g["metric"] == row.get("agreement_metric", "top1_agreement") and not g["passed"] for g in row.get("gates", []))
+
+
+def failed_gates(report: dict) -> list[str]:
+    """Why each failed gate failed (what a reader acts on), a line per gate: `onnx int8 on onnxruntime:cpu: reason`."""
+    return [f"{row_label(r)}: {g['reason']}" for r in report["rows"] for g in r.get("gates", []) if not g["passed"]]
+
+
+def machine_text(report: dict) -> str:
+    m = report["machine"]
+    threads = next((r["threads"] for r in report["rows"] if r.get("threads")), "-")
+    isa = ", ".join(m.get("isa", []))
+    isa_class = f"; ISA class {m['isa_class']}" if m.get("isa_class") else ""
+    return f"{m['cpu']}, {m['usable_cores']} cores ({isa}{isa_class}), {threads} thread(s); {report['created']}"
