@@ -17,7 +17,7 @@ def register(app: typer.Typer) -> None:
 def convert(**values) -> None:
     """Convert a model (a file, module:factory or zoo: name) to another format and precision, written atomically."""
     from edgekit import api
-    from edgekit.cli.render import print_artifact
+    from edgekit.cli.render.convert import print_artifact
 
     print_artifact(api.convert(**values).artifact)
 
@@ -26,6 +26,6 @@ def convert(**values) -> None:
 def quantize(**values) -> None:
     """Quantize an existing ONNX model (fp16, int8-dynamic, static int8 with --calib)."""
     from edgekit import api
-    from edgekit.cli.render import print_artifact
+    from edgekit.cli.render.convert import print_artifact
 
     print_artifact(api.quantize(**values).artifact)

@@ -31,7 +31,7 @@ def debug(
     rows: int = typer.Option(None, "--rows", help="Print only the first N rows (the JSON has all)."),
 ) -> None:
     """Run the artifact and its reference on the same samples and compare every intermediate tensor they share."""
-    from edgekit.cli.render import print_debug
+    from edgekit.cli.render.debug import print_debug
     from edgekit.debug import DebugRequest
     from edgekit.debug import debug as run_debug
     from edgekit.fileio import check_output_path

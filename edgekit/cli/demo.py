@@ -32,7 +32,8 @@ def demo(
     (--detector: the zoo's detector, validated by mAP on 200 labelled canvases; --llm: the zoo's language model, validated by
     perplexity and greedy decoding on held-out text)."""
     from edgekit.api.results import exit_code
-    from edgekit.cli.render import console, escape, print_run
+    from edgekit.cli.render.run import print_run
+    from edgekit.cli.render.table import console, escape
     from edgekit.demo import RECIPES, run_demo
 
     variant = "llm" if llm else "detector" if detector else "keras" if keras else "pytorch"

@@ -59,7 +59,7 @@ def list_devices() -> None:
     """The devices in the inventory and what their last check found."""
     from rich.table import Table
 
-    from edgekit.cli.render import console
+    from edgekit.cli.render.table import console
     from edgekit.devices.inventory import inventory_path, load_devices
 
     devices = load_devices()

@@ -26,7 +26,8 @@ def info(
     ),
 ) -> None:
     """Format, inputs/outputs, parameter count, size on disk, op histogram."""
-    from edgekit.cli.render import print_coverage, print_info, print_tensorrt_findings
+    from edgekit.cli.render.convert import print_tensorrt_findings
+    from edgekit.cli.render.info import print_coverage, print_info
     from edgekit.source import open_source
     from edgekit.summary import model_info, target_checks
 
@@ -53,7 +54,7 @@ def targets(
     probe: bool = typer.Option(False, "--probe", help="Ask each runtime for its devices (imports them all: seconds)."),
 ) -> None:
     """Every runtime and device edgekit knows, found or not (from package metadata and the system; --probe asks the runtimes)."""
-    from edgekit.cli.render import print_targets
+    from edgekit.cli.render.info import print_targets
     from edgekit.summary import list_targets
 
     print_targets(list_targets(probe))

@@ -19,7 +19,7 @@ def validate(**values) -> None:
 
     Without -r: the model the artifact was converted from (its provenance); without -d: a zoo model's validation set."""
     from edgekit import api
-    from edgekit.cli.render import print_validation
+    from edgekit.cli.render.validate import print_validation
 
     result = api.validate(**values)
     print_validation(result.to_dict())
@@ -31,6 +31,6 @@ def validate(**values) -> None:
 def bench(**values) -> None:
     """Load time, first inference, then p50/p90/p99/mean/std/min latency after warm-up, throughput, peak RSS, size."""
     from edgekit import api
-    from edgekit.cli.render import print_bench
+    from edgekit.cli.render.bench import print_bench
 
     print_bench(api.bench(**values).to_dict())

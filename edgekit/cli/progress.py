@@ -9,7 +9,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from edgekit.cli.render import console
+from edgekit.cli.render.table import console
 
 steps_console = Console(stderr=True)  # the results on stdout stay clean for pipes
 

@@ -16,7 +16,7 @@ def register(app: typer.Typer) -> None:
 def prune(**values) -> None:
     """Compress a model (prune or factorize), save it, and compare original vs pruned (vs quantized) on data."""
     from edgekit import api
-    from edgekit.cli.render import print_compression
+    from edgekit.cli.render.prune import print_compression
 
     result = api.prune(**values)
     print_compression(result.to_dict())

@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
 def run(recipe: Path, quiet: bool, **values) -> None:
     """Run a recipe's matrix; write the reports; exit 2 if a gate failed, 1 if a cell failed."""
     from edgekit import api
-    from edgekit.cli.render import print_run
+    from edgekit.cli.render.run import print_run
 
     try:
         with _progress(parse_cells(recipe) if values["ray"] and not quiet else None, quiet) as progress:
@@ -45,7 +45,7 @@ def parse_cells(recipe: Path) -> list:
 @contextmanager
 def _progress(cells: list | None, quiet: bool):
     """Progress lines for a serial run, one live table for --ray (`cells`), nothing with --quiet."""
-    from edgekit.cli.render import console, escape
+    from edgekit.cli.render.table import console, escape
 
     if quiet:
         yield None
@@ -103,7 +103,8 @@ def report(
 def gate(**values) -> None:
     """Re-check a saved report's gates (threshold options replace the report's own) and latency vs a baseline; exit 2 if any fails."""
     from edgekit import api
-    from edgekit.cli.render import console, escape, print_gate_check
+    from edgekit.cli.render.run import print_gate_check
+    from edgekit.cli.render.table import console, escape
 
     result = api.gate(**values, progress=lambda text: console.print(f"[dim]... {escape(text)}[/]", highlight=False))
     print_gate_check(result.to_dict())

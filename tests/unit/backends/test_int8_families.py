@@ -105,7 +105,7 @@ def test_openvino_accuracy_control_of_the_vit_returns_its_layers_to_float_exactl
     control = controlled.provenance["quantization"]["accuracy_control"]
     assert controlled.provenance["quantization"]["model_type"] == "transformer" and control["smooth_quant"].startswith("off")
     assert control["reverted_to_float"] and control["final"]["cosine"] >= 0.99
-    from edgekit.cli.render import _control_text
+    from edgekit.cli.render.convert import _control_text
 
     assert _control_text(control).startswith("accuracy control (cosine >= 0.99): ") and "SmoothQuant off" in _control_text(control)
     reference = _outputs("zoo:fashion-vit")

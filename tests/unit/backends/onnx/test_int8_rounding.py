@@ -77,7 +77,7 @@ def test_efficientnet_lite0_accuracy_control_returns_activations_to_float(lite0_
     """Accuracy control asked for more agreement than int8 gives on other crops. The loss of Lite0's int8 is largely
     activation rounding, so the steps kept include activations (unrounded: a Clip to their range); the written
     artifact holds the limit on the validation crops and comes closer to fp32 than all-int8 on crops neither saw."""
-    from edgekit.cli.render import _control_text
+    from edgekit.cli.render.convert import _control_text
     from edgekit.conversion import CalibrationOptions, ConvertOptions
     from edgekit.converters.pipeline import convert
     from edgekit.metrics.compare import compare_output, run_batches

@@ -43,7 +43,8 @@ def test_min_agreement_returns_the_worst_layer_to_float(tmp_path, fashion_source
     assert control["reverted_to_float"] == ["features.0.0"] and steps[0]["agreement_gain"] > 5
     assert control["final"]["agreement"] >= 70.0 and control["final"]["accuracy"] is None
     assert _float_kernels(result.path) == [[1, 3, 3, 32]]  # the stem conv (1 -> 32, 3x3), and only it, runs in float
-    from edgekit.cli.render import console, print_how_made
+    from edgekit.cli.render.convert import print_how_made
+    from edgekit.cli.render.table import console
 
     with console.capture() as printed:  # what `edgekit convert` and `edgekit info` print of it
         print_how_made(result.meta["provenance"])
