@@ -664,8 +664,8 @@ RECIPE_ONLY = (
     _recipe_only("report.dir", "edgekit-report", "The folder of the reports and the artifacts (relative to the recipe)."),
     _recipe_only("report.formats", ("json", "md", "html", "junit"), "The reports written.", list),
 )
-# Each section's keys in the recipe schema's order (the order of an unknown key's `allowed:` hint and of `edgekit run`'s
-# report); each key's type and default are those of its RECIPE_ONLY entry, else of the options that name it. `gates:`
+# Each section's keys in the recipe schema's order (the order of an unknown key's `allowed:` hint, of `edgekit run`'s
+# report and of an emitted `convert:` section); each key's type and default are those of its RECIPE_ONLY entry, else of the options that name it. `gates:`
 # is edgekit.metrics.gate.Thresholds, whose every limit defaults to None (not checked).
 RECIPE_SECTIONS = {
     "model": ("path", "weights", "inputs", "allow_pickle"),
