@@ -1,10 +1,11 @@
 """Each command's options, declared once.
 
 An `Option` is one declaration: its name (the Python API's keyword and the typer parameter), its default, its CLI flags,
-its help text and the recipe key that holds it. The typer commands (edgekit.cli.options.command), the API
-functions' signatures and defaults (edgekit.api) and the mapping from the options to ConvertOptions and to a recipe's
-`convert:` and `calibration:` sections (ConvertOptions.from_section in edgekit.conversion) are derived from these
-tuples, so a new option is a line here and the code that reads it.
+its help text and the recipe key that holds it. Derived from these tuples: the typer commands (edgekit.cli.options.command),
+the API functions' signatures and defaults (edgekit.api), the recipe schema's sections, their keys' types and defaults
+(edgekit.recipe.schema, with RECIPE_SECTIONS' order and RECIPE_ONLY's keys), and the defaults of the library's option
+classes with their mapping to a recipe's sections (`defaults_from`: CalibrationOptions and ConvertOptions in
+edgekit.conversion, PruneOptions in edgekit.compress). A new option is a line here and the code that reads it.
 
 Strings and defaults only: `import edgekit; edgekit.convert` reads this without numpy or typer. Help texts name
 the library's choices as `{formats}`, `{precisions}` and `{calib_methods}`; the CLI fills them in.
@@ -16,6 +17,7 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 REQUIRED = ...  # the default of an option that has none (typer's spelling of "required")
 
@@ -42,6 +44,10 @@ class Option:
         if self.type is not None:
             return self.type
         return str if self.default is None or self.default is REQUIRED else type(self.default)
+
+    def frozen_default(self) -> object:
+        """The default as a frozen dataclass holds it: a list's as a tuple (its None: empty)."""
+        return tuple(self.default or ()) if self.kind is list else self.default
 
     def at(self, recipe: str) -> Option:
         """The same option, kept under another recipe key (--preprocess: calibration's or validation's)."""
@@ -72,6 +78,9 @@ class Command:
     def signature(self, returns: object = inspect.Signature.empty) -> inspect.Signature:
         """The API function's signature: every keyword with its default."""
         return inspect.Signature([_parameter(o, i < self.positional) for i, o in enumerate(self.api_options())], return_annotation=returns)
+
+    def option(self, name: str) -> Option | None:
+        return next((o for o in self.options if o.name == name), None)
 
     def recipe_values(self, section: str, values: dict) -> dict:
         """{key: value} of the options a recipe keeps in `section` (e.g. "convert"), from the command's `values`."""
@@ -636,20 +645,112 @@ GATE = Command(
     positional=1,
 )
 
+# --- a recipe's keys ----------------------------------------------------------------------------------------------
+
+
+def _recipe_only(key: str, default: object, help: str, type: type | None = None) -> Option:
+    return Option(key.rpartition(".")[2], default, "", help, type, key, cli=False, api=False)
+
+
+# The recipe keys no command option fills as it is: a list where a command takes one value, a default of the recipe's own
+# (convert.for_target: each cell's target), or a key of the recipe alone.
+RECIPE_ONLY = (
+    _recipe_only("version", 1, "The recipe format; this edgekit reads version 1."),
+    _recipe_only("model.path", REQUIRED, "The model: a file, module:factory or zoo: name (a path is relative to the recipe)."),
+    _recipe_only("convert.for_target", None, "Where the model will run; picks the int8 scheme (default: each cell's target)."),
+    _recipe_only("matrix.formats", ("onnx",), "The formats to convert to (or the model's own: torch, keras).", list),
+    _recipe_only("matrix.precisions", ("fp32", "int8"), "The precisions of each format (the model's own format: fp32 only).", list),
+    _recipe_only("matrix.targets", {}, "format: [runtime:device, ...] (default: each format's runtime on this host).", dict),
+    _recipe_only("report.dir", "edgekit-report", "The folder of the reports and the artifacts (relative to the recipe)."),
+    _recipe_only("report.formats", ("json", "md", "html", "junit"), "The reports written.", list),
+)
+# Each section's keys in the recipe schema's order (the order of an unknown key's `allowed:` hint, of `edgekit run`'s
+# report and of an emitted `convert:` section); each key's type and default are those of its RECIPE_ONLY entry, else of the options that name it. `gates:`
+# is edgekit.metrics.gate.Thresholds, whose every limit defaults to None (not checked).
+RECIPE_SECTIONS = {
+    "model": ("path", "weights", "inputs", "allow_pickle"),
+    "calibration": ("path", "samples", "method", "preprocess", "seed", "random"),
+    "validation": ("path", "limit", "preprocess", "task", "labels", "postprocess", "mask_threshold", "ignore_label"),
+    "compress": ("method", "sparsity", "scope", "channels", "energy", "keep", "epochs", "finetune", "clusters", "init", "surgery", "lr", "round_to"),
+    "convert": (
+        "for_target", "per_tensor", "exclude", "keep_sensitive", "verify", "model_type", "val", "val_samples", "max_drop", "min_agreement",
+        "min_cosine", "io_dtype", "layout", "device", "max_batch", "opt_batch", "task", "group_size", "ratio", "max_seq_len",
+    ),
+    "matrix": ("formats", "precisions", "targets"),
+    "latency": ("threads", "batch", "warmup", "runs", "prompt_len", "new_tokens"),
+    "report": ("dir", "formats"),
+}  # fmt: skip
+
+
+def declared_commands() -> tuple[Command, ...]:
+    return tuple(value for value in globals().values() if isinstance(value, Command))
+
+
+def recipe_option(key: str) -> Option:
+    """The declaration of recipe key `key` ("latency.warmup"): its RECIPE_ONLY entry, else the first option naming it
+    (tests/unit/test_commands.py checks that all the options naming one key declare one default and type)."""
+    options = (*RECIPE_ONLY, *(o for command in declared_commands() for o in command.options))
+    return next(o for o in options if o.recipe == key)
+
+
+def defaults_from(command: Command, section: str, renamed: dict[str, str] | None = None, own: tuple[str, ...] = ()) -> Callable:
+    """Class decorator, put under @dataclass: each annotated field takes the default of `command`'s option of its name
+    (or of the one `renamed` gives it), and the class's `recipe_keys` maps the fields whose option a recipe keeps in
+    `section` to their keys there. A field that no option declares, or one named in `own`, keeps the value it gives;
+    a value of its own where an option declares one is refused, so each default is written once, here."""
+
+    def fill(cls: type) -> type:
+        declared = {name: command.option((renamed or {}).get(name, name)) for name in cls.__annotations__}
+        declared = {name: option for name, option in declared.items() if option is not None}
+        for name, option in declared.items():
+            if name not in own:
+                _fill_default(cls, name, option, command)
+        cls.recipe_keys = {name: o.recipe.partition(".")[2] for name, o in declared.items() if (o.recipe or "").startswith(f"{section}.")}
+        return cls
+
+    return fill
+
+
+def _fill_default(cls: type, name: str, option: Option, command: Command) -> None:
+    if name in vars(cls):
+        raise TypeError(f"{cls.__name__}.{name} gives a default of its own; `edgekit {command.name}`'s {option.name} declares it")
+    if option.default is not REQUIRED:
+        setattr(cls, name, option.frozen_default())
+
+
+def from_section(cls: type, section: dict[str, Any]) -> dict[str, Any]:
+    """`section`'s values (a recipe section's keys) under the field names of `cls` (a class `defaults_from` filled);
+    keys it has no field for are left out."""
+    return {name: section[key] for name, key in cls.recipe_keys.items() if key in section}
+
+
+def section_of(options: object) -> dict[str, Any]:
+    """The recipe section's {key: value} of `options` (an instance of a class `defaults_from` filled), in field order."""
+    return {key: getattr(options, name) for name, key in type(options).recipe_keys.items()}
+
 
 def options_markdown(choices: dict[str, str]) -> str:
     """docs/options.md: every command's options as this module declares them (`choices` fills {formats} and the like)."""
     lines = ["# Options", "", "Every option of every command, generated from `edgekit/commands.py` (the one place each is declared):",
              "`python -c 'from edgekit.cli.options import options_markdown; print(options_markdown(), end=\"\")' > docs/options.md`.",
              "The recipe key is where `edgekit run` reads the same setting; `--emit-recipe` writes it there."]  # fmt: skip
-    for command in [value for value in globals().values() if isinstance(value, Command)]:
+    for command in declared_commands():
         lines += ["", f"## edgekit {command.name}", "", "| option | default | recipe key | what it does |", "|---|---|---|---|"]
         lines += [_option_row(option, choices) for option in command.cli_options()]
+    lines += ["", "## Recipe keys of no option", "", "Keys a recipe alone has, or whose default there is the recipe's own; every other key",
+              "takes its option's default above. Each key of `gates:` (edgekit.metrics.gate.Thresholds) is unset, not checked, by default.",
+              "", "| recipe key | default | what it does |", "|---|---|---|"]  # fmt: skip
+    lines += [f"| `{o.recipe}` | {_shown(o.default)} | {o.help} |" for o in RECIPE_ONLY]
     return "\n".join(lines) + "\n"
+
+
+def _shown(default: object) -> str:
+    if default is REQUIRED:
+        return "required"
+    return f"`[{', '.join(default)}]`" if isinstance(default, tuple) else "" if default is None else f"`{default}`"
 
 
 def _option_row(option: Option, choices: dict[str, str]) -> str:
     flags = " ".join(f"`{flag}`" for flag in option.flags.split()) or f"`{option.name.upper()}` (argument)"
-    default = "required" if option.default is REQUIRED else "" if option.default is None else f"`{option.default}`"
     text = option.help.format_map(choices).replace("|", "\\|")
-    return f"| {flags} | {default} | {f'`{option.recipe}`' if option.recipe else ''} | {text} |"
+    return f"| {flags} | {_shown(option.default)} | {f'`{option.recipe}`' if option.recipe else ''} | {text} |"

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from edgekit import progress, registry
+from edgekit import commands, progress, registry
 from edgekit.artifact import TensorSpec
 from edgekit.calibration.samples import Samples
 from edgekit.errors import EdgekitError, RuntimeMissingError
@@ -37,73 +37,79 @@ PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic", "int8-weights", "int4-weig
 CALIB_METHODS = ("auto", "minmax", "entropy", "percentile", "histogram")
 
 
-# What a recipe's `calibration:` and `convert:` sections (and the commands, edgekit.commands) call the fields below
-# that have other names here; every other field has its key's name.
-SECTION_NAMES = {"data": "path", "allow_random": "random", "validation_data": "val", "validation_samples": "val_samples"}
-
-
-def _from_section(cls, section: dict) -> dict:
-    """`section`'s values (recipe keys) under the field names of `cls`; keys it has no field for are left out."""
-    fields = {SECTION_NAMES.get(f.name, f.name): f.name for f in dataclasses.fields(cls)}
-    return {fields[key]: value for key, value in section.items() if key in fields}
-
-
 @dataclass(frozen=True)
+@commands.defaults_from(
+    commands.CONVERT,
+    "calibration",
+    renamed={"data": "calib", "samples": "calib_samples", "method": "calib_method", "allow_random": "random_calibration"},
+)
 class CalibrationOptions:
-    """Where calibration data comes from and how ranges are computed."""
+    """Where calibration data comes from and how ranges are computed (each default: `edgekit convert`'s option's)."""
 
-    data: str | None = None
-    samples: int = 300
-    method: str = "auto"
-    seed: int = 0
-    preprocess: str | None = None
-    allow_random: bool = False
+    data: str | None
+    samples: int
+    method: str
+    seed: int
+    preprocess: str | None
+    allow_random: bool
     default_of: str | None = None  # the zoo model whose declared calibration set this is (no --calib given)
 
     @classmethod
     def from_section(cls, section: dict, default_of: str | None = None) -> CalibrationOptions:
         """The options a `calibration:` section's keys (path, samples, method, ...) ask for."""
-        return cls(**_from_section(cls, section), default_of=default_of)
+        return cls(**commands.from_section(cls, section), default_of=default_of)
+
+    def section(self) -> dict:
+        """The `calibration:` section of these options: {path, samples, method, seed, preprocess, random}."""
+        return commands.section_of(self)
 
 
 @dataclass(frozen=True)
+@commands.defaults_from(
+    commands.CONVERT, "convert", renamed={"validation_data": "val", "validation_samples": "val_samples"}, own=("io_dtype",)
+)
 class ConvertOptions:
-    """Everything a conversion may take; each converter reads what applies to it."""
+    """Everything a conversion may take; each converter reads what applies to it. The defaults are `edgekit convert`'s
+    options' (edgekit.commands); io_dtype's is what its option's None means without a device."""
 
-    precision: str = "fp32"
-    inputs: tuple[TensorSpec, ...] = ()
+    precision: str
+    inputs: tuple[TensorSpec, ...]
     calibration: CalibrationOptions = field(default_factory=CalibrationOptions)
-    per_tensor: bool = False
-    exclude: tuple[str, ...] = ()
-    for_target: str = "onnxruntime:cpu"
+    per_tensor: bool
+    exclude: tuple[str, ...]
+    for_target: str
     keep_io_types: bool = True
-    model_type: str | None = None  # "transformer" or None (detected)
-    validation_data: str | None = None  # labelled data for accuracy-controlled int8
-    validation_samples: int = 1000
-    max_drop: float | None = None  # accuracy points; with validation_data turns on accuracy control
-    min_agreement: float | None = None  # top-1 agreement with fp32 (%); with validation_data, accuracy control too
-    min_cosine: float | None = None  # mean cosine of the first output with fp32's; with validation_data, accuracy control too
+    model_type: str | None  # "transformer" or None (detected)
+    validation_data: str | None  # labelled data for accuracy-controlled int8
+    validation_samples: int
+    max_drop: float | None  # accuracy points; with validation_data turns on accuracy control
+    min_agreement: float | None  # top-1 agreement with fp32 (%); with validation_data, accuracy control too
+    min_cosine: float | None  # mean cosine of the first output with fp32's; with validation_data, accuracy control too
     validate_on: str | None = None  # the target accuracy control scores its steps on (None: the written format's runtime)
     io_dtype: str = "float32"  # TFLite full int8: float32, int8 or uint8 model inputs/outputs
-    layout: str = "nchw"  # PyTorch -> TFLite: nhwc makes the model take channels-last inputs
-    device: str | None = None  # an NPU to compile for after conversion, e.g. ethos-u55-128
-    max_batch: int = 64  # TensorRT: the largest batch of the engine's optimisation profile
-    opt_batch: int = 1  # TensorRT: the batch the profile is tuned for
-    keep_sensitive: bool = True  # int8 keeps the layers whose sensitivity stands out in float (quantize.sensitivity)
-    verify: bool = True  # run the artifact and its source on the same inputs before it counts as written (converters.verify)
-    task: str | None = None  # text-generation: a causal language model exported with its KV cache (converters.causal_lm)
-    group_size: int = 128  # int4/int8-weights of a language model: weights per quantization group (-1: per channel)
-    ratio: float = 1.0  # int4-weights: share of the weight layers in int4 (the rest int8)
-    max_seq_len: int = 512  # a language model's longest prompt + generated tokens
+    layout: str  # PyTorch -> TFLite: nhwc makes the model take channels-last inputs
+    device: str | None  # an NPU to compile for after conversion, e.g. ethos-u55-128
+    max_batch: int  # TensorRT: the largest batch of the engine's optimisation profile
+    opt_batch: int  # TensorRT: the batch the profile is tuned for
+    keep_sensitive: bool  # int8 keeps the layers whose sensitivity stands out in float (quantize.sensitivity)
+    verify: bool  # run the artifact and its source on the same inputs before it counts as written (converters.verify)
+    task: str | None  # text-generation: a causal language model exported with its KV cache (converters.causal_lm)
+    group_size: int  # int4/int8-weights of a language model: weights per quantization group (-1: per channel)
+    ratio: float  # int4-weights: share of the weight layers in int4 (the rest int8)
+    max_seq_len: int  # a language model's longest prompt + generated tokens
 
     @classmethod
     def from_section(cls, precision: str, inputs, calibration: CalibrationOptions, section: dict) -> ConvertOptions:
         """The options a `convert:` section's keys (val, per_tensor, ...) ask for; those it lacks keep their defaults.
         io_dtype unset is float32, or int8 with a device (an NPU takes int8 inputs)."""
-        values = _from_section(cls, section)
+        values = commands.from_section(cls, section)
         values["exclude"] = tuple(values.get("exclude") or ())
         values["io_dtype"] = values.get("io_dtype") or ("int8" if values.get("device") else "float32")
         return cls(precision, inputs, calibration, **values)
+
+    def section(self) -> dict:
+        """The `convert:` section of these options, by its keys (val, val_samples, ...)."""
+        return commands.section_of(self)
 
 
 @dataclass(frozen=True)

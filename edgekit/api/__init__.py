@@ -178,7 +178,7 @@ def validate(args) -> Validation:
         args.preprocess,
         _specs(args.inputs),
         latency=_bench_settings(args),
-        thresholds=_thresholds(args),
+        thresholds=_thresholds(commands.VALIDATE, args),
         task=args.task,
         labels=args.labels,
         task_settings=task_settings(args),
@@ -217,7 +217,13 @@ def _validate_language_model(art, ref, args) -> Validation:
 
     default = None if args.data else guess.default_validation(ref)
     request = LMValidationRequest(
-        art, ref, args.data or default, args.limit, _generation_settings(args), _thresholds(args), not args.no_default_gates
+        art,
+        ref,
+        args.data or default,
+        args.limit,
+        _generation_settings(args),
+        _thresholds(commands.VALIDATE, args),
+        not args.no_default_gates,
     )
     result = validate_lm(request)
     if default:
@@ -301,7 +307,7 @@ def gate(args) -> GateCheck:
         load_json(Path(args.saved)),
         load_json(Path(baseline)) if baseline else None,
         latency,
-        _thresholds(args),
+        _thresholds(commands.GATE, args),
         False if args.no_default_gates else None,
     )
     if args.junit:
@@ -325,19 +331,11 @@ def task_settings(args):
     return TaskSettings(postprocess=args.postprocess, mask_threshold=args.mask_threshold)
 
 
-def _thresholds(args):
-    """The Thresholds the gate options ask for."""
+def _thresholds(command: commands.Command, args):
+    """The Thresholds the command's gate options ask for (each under its recipe key in `gates:`)."""
     from edgekit.metrics.gate import Thresholds
 
-    return Thresholds(
-        max_drop=args.max_drop,
-        min_cosine=args.min_cosine,
-        min_agreement=args.min_agreement,
-        min_snr_db=args.min_snr,
-        max_npu_fallback=args.max_npu_fallback,
-        max_ppl_ratio=args.max_ppl_ratio,
-        min_greedy_match=args.min_greedy_match,
-    )
+    return Thresholds(**command.recipe_values("gates", vars(args)))
 
 
 def _bench_settings(args):
@@ -360,11 +358,7 @@ def _conversion_options(command: commands.Command, args, specs, calib: str | Non
 def _prune_options(args):
     from edgekit.pruning import PruneOptions
 
-    keep = None if args.energy else args.keep  # --keep applies without --energy
-    return PruneOptions(
-        args.method, args.sparsity, args.scope, args.channels, args.energy, keep, args.epochs, args.lr,
-        clusters=args.clusters, init=args.init, surgery=args.surgery, round_to=args.round_to,
-    )  # fmt: skip
+    return PruneOptions.from_section(commands.PRUNE.recipe_values("compress", vars(args)))
 
 
 def _reported(result, report: str | Path | None):

@@ -10,25 +10,39 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from edgekit import commands
+
 
 @dataclass(frozen=True)
+@commands.defaults_from(commands.PRUNE, "compress", renamed={"channel_ratio": "channels", "compression": "keep", "learning_rate": "lr"})
 class PruneOptions:
-    """What to do: one method and its target."""
+    """What to do: one method and its target (each default: `edgekit prune`'s option's, edgekit.commands)."""
 
     method: str  # "magnitude", "cluster", "channels" or "lowrank"
-    sparsity: float = 0.5  # magnitude: fraction of weights set to zero
-    scope: str = "global"  # magnitude: one threshold for all layers, or one per layer
-    channel_ratio: float = 0.3  # channels: fraction of channels removed from each prunable layer
-    energy: float | None = None  # lowrank: keep singular values up to this share of the energy
-    compression: float | None = 0.5  # lowrank: parameter fraction to keep in each factorized layer (if energy is None)
-    epochs: int = 0  # fine-tuning epochs with labelled data (magnitude: a gradual sparsity schedule)
-    learning_rate: float = 1e-3
+    sparsity: float  # magnitude: fraction of weights set to zero
+    scope: str  # magnitude: one threshold for all layers, or one per layer
+    channel_ratio: float  # channels: fraction of channels removed from each prunable layer
+    energy: float | None  # lowrank: keep singular values up to this share of the energy
+    compression: float | None  # lowrank: parameter fraction to keep in each factorized layer (if energy is None)
+    epochs: int  # fine-tuning epochs with labelled data (magnitude: a gradual sparsity schedule)
+    learning_rate: float
     seed: int = 0
-    clusters: int = 16  # cluster: shared non-zero values per layer
-    init: str = "linear"  # cluster: centroid initialisation, linear or density
-    surgery: bool = False  # magnitude + epochs: dynamic network surgery (masks recomputed, cut weights may return)
+    clusters: int  # cluster: shared non-zero values per layer
+    init: str  # cluster: centroid initialisation, linear or density
+    surgery: bool  # magnitude + epochs: dynamic network surgery (masks recomputed, cut weights may return)
     surgery_band: float = 0.1  # surgery: b = a * (1 + band); between a and b a weight keeps its mask
-    round_to: int | None = None  # channels: each kept channel count a multiple of this (None: the host ISA class's; 1: none)
+    round_to: int | None  # channels: each kept channel count a multiple of this (None: the host ISA class's; 1: none)
+
+    @classmethod
+    def from_section(cls, section: dict) -> PruneOptions:
+        """The options a recipe's `compress:` stage asks for (or `edgekit prune`'s values, by the same keys): `keep`
+        applies without `energy`."""
+        values = commands.from_section(cls, section)
+        return cls(**values | ({"compression": None} if values.get("energy") else {}))
+
+    def section(self) -> dict:
+        """The `compress:` stage of these options, by its keys (channels, keep, lr, ...), in field order."""
+        return commands.section_of(self)
 
 
 @dataclass

@@ -130,20 +130,7 @@ def apply_compression(recipe: Recipe, source: ModelSource, inputs, validation: s
     from edgekit.pruning.stages import prune
 
     for i, stage in enumerate(recipe.compress):
-        options = PruneOptions(
-            stage.method,
-            stage.sparsity,
-            stage.scope,
-            stage.channels,
-            stage.energy,
-            None if stage.energy else stage.keep,
-            stage.epochs,
-            clusters=stage.clusters,
-            init=stage.init,
-            surgery=stage.surgery,
-            learning_rate=stage.lr,
-            round_to=stage.round_to,
-        )
+        options = PruneOptions.from_section(vars(stage))
         suffix = registry.backend(source.family).suffix  # the pruner writes its framework's own file: .pt2, .keras
         key = fingerprint({"source": source_fingerprint(source), "stage": stage.__dict__, "data": _file_hash(validation)})
         out = cache / key / f"{source.name}.compress{i}{suffix}"
@@ -286,34 +273,13 @@ def artifact_path(recipe, source, inputs, fmt, precision, target, calibration, c
 
 def _convert_options(recipe, inputs, precision, target, calibration) -> ConvertOptions:
     """The cell's options: the recipe's calibration and `convert:` section (quantization options on int8 cells only)."""
-    calib, conv = recipe.calibration, recipe.convert
-    calibration_options = CalibrationOptions(calibration, calib.samples, calib.method, calib.seed, calib.preprocess, calib.random)
-    int8 = precision.startswith("int8")
-    return ConvertOptions(
-        precision,
-        inputs,
-        calibration_options,
-        per_tensor=conv.per_tensor and int8,
-        exclude=conv.exclude,
-        for_target=conv.for_target or target,
-        model_type=conv.model_type,
-        validation_data=recipe.resolve(conv.val) if precision == "int8" else None,
-        validation_samples=conv.val_samples,
-        max_drop=conv.max_drop if precision == "int8" else None,
-        min_agreement=conv.min_agreement if precision == "int8" else None,
-        min_cosine=conv.min_cosine if precision == "int8" else None,
-        io_dtype=conv.io_dtype or ("int8" if conv.device else "float32"),
-        layout=conv.layout,
-        device=conv.device,
-        max_batch=conv.max_batch,
-        opt_batch=conv.opt_batch,
-        keep_sensitive=conv.keep_sensitive,
-        verify=conv.verify,
-        task=conv.task,
-        group_size=conv.group_size,
-        ratio=conv.ratio,
-        max_seq_len=conv.max_seq_len,
-    )
+    calibration_options = CalibrationOptions.from_section(vars(recipe.calibration) | {"path": calibration})
+    section = vars(recipe.convert) | {"for_target": recipe.convert.for_target or target, "val": recipe.resolve(recipe.convert.val)}
+    if not precision.startswith("int8"):
+        section["per_tensor"] = False
+    if precision != "int8":  # accuracy control: static int8 only
+        section |= dict.fromkeys(("val", "max_drop", "min_agreement", "min_cosine"))
+    return ConvertOptions.from_section(precision, inputs, calibration_options, section)
 
 
 def with_speedups(rows: list[dict]) -> list[dict]:

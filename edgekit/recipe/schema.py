@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, make_dataclass
 from pathlib import Path
 
-from edgekit import registry
+from edgekit import commands, registry
 from edgekit.errors import EdgekitError
 from edgekit.metrics.gate import Thresholds
 
-VERSION = 1
+VERSION = commands.recipe_option("version").default
 TODO = "TODO"  # the value `edgekit init` writes where it needs one it was not given
 DEFAULT_TARGETS = registry.default_targets()
 # The model itself as a matrix row, on its own runtime (e.g. torch:cuda[compile=reduce-overhead,dtype=fp16]):
@@ -21,109 +21,42 @@ class RecipeError(EdgekitError):
     """A recipe that does not validate: the message names the key and the line."""
 
 
-@dataclass(frozen=True)
-class ModelSection:
-    path: str
-    weights: str | None = None
-    inputs: tuple[str, ...] = ()
-    allow_pickle: bool = False
+def _key_field(option: commands.Option) -> tuple[str, str, object]:
+    """A section's field for a recipe key: its name, its type as the parser reads it ("int | None", "tuple[str, ...]") and its
+    default, all from the key's declaration (edgekit.commands); a required key has none."""
+    kind = {list: "tuple[str, ...]"}.get(option.kind, option.kind.__name__)
+    annotation = f"{kind} | None" if option.default is None and option.kind is not list else kind
+    if option.default is commands.REQUIRED:
+        default = field()
+    else:
+        default = field(default_factory=dict) if option.kind is dict else field(default=option.frozen_default())
+    return option.recipe.partition(".")[2], annotation, default
 
 
-@dataclass(frozen=True)
-class CalibrationSection:
-    path: str | None = None
-    samples: int = 300
-    method: str = "auto"
-    preprocess: str | None = None
-    seed: int = 0
-    random: bool = False  # calibrate on random data (plumbing only: reports mark it)
+def _section_class(section: str, **methods) -> type:
+    """The frozen dataclass of a recipe section (CalibrationSection, ...): its keys in commands.RECIPE_SECTIONS' order."""
+    keys = [_key_field(commands.recipe_option(f"{section}.{key}")) for key in commands.RECIPE_SECTIONS[section]]
+    return make_dataclass(f"{section.title()}Section", keys, frozen=True, namespace={"__module__": __name__, **methods})
 
 
-@dataclass(frozen=True)
-class ValidationSection:
-    path: str | None = None
-    limit: int | None = None
-    preprocess: str | None = None
-    task: str | None = None  # classification, detection, embedding, regression, segmentation; inferred when absent
-    labels: str | None = None  # boxes (COCO JSON, YOLO folder) or masks (PNG folder), relative to the recipe
-    postprocess: str | None = None  # a detector's decoder: detections, yolov5, yolov8 or module:function
-    mask_threshold: float = 0.5
-    ignore_label: int | None = None  # a class label marking unlabelled samples (left out of the accuracy)
+def _cells(self) -> list[tuple[str, str, str]]:
+    """(format, precision, target) for every combination (the model itself only at fp32)."""
+    return [
+        (f, p, t)
+        for f in self.formats
+        for p in (("fp32",) if f in SOURCE_FORMATS else self.precisions)
+        for t in self.targets.get(f, DEFAULT_TARGETS.get(f, []))
+    ]
 
 
-@dataclass(frozen=True)
-class CompressSection:
-    method: str
-    sparsity: float = 0.5
-    scope: str = "global"
-    channels: float = 0.3
-    energy: float | None = None
-    keep: float = 0.5
-    epochs: int = 0
-    finetune: str | None = None
-    clusters: int = 16
-    init: str = "linear"
-    surgery: bool = False
-    lr: float = 1e-3
-    round_to: int | None = None  # channels: kept counts a multiple of this (None: the host ISA class's)
-
-
-@dataclass(frozen=True)
-class ConvertSection:
-    """Conversion options, as `edgekit convert` takes them (for_target: the int8 scheme's target; default: the cell's)."""
-
-    for_target: str | None = None
-    per_tensor: bool = False
-    exclude: tuple[str, ...] = ()
-    keep_sensitive: bool = True
-    verify: bool = True
-    model_type: str | None = None
-    val: str | None = None  # data for accuracy-controlled int8, with max_drop (labelled), min_agreement or min_cosine
-    val_samples: int = 1000
-    max_drop: float | None = None
-    min_agreement: float | None = None
-    min_cosine: float | None = None
-    io_dtype: str | None = None
-    layout: str = "nchw"
-    device: str | None = None
-    max_batch: int = 64
-    opt_batch: int = 1
-    task: str | None = None  # text-generation: a causal LM with its KV cache (precisions fp32, fp16, int8-weights, int4-weights)
-    group_size: int = 128
-    ratio: float = 1.0
-    max_seq_len: int = 512
-
-
-@dataclass(frozen=True)
-class MatrixSection:
-    formats: tuple[str, ...] = ("onnx",)
-    precisions: tuple[str, ...] = ("fp32", "int8")
-    targets: dict = field(default_factory=dict)  # format -> [runtime:device, ...]
-
-    def cells(self) -> list[tuple[str, str, str]]:
-        """(format, precision, target) for every combination (the model itself only at fp32)."""
-        return [
-            (f, p, t)
-            for f in self.formats
-            for p in (("fp32",) if f in SOURCE_FORMATS else self.precisions)
-            for t in self.targets.get(f, DEFAULT_TARGETS.get(f, []))
-        ]
-
-
-@dataclass(frozen=True)
-class LatencySection:
-    threads: int | None = None
-    batch: int = 1
-    warmup: int = 20
-    runs: int = 100
-    prompt_len: int = 32  # text-generation: prefill tokens (time to first token)
-    new_tokens: int = 32  # text-generation: greedily generated tokens (greedy match, tokens/s)
-
-
-@dataclass(frozen=True)
-class ReportSection:
-    dir: str = "edgekit-report"
-    formats: tuple[str, ...] = ("json", "md", "html", "junit")
+ModelSection = _section_class("model")
+CalibrationSection = _section_class("calibration")
+ValidationSection = _section_class("validation")
+CompressSection = _section_class("compress")
+ConvertSection = _section_class("convert")
+MatrixSection = _section_class("matrix", cells=_cells)
+LatencySection = _section_class("latency")
+ReportSection = _section_class("report")
 
 
 @dataclass(frozen=True)

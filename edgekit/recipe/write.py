@@ -7,10 +7,10 @@ from pathlib import Path
 
 from edgekit.errors import EdgekitError
 from edgekit.fileio import atomic_output
-from edgekit.recipe.schema import TODO
+from edgekit.recipe.schema import TODO, VERSION, CalibrationSection, ConvertSection, LatencySection, ReportSection, parse, todo_fields
 
 STARTER = """# edgekit recipe: `edgekit run {name}` converts, validates, times and gates every cell of the matrix.
-version: 1
+version: {version}
 
 model:
   path: {model}{weights}
@@ -19,8 +19,8 @@ model:
 # or a zoo: data name. A few hundred real samples; never the test set. Not needed without int8: delete the section.
 calibration:
   path: {calib}
-  samples: 300
-  method: auto              # auto (each backend's best) | minmax | entropy | percentile | histogram, where the backend has it
+  samples: {samples}
+  method: {method}              # auto (each backend's best) | minmax | entropy | percentile | histogram, where the backend has it
 
 # Labelled validation data (.npz with a `labels` array): accuracy and drop vs the original model.
 # Without it (delete the section) the matrix compares outputs on generated inputs and times them.
@@ -40,9 +40,9 @@ matrix:
 
 latency:
   threads: 2                # always set: numbers are comparable only at the same thread count
-  batch: 1
-  warmup: 20
-  runs: 100
+  batch: {batch}
+  warmup: {warmup}
+  runs: {runs}
 
 gates:                      # exit 2 when any is missed
   max_drop: 0.5             # accuracy points vs the original
@@ -54,13 +54,14 @@ gates:                      # exit 2 when any is missed
   # min_speedup: 1.5        # int8/fp16 vs fp32 on the same target
 
 report:
-  dir: edgekit-report
-  formats: [json, md, html, junit]
+  dir: {report_dir}
+  formats: [{report_formats}]
 """
 
 
 def starter(model: str, name: str, weights: str | None, inputs: list[str], calib: str | None, val: str | None) -> str:
     return STARTER.format(
+        **_declared_defaults(),
         name=name,
         model=model,
         weights=f"\n  weights: {weights}" if weights else "",
@@ -72,13 +73,26 @@ def starter(model: str, name: str, weights: str | None, inputs: list[str], calib
     )
 
 
+def _declared_defaults() -> dict:
+    """The defaults the starter writes out, as the recipe schema declares them (edgekit.commands)."""
+    calibration, latency, report = CalibrationSection(), LatencySection(), ReportSection()
+    return {
+        "version": VERSION,
+        "samples": calibration.samples,
+        "method": calibration.method,
+        "batch": latency.batch,
+        "warmup": latency.warmup,
+        "runs": latency.runs,
+        "report_dir": report.dir,
+        "report_formats": ", ".join(report.formats),
+    }
+
+
 def write_starter(
     path: Path, model: str, weights: str | None, inputs: list[str], calib: str | None, val: str | None, force: bool
 ) -> list[str]:
     """Write `edgekit init`'s recipe, checked first as `edgekit run` will read it; returns the fields left TODO."""
     import yaml
-
-    from edgekit.recipe.schema import parse, todo_fields
 
     path = Path(path)
     text = starter(model, path.name, weights, inputs, calib, val)
@@ -121,7 +135,7 @@ def emit(
     folder = Path(path).parent
     here = lambda value: relative_to(value, folder)  # noqa: E731
     recipe = {
-        "version": 1,
+        "version": VERSION,
         "model": {"path": here(model), **({"weights": here(weights)} if weights else {}), **({"inputs": list(inputs)} if inputs else {})},
     }
     for key, value in (("calibration", calibration), ("validation", validation)):
@@ -154,33 +168,22 @@ def relative_to(value: str | None, folder: Path) -> str | None:
 def convert_section(options) -> dict:
     """The recipe's `convert:` section for ConvertOptions: every key of ConvertSection, in its order (the fields a
     command option fills, edgekit.commands: every option besides precision, inputs and calibration)."""
-    from edgekit.conversion import SECTION_NAMES
-    from edgekit.recipe.schema import ConvertSection
-
-    field = {key: name for name, key in SECTION_NAMES.items()}  # val: validation_data, ...
-    return {f.name: getattr(options, field.get(f.name, f.name)) for f in fields(ConvertSection)}
+    values = options.section()
+    return {f.name: values[f.name] for f in fields(ConvertSection)}
 
 
 def convert_section_of(recorded: dict | None) -> dict | None:
     """The `convert:` section for the options an artifact's provenance records (ConvertOptions' names)."""
-    from edgekit.conversion import SECTION_NAMES
-    from edgekit.recipe.schema import ConvertSection
+    from edgekit.conversion import ConvertOptions
 
     if not recorded:
         return None
-    allowed = {f.name for f in fields(ConvertSection)}
-    return {SECTION_NAMES.get(k, k): v for k, v in recorded.items() if SECTION_NAMES.get(k, k) in allowed}
+    keys = ConvertOptions.recipe_keys
+    return {keys[name]: value for name, value in recorded.items() if name in keys}
 
 
 def calibration_section(calibration) -> dict:
-    return {
-        "path": calibration.data,
-        "samples": calibration.samples,
-        "method": calibration.method,
-        "seed": calibration.seed,
-        "preprocess": calibration.preprocess,
-        "random": calibration.allow_random or None,
-    }
+    return calibration.section() | {"random": calibration.allow_random or None}  # random: false is left out
 
 
 def recipe_of_conversion(model: str, weights: str | None, inputs, to: str, options) -> dict:
@@ -255,21 +258,9 @@ def recipe_of_bench(artifacts: list[str], settings, inputs, weights: str | None 
 
 def recipe_of_pruning(model, weights, inputs, options, data, finetune, precision, calib, threads, limits) -> dict:
     """`prune`: one compression stage with every option, then the ONNX the stage table compares."""
-    stage = {
-        "method": options.method,
-        "sparsity": options.sparsity,
-        "scope": options.scope,
-        "channels": options.channel_ratio,
-        "energy": options.energy,
-        "keep": options.compression,
-        "epochs": options.epochs,
-        "lr": options.learning_rate,
-        "finetune": finetune,
-        "clusters": options.clusters,
-        "init": options.init,
-        "surgery": options.surgery,
-        "round_to": options.round_to,
-    }
+    stage = list(options.section().items())
+    at = [key for key, _ in stage].index("lr") + 1  # finetune (not one of PruneOptions) after lr, where recipes have had it
+    stage = dict(stage[:at] + [("finetune", finetune)] + stage[at:])
     return {
         "model": model,
         "weights": weights,
