@@ -12,7 +12,7 @@ from edgekit.cli.render.table import console, gate_verdict, value_and_limit
 
 
 def print_run(result: dict, written) -> None:
-    from edgekit.report.write import cells, columns, failed_gates, machine_text, row_notes
+    from edgekit.report.tables import cells, columns, failed_gates, machine_text, row_notes
 
     table = Table(
         *columns(result["rows"]), title=f"{result['model']}: gates {'passed' if result['passed'] else 'FAILED'}", title_justify="left"
