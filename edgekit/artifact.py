@@ -240,5 +240,9 @@ class CacheShape:
     def empty(self, tokens: int = 0) -> np.ndarray:
         return np.zeros((self.layers, 1, self.kv_heads, tokens, self.head_dim), np.float32)
 
+    def nbytes(self, tokens: int, itemsize: int = 4) -> int:
+        """The bytes of the keys and values of `tokens` tokens (fp32 unless `itemsize` says otherwise)."""
+        return 2 * self.layers * self.kv_heads * tokens * self.head_dim * itemsize
+
     def to_dict(self) -> dict:
         return asdict(self)

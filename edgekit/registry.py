@@ -42,7 +42,9 @@ class Backend:
     lm_export: str | None = None  # "module:function" (model, cache shape, out, options, calibration ids, work) -> notes
     lm_mixed_precision: bool = False  # its int4-weights takes --ratio < 1 (some layers int8): NNCF
     lm_session: str | None = None  # "module:Class" (ModelSource or path, threads): step(ids, keys, values) of a KV-cache LM
-    lm_loader: str | None = None  # "module:function" (ModelSource, max_seq_len) -> (a causal LM, its CacheShape): LM sources
+    lm_loader: str | None = None  # "module:function" (ModelSource, max_seq_len) -> (causal LM, CacheShape, facts): LM sources
+    lm_tokenizer: str | None = None  # "module:function" (ModelSource) -> the model's tokenizer as tokenizers JSON, or None
+    lm_sources: tuple[str, ...] = ()  # kinds of source model that hold a causal LM (convert takes --task text-generation)
     coded_size: str | None = None  # "module:function" (path) -> bytes with the weights coded as Deep Compression codes them
     macs: str | None = None  # "module:function" (path) -> multiply-accumulates per sample (None where a shape is unknown)
 
@@ -81,17 +83,20 @@ REGISTRY = (
     Backend(
         format="torch",
         title="PyTorch",
-        source_formats=("torch-export", "torchscript", "torch-factory", "torch-pickle"),
+        source_formats=("torch-export", "torchscript", "torch-factory", "torch-pickle", "transformers", "gguf"),
         source_summary="edgekit.backends.torch.loader:torch_summary",
         debug_capture="edgekit.backends.torch.debug:capture",
         pruner="edgekit.backends.torch.prune:prune_torch",
         compares_stages=True,
-        suffixes={".pt2": "torch-export"},  # TorchScript's .pt/.ts are told apart from state dicts by their content
+        # TorchScript's .pt/.ts are told apart from state dicts by their content; a save_pretrained folder by its config.json
+        suffixes={".pt2": "torch-export", ".gguf": "gguf"},
         runners={"torch": "edgekit.backends.torch.runner:TorchRunner"},
         default_targets=("torch:cpu",),
         loader="edgekit.backends.torch.loader:for_conversion",
         source_only=True,
         lm_loader="edgekit.backends.torch.causal_lm:load_with_cache",
+        lm_tokenizer="edgekit.backends.torch.lm_files:tokenizer_json",
+        lm_sources=("transformers", "gguf"),
         lm_session="edgekit.backends.torch.causal_lm:TorchLM",
     ),
     # OpenVINO IR (.xml + .bin), run by OpenVINO on CPU, GPU or NPU; int8 through NNCF or ONNX Runtime's QDQ.
@@ -236,6 +241,11 @@ def titles(where) -> str:
     """'PyTorch and Keras': the names of the formats whose backend satisfies `where`, for messages."""
     names = [b.title for b in backends().values() if where(b)]
     return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
+
+
+def lm_sources() -> tuple[str, ...]:
+    """Kinds of source model that hold a causal language model (a save_pretrained folder, a GGUF file)."""
+    return tuple(kind for b in backends().values() for kind in b.lm_sources)
 
 
 def own_int8_backend(target: str) -> Backend | None:

@@ -83,8 +83,11 @@ def _detect_file_format(path: Path, allow_pickle: bool) -> str:
     if path.is_dir():
         if (path / "saved_model.pb").exists():
             return "savedmodel"
+        if (path / "config.json").exists():
+            return "transformers"
         raise ModelLoadError(
-            f"{path} is a folder but not a SavedModel (no saved_model.pb)", hint="give a model file, or a folder written by model.export()"
+            f"{path} is a folder but neither a SavedModel (no saved_model.pb) nor a transformers model (no config.json)",
+            hint="give a model file, a folder written by model.export() (Keras) or by save_pretrained (transformers)",
         )
     if path.suffix in SUFFIX_FORMATS:
         return SUFFIX_FORMATS[path.suffix]
@@ -92,7 +95,8 @@ def _detect_file_format(path: Path, allow_pickle: bool) -> str:
         return _detect_torch_file(path, allow_pickle)
     raise ModelLoadError(
         f"cannot tell the format of {path.name}",
-        hint=f"edgekit reads {', '.join(SUFFIX_FORMATS)} files, TorchScript (.pt/.ts), module:factory with --weights and SavedModel folders",
+        hint=f"edgekit reads {', '.join(SUFFIX_FORMATS)} files, TorchScript (.pt/.ts), module:factory with --weights, SavedModel "
+        "and save_pretrained folders",
     )
 
 

@@ -60,6 +60,9 @@ def convert(args) -> Converted:
     from edgekit.source import open_source
 
     source = open_source(args.model, args.weights, args.allow_pickle)
+    if args.task is None and source.format in registry.lm_sources():
+        log.warning("%s holds a causal language model (%s): converting it with --task text-generation", source.spec, source.format)
+        args.task = "text-generation"
     if args.task:
         return _convert_language_model(source, args)
     default = guess.default_calibration(source, args.precision, args.calib)

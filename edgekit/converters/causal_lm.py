@@ -22,7 +22,7 @@ from edgekit.imports import import_attr
 from edgekit.native import third_party_quiet
 from edgekit.provenance import describe, source_provenance
 from edgekit.source import ModelSource
-from edgekit.validate.text_generation import PRECISIONS, TASK, generate, load_tokens
+from edgekit.validate.text_generation import PRECISIONS, TASK, TOKENIZER_SUFFIX, generate, load_tokens, tokenizer_text
 
 log = logging.getLogger("edgekit")
 VERIFY_PROMPTS = 2  # prompts greedily decoded by the artifact and PyTorch before the file counts as written
@@ -55,16 +55,25 @@ def convert_lm(source: ModelSource, to: str, out: Path, options) -> Artifact:
     if options.max_seq_len < 2:
         raise EdgekitError(f"--max-seq-len {options.max_seq_len} leaves no room to generate", hint="e.g. --max-seq-len 512")
     with progress.step(f"loading {source.spec}"):
-        model, shape = import_attr(_source_backend(source).lm_loader)(source, options.max_seq_len)
+        model, shape, facts = import_attr(_source_backend(source).lm_loader)(source, options.max_seq_len)
         calibration, calib_note = _calibration(options, source)
     with atomic_output(Path(out)) as final, work_folder(Path(out)) as work:
         with progress.step(f"{source.name}: exporting to {to} ({options.precision})"), third_party_quiet():
             notes = import_attr(registry.backend(to).lm_export)(model, shape, final, options, calibration, Path(work))
         notes["verified"] = _verified(source, model, shape, to, final, options, calibration)
+        _write_tokenizer(source, final)
         sidecar = _provenance(source, options, shape, notes, calib_note if notes.pop("calibrated", False) else None)
+        sidecar["source"] |= facts
         sidecar["files"] = sorted(p.name for p in final.parent.iterdir() if p.name != final.name) + [final.name + SIDECAR_SUFFIX]
         final.with_name(final.name + SIDECAR_SUFFIX).write_text(json.dumps(sidecar, indent=2, default=str) + "\n")
     return describe(Path(out), to, options.precision, sidecar)
+
+
+def _write_tokenizer(source: ModelSource, final: Path) -> None:
+    """The source's tokenizer beside the artifact (MODEL.<ext>.tokenizer.json): a language model ships with it."""
+    text = tokenizer_text(source)
+    if text is not None:
+        final.with_name(final.name + TOKENIZER_SUFFIX).write_text(text)
 
 
 def _calibration(options, source: ModelSource) -> tuple[np.ndarray | None, dict | None]:

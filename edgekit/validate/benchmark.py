@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import multiprocessing
-import resource
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ import numpy as np
 from edgekit import progress
 from edgekit.artifact import TensorSpec
 from edgekit.errors import EdgekitError
+from edgekit.machine import peak_rss_mb
 from edgekit.metrics.latency import BenchResult, LatencyStats
 from edgekit.provenance import model_size
 from edgekit.source import ModelSource
@@ -86,7 +86,6 @@ def bench_in_process(
     elif fixed:
         feeds = _sized(feeds, runner.inputs, fixed)
     first, times, reported = measure(runner, feeds, settings.warmup, settings.runs)
-    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return BenchResult(
         source.spec,
         runner.target,
@@ -95,7 +94,7 @@ def bench_in_process(
         runner.load_seconds * 1000,
         first,
         LatencyStats.from_times(times, settings.batch),
-        peak_kb / 1024,
+        peak_rss_mb(),
         model_size(source),
         [round(t, 4) for t in times],
         None if reported is None else LatencyStats.from_times(reported, settings.batch),

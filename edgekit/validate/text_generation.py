@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import resource
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -24,6 +23,7 @@ from edgekit import progress, registry
 from edgekit.artifact import CacheShape
 from edgekit.errors import EdgekitError
 from edgekit.imports import import_attr
+from edgekit.machine import peak_rss_mb
 from edgekit.metrics.gate import Thresholds
 from edgekit.metrics.language import compare_lm
 from edgekit.metrics.latency import BenchResult, LatencyStats
@@ -35,6 +35,7 @@ log = logging.getLogger("edgekit")
 TASK = "text-generation"
 PRECISIONS = ("fp32", "fp16", "int8-weights", "int4-weights")
 SEQUENCE_LEN = 128  # tokens per sequence when the data is text
+TOKENIZER_SUFFIX = ".tokenizer.json"  # the source's tokenizer, written beside a language-model artifact
 GREEDY_PROMPTS = 8  # prompts decoded greedily (the first sequences' openings)
 
 
@@ -93,9 +94,11 @@ def open_session(source: ModelSource, threads: int | None = None, target: str | 
 # --- data ---------------------------------------------------------------------------------------------------------
 
 
-def load_tokens(data: str, reference: ModelSource, limit: int | None = None, seq_len: int = SEQUENCE_LEN) -> tuple[np.ndarray, dict]:
+def load_tokens(
+    data: str, reference: ModelSource, limit: int | None = None, seq_len: int = SEQUENCE_LEN, artifact: ModelSource | None = None
+) -> tuple[np.ndarray, dict]:
     """Token sequences [N, T] from an .npz of `input_ids` (or a zoo name), or from a text file cut into `seq_len`-token
-    sequences with the model's tokenizer; with their provenance."""
+    sequences with the model's tokenizer (the reference's, else the one beside the artifact); with their provenance."""
     path = _data_path(data)
     if path.suffix == ".npz":
         with np.load(path) as npz:
@@ -106,7 +109,7 @@ def load_tokens(data: str, reference: ModelSource, limit: int | None = None, seq
             raise EdgekitError(f"{data}: input_ids must be [sequences, tokens >= 2], not {list(ids.shape)}", hint="one row per sequence")
         how = "token ids"
     else:
-        tokenizer = _tokenizer(reference)
+        tokenizer = _tokenizer(reference, *([artifact] if artifact else []))
         ids = np.asarray(tokenizer.encode(path.read_text(errors="replace")).ids, np.int64)
         ids = ids[: len(ids) // seq_len * seq_len].reshape(-1, seq_len)
         if not len(ids):
@@ -128,23 +131,34 @@ def _data_path(data: str) -> Path:
     return path
 
 
-def _tokenizer(reference: ModelSource):
-    """The reference's tokenizer: the zoo model's, or a tokenizer.json beside the model (its folder)."""
-    from tokenizers import Tokenizer
-
+def tokenizer_text(source: ModelSource) -> str | None:
+    """A model's tokenizer as tokenizers JSON: the zoo model's, the one its framework reads from it (a save_pretrained
+    folder's, a GGUF file's: the registry's lm_tokenizer), a tokenizer.json beside it, or the one edgekit wrote beside
+    an artifact (MODEL.<ext>.tokenizer.json)."""
     from edgekit.zoo.names import zoo_tokenizer
 
-    candidates = [zoo_tokenizer(reference.zoo)] if reference.zoo else []
-    if reference.path is not None:
-        folder = reference.path if reference.path.is_dir() else reference.path.parent
-        candidates.append(folder / "tokenizer.json")
-    found = next((c for c in candidates if c is not None and c.is_file()), None)
-    if found is None:
+    if source.zoo and (found := zoo_tokenizer(source.zoo)) is not None:
+        return found.read_text()
+    backend = registry.backend(source.family)
+    if backend is not None and backend.lm_tokenizer and (text := import_attr(backend.lm_tokenizer)(source)) is not None:
+        return text
+    if source.path is None:
+        return None
+    beside = (source.path.with_name(source.path.name + TOKENIZER_SUFFIX), source.path.parent / "tokenizer.json")
+    return next((p.read_text() for p in beside if p.is_file()), None)
+
+
+def _tokenizer(*models: ModelSource):
+    """The tokenizer of the first of `models` that has one."""
+    from tokenizers import Tokenizer
+
+    text = next((t for m in models if (t := tokenizer_text(m)) is not None), None)
+    if text is None:
         raise EdgekitError(
-            f"no tokenizer for {reference.spec} to read text with",
-            hint="pass token ids instead (an .npz of input_ids) or put its tokenizer.json beside it",
+            f"no tokenizer for {models[0].spec} to read text with",
+            hint="pass token ids instead (an .npz of input_ids), or put its tokenizer.json beside it",
         )
-    return Tokenizer.from_file(str(found))
+    return Tokenizer.from_str(text)
 
 
 # --- stepping -----------------------------------------------------------------------------------------------------
@@ -210,7 +224,7 @@ def evaluate_lm(request: LMValidationRequest) -> tuple[dict, np.ndarray]:
         raise EdgekitError(
             "validating a language model needs token data", hint="pass -d TOKENS.npz (input_ids), -d TEXT.txt or -d zoo:stdlib-lm-test"
         )
-    ids, data = load_tokens(request.data, request.reference, request.limit)
+    ids, data = load_tokens(request.data, request.reference, request.limit, artifact=request.artifact)
     check_lengths(shape, settings.prompt_len, settings.new_tokens, ids)
     prompts = ids[:GREEDY_PROMPTS, : settings.prompt_len]
     with progress.step(f"{request.artifact.name}: loading it and the reference {request.reference.name}"):
@@ -289,6 +303,7 @@ def bench_lm_in_process(source: ModelSource, settings: GenerationSettings, promp
         "decode_ms_p50": float(np.percentile(step_ms, 50)),
         "decode_ms_p90": float(np.percentile(step_ms, 90)),
         "decode_ms_p99": float(np.percentile(step_ms, 99)),
+        "kv_cache_mb": shape.nbytes(settings.prompt_len + settings.new_tokens) / 1e6,
     }
     return BenchResult(
         source.spec,
@@ -298,7 +313,7 @@ def bench_lm_in_process(source: ModelSource, settings: GenerationSettings, promp
         load_ms,
         first_ms,
         LatencyStats.from_times(step_ms, 1),
-        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        peak_rss_mb(),
         model_size(source),
         [round(t, 4) for t in steps],
         generation=generation,

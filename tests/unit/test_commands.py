@@ -13,11 +13,11 @@ from dataclasses import MISSING, asdict, fields
 
 import pytest
 import typer.main
+from edgekit.compress import PruneOptions
 
 import edgekit
 from edgekit import commands
 from edgekit.cli import _register, app
-from edgekit.compress import PruneOptions
 from edgekit.conversion import CalibrationOptions, ConvertOptions
 from edgekit.metrics.gate import Thresholds
 from edgekit.recipe.schema import SECTIONS, CalibrationSection, CompressSection, ConvertSection, LatencySection, ReportSection

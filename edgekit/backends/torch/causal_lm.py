@@ -10,6 +10,7 @@ both. Every runtime (ONNX Runtime, OpenVINO, ExecuTorch) runs the same signature
 from __future__ import annotations
 
 from edgekit.artifact import CacheShape
+from edgekit.backends.torch.lm_files import gguf_facts
 from edgekit.errors import ModelLoadError
 
 INPUTS = ("input_ids", "past_keys", "past_values")
@@ -33,21 +34,12 @@ def cache_shape(model, max_seq_len: int) -> CacheShape:
 
 def load_causal_lm(source):
     """The source as an eval-mode transformers causal LM: a module:factory (+ --weights), zoo:stdlib-lm, a pickled
-    module (with consent), or a folder written by save_pretrained."""
-    from pathlib import Path
-
+    module (with consent), a folder written by save_pretrained or a GGUF file."""
+    from edgekit.backends.torch.loader import load_torch
     from edgekit.native import stderr_silenced, third_party_quiet
 
-    spec = Path(source.spec)
     with stderr_silenced(), third_party_quiet():  # transformers imports torchao, which notes kernels it cannot load
-        if source.path is not None and spec.is_dir() and (spec / "config.json").is_file():
-            from transformers import AutoModelForCausalLM
-
-            model = AutoModelForCausalLM.from_pretrained(str(spec), local_files_only=True, dtype="float32")
-        else:
-            from edgekit.backends.torch.loader import load_torch
-
-            model, _ = load_torch(source)
+        model, _ = load_torch(source)
     if not hasattr(model, "config") or "past_key_values" not in _forward_parameters(model):
         raise ModelLoadError(
             f"{source.spec} is not a causal language model with a KV cache (its forward takes no past_key_values)",
@@ -57,10 +49,22 @@ def load_causal_lm(source):
     return model.float().eval()
 
 
-def load_with_cache(source, max_seq_len: int) -> tuple[object, CacheShape]:
-    """The causal LM of `source` and the shape of its KV cache up to `max_seq_len` tokens (the registry's lm_loader)."""
+def load_with_cache(source, max_seq_len: int) -> tuple[object, CacheShape, dict]:
+    """The causal LM of `source`, the shape of its KV cache up to `max_seq_len` tokens and what the provenance says of
+    the weights it came with (a GGUF file's quantization; the head tied to the embedding or not): the registry's
+    lm_loader."""
     model = load_causal_lm(source)
-    return model, cache_shape(model, max_seq_len)
+    facts = {"head": head_of(model)}
+    if source.format == "gguf":
+        facts["gguf"] = gguf_facts(source.path)
+    return model, cache_shape(model, max_seq_len), facts
+
+
+def head_of(model) -> str:
+    """'tied to the embedding' where the output layer reads the input embedding's matrix, else 'untied'."""
+    head, embedding = model.get_output_embeddings(), model.get_input_embeddings()
+    tied = head is not None and embedding is not None and head.weight is embedding.weight
+    return "tied to the embedding" if tied else "untied"
 
 
 def _forward_parameters(model) -> set[str]:

@@ -1,4 +1,5 @@
-"""Load PyTorch models: .pt2 exported programs, TorchScript, module:factory + state dict, pickles."""
+"""Load PyTorch models: .pt2 exported programs, TorchScript, module:factory + state dict, pickles, transformers'
+save_pretrained folders and GGUF files."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 from edgekit.artifact import TensorSpec
+from edgekit.backends.torch.lm_files import load_pretrained
 from edgekit.errors import InputMismatchError, ModelLoadError
 from edgekit.source import ModelSource
 
@@ -26,6 +28,8 @@ def load_torch(source: ModelSource):
         "torchscript": _load_torchscript,
         "torch-factory": _load_factory,
         "torch-pickle": _load_pickle,
+        "transformers": _load_pretrained,
+        "gguf": _load_pretrained,
     }
     try:
         module, specs = loaders[source.format](source)
@@ -135,6 +139,11 @@ def _load_torchscript(source: ModelSource):
     import torch
 
     return torch.jit.load(str(source.spec), map_location="cpu"), None
+
+
+def _load_pretrained(source: ModelSource):
+    """A save_pretrained folder or a GGUF file (backends.torch.lm_files): the model declares no input shapes."""
+    return load_pretrained(source), None
 
 
 def _load_pickle(source: ModelSource):

@@ -34,6 +34,7 @@ def print_generation_rows(results: list[dict], report: dict) -> None:
         "p90 ms",
         "p99 ms",
         "peak RSS",
+        "KV cache",
         "size",
     )
     for r in results:
@@ -51,11 +52,15 @@ def print_generation_rows(results: list[dict], report: dict) -> None:
             f"{g['decode_ms_p90']:.3f}",
             f"{g['decode_ms_p99']:.3f}",
             f"{r['peak_rss_mb']:.0f} MB",
+            fmt(g.get("kv_cache_mb"), ".1f") + (" MB" if g.get("kv_cache_mb") is not None else ""),
             fmt_size(r["size_bytes"]),
         )
     console.print(table)
     runs = results[0]["generation"]["runs"] if results else 0
-    console.print(f"[dim]{machine_line(report, results[0]['threads'] if results else None)}; median of {runs} generations after warm-up[/]")
+    console.print(
+        f"[dim]{machine_line(report, results[0]['threads'] if results else None)}; median of {runs} generations after warm-up; "
+        "peak RSS: the timing process's own; KV cache: fp32 keys and values at prompt + new tokens[/]"
+    )
 
 
 def print_latency_rows(results: list[dict], report: dict) -> None:
