@@ -53,3 +53,10 @@ def error_lines(message: str, hint: str = "") -> list[str]:
     """The one error style: `error: WHAT` and, on its own line, `hint: WHAT TO DO` (each folded onto one line)."""
     lines = [f"error: {' '.join(message.split())}"]
     return lines + [f"hint: {' '.join(hint.split())}"] if hint else lines
+
+
+def first_line(exc: BaseException, limit: int | None = None) -> str:
+    """The first line of an error's message (its type's name where it has none), cut at `limit` characters: what one
+    line of ours quotes of a framework's error."""
+    lines = str(exc).strip().splitlines()
+    return (lines[0] if lines else type(exc).__name__)[:limit]

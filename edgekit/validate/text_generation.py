@@ -21,7 +21,7 @@ import numpy as np
 
 from edgekit import progress, registry
 from edgekit.artifact import CacheShape
-from edgekit.errors import EdgekitError
+from edgekit.errors import EdgekitError, ModelLoadError, first_line
 from edgekit.imports import import_attr
 from edgekit.machine import peak_rss_mb
 from edgekit.metrics.gate import Thresholds
@@ -88,7 +88,16 @@ def open_session(source: ModelSource, threads: int | None = None, target: str | 
         raise EdgekitError(f"{source.format} models cannot be run as language models", hint="convert to onnx, openvino or executorch")
     if target and target.split(":")[0] not in backend.runners:
         raise EdgekitError(f"a {source.format} language model runs on {', '.join(backend.runners)}, not {target}", hint="drop --target")
-    return import_attr(backend.lm_session)(source, threads)
+    try:
+        return import_attr(backend.lm_session)(source, threads)
+    except EdgekitError:
+        raise
+    except Exception as exc:  # the runtimes raise their own types for a file they refuse
+        raise ModelLoadError(
+            f"{', '.join(backend.runners)} cannot load {source.spec}: {first_line(exc, 240)}",
+            hint="convert it again with this edgekit; a file another tool wrote may use an op or layout this runtime refuses",
+            cause=str(exc),
+        ) from None
 
 
 # --- data ---------------------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 from edgekit.artifact import Artifact, TensorSpec
-from edgekit.errors import ModelLoadError
+from edgekit.errors import ModelLoadError, first_line
 
 
 def read_onnx(path: Path, load_weights: bool = True):
@@ -21,11 +21,11 @@ def read_onnx(path: Path, load_weights: bool = True):
         model = onnx.load(str(path), load_external_data=load_weights)
     except (DecodeError, RuntimeWarning, ValueError, UnicodeDecodeError) as exc:
         raise ModelLoadError(
-            f"{Path(path).name} is not a valid ONNX file ({_first_line(exc)})", hint="re-export it; a truncated or text file cannot be read"
+            f"{Path(path).name} is not a valid ONNX file ({first_line(exc)})", hint="re-export it; a truncated or text file cannot be read"
         ) from None
     except FileNotFoundError as exc:
         raise ModelLoadError(
-            f"{Path(path).name}: external data file missing ({_first_line(exc)})", hint="keep the .onnx.data file next to the .onnx file"
+            f"{Path(path).name}: external data file missing ({first_line(exc)})", hint="keep the .onnx.data file next to the .onnx file"
         ) from None
     if not model.graph.node:
         raise ModelLoadError(
@@ -49,11 +49,6 @@ def check_external_data(model, path: Path) -> None:
             f"{Path(path).name}: its external data file {missing[0]} is missing (looked in {Path(path).parent})",
             hint=f"keep {missing[0]} next to {Path(path).name} (copy or move them together)",
         )
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 def value_specs(values) -> list[TensorSpec]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from edgekit.errors import ModelLoadError
+from edgekit.errors import ModelLoadError, first_line
 from edgekit.native import stderr_silenced, third_party_quiet
 from edgekit.source import ModelSource
 
@@ -27,7 +27,7 @@ def load_pretrained(source: ModelSource):
     except ImportError as exc:
         raise ModelLoadError(f"cannot read {source.spec}: {exc}", hint=GGUF_INSTALL) from None
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        raise ModelLoadError(f"cannot load {source.spec} as a causal language model: {_first_line(exc)}", hint=_hint(source)) from None
+        raise ModelLoadError(f"cannot load {source.spec} as a causal language model: {first_line(exc, 240)}", hint=_hint(source)) from None
     quantizer = getattr(model, "hf_quantizer", None)
     if quantizer is not None:  # a GGUF file's weights are dequantized already: the model is a plain fp32 one
         quantizer.remove_quantization_config(model)
@@ -76,7 +76,3 @@ def _hint(source: ModelSource) -> str:
     if source.format == "gguf":
         return f"transformers reads GGUF files of the architectures it knows (Llama, Qwen2, Phi3, GPT-2...); {GGUF_INSTALL}"
     return "give a folder written by save_pretrained (config.json beside the weights) of a *ForCausalLM"
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:240]

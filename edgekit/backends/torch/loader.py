@@ -12,7 +12,7 @@ from pathlib import Path
 
 from edgekit.artifact import TensorSpec
 from edgekit.backends.torch.lm_files import load_pretrained
-from edgekit.errors import InputMismatchError, ModelLoadError
+from edgekit.errors import InputMismatchError, ModelLoadError, first_line
 from edgekit.source import ModelSource
 
 log = logging.getLogger("edgekit")
@@ -37,18 +37,13 @@ def load_torch(source: ModelSource):
         raise
     except (RuntimeError, ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile) as exc:
         raise ModelLoadError(
-            f"cannot load {source.spec}: {_first_line(exc)}",
+            f"cannot load {source.spec}: {first_line(exc)}",
             hint="check the file was saved by torch.export.save, torch.jit.save or torch.save",
             cause=str(exc),
         ) from None
     if isinstance(module, torch.nn.Module) and not isinstance(module, torch.fx.GraphModule):
         module.eval()
     return module, specs
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
 
 
 def _check_archive(path: Path) -> None:
@@ -216,7 +211,7 @@ def _load_state_dict(model, weights: Path) -> None:
         state = torch.load(str(weights), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         raise ModelLoadError(
-            f"{weights} is not a plain state dict: loading it would run code from the file, which edgekit refused ({_first_line(exc)})",
+            f"{weights} is not a plain state dict: loading it would run code from the file, which edgekit refused ({first_line(exc)})",
             hint="save the weights with torch.save(model.state_dict(), path); only tensors and plain containers load",
         ) from None
     if isinstance(state, dict) and "state_dict" in state:
@@ -301,7 +296,7 @@ def check_forward(module, specs: list[TensorSpec], batch: int = 1) -> int:
     except (RuntimeError, ValueError, TypeError, IndexError) as exc:
         shapes = ", ".join(f"{s.name}:{s.shape_text()}:{s.dtype}" for s in specs)
         raise InputMismatchError(
-            f"the model does not accept inputs {shapes}: {_first_line(exc)}", hint="fix the shapes given with --input"
+            f"the model does not accept inputs {shapes}: {first_line(exc)}", hint="fix the shapes given with --input"
         ) from None
     return len(out) if isinstance(out, (tuple, list)) else 1
 
