@@ -2,7 +2,7 @@
 
 The same loop as ONNX Runtime's (quantize.accuracy.accuracy_aware): layers ranked once by what their
 weights alone cost in int8 (quantize.sensitivity, on the PyTorch module), then one more layer left out of
-PT2E's annotation per step (pt2e.unannotate_modules: it runs in float inside the int8 graph), each
+PT2E's annotation per step (pt2e_patterns.unannotate_modules: it runs in float inside the int8 graph), each
 step's .tflite run on LiteRT and scored against the fp32 PyTorch model on the labelled validation samples; the
 final artifact is validated again.
 """
