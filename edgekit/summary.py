@@ -40,7 +40,7 @@ def target_findings(source: ModelSource) -> list[dict]:
             f"TensorRT builds from {registry.backend(builds_from).title}; {source.spec} is {source.format}",
             hint="convert first: edgekit convert MODEL --to onnx --precision int8 --for-target tensorrt:cuda --calib DATA",
         )
-    from edgekit.backends.tensorrt.checks import check_for_tensorrt
+    from edgekit.backends.onnx.tensorrt_checks import check_for_tensorrt
 
     return [f.to_dict() for f in check_for_tensorrt(source.path)]
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from edgekit.backends.onnx.exponential_ops import exponential_chains
 from edgekit.backends.onnx.int8_rounding import WeightRounding
+from edgekit.backends.onnx.tensorrt_checks import check_for_tensorrt
 from edgekit.conversion import ConversionData, Converter, ConvertOptions
 from edgekit.errors import ConversionError, EdgekitError
 
@@ -235,8 +236,6 @@ def _int8_static(model: Path, out: Path, options: ConvertOptions, data: Conversi
     if control is not None:
         notes["quantization"]["accuracy_control"] = control
     if for_tensorrt(options.for_target):  # say whether TensorRT would take it
-        from edgekit.backends.tensorrt.checks import check_for_tensorrt
-
         notes["tensorrt_checks"] = [f.to_dict() for f in check_for_tensorrt(out)]
     return notes
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgekit.artifact import TensorSpec
-from edgekit.backends.tensorrt.checks import check_for_tensorrt, errors_of
+from edgekit.backends.onnx.tensorrt_checks import check_for_tensorrt, errors_of
 from edgekit.conversion import ConversionData, Converter, ConvertOptions
 from edgekit.errors import ConversionError, EdgekitError
 

@@ -68,8 +68,8 @@ class TorchToTflite(Converter):
         if options.precision == "int8" and data.validation is not None:  # --max-drop / --min-agreement
             from edgekit.backends.tflite.accuracy import accuracy_controlled
 
-            def build(keep_float: tuple[str, ...]):
-                return _converted(lambda: _int8_static(module, args, options, data, specs, notes, keep_float))
+            def build(keep_float: tuple[str, ...], path: Path) -> None:
+                export(_converted(lambda: _int8_static(module, args, options, data, specs, notes, keep_float)), path)
 
             notes["accuracy_control"] = accuracy_controlled(model, specs, data, options, build, out)
         elif options.precision == "int8":
@@ -198,7 +198,7 @@ def _check_io(written: Path, job: Job) -> None:
     import numpy as np
     import torch
 
-    from edgekit.backends.tflite.runner import interpreter_class
+    from edgekit.backends.tflite.interpreter import interpreter_class
 
     with torch.no_grad():
         outputs = job.model(*job.model_args)

@@ -8,7 +8,7 @@ import importlib.util
 import numpy as np
 import pytest
 
-from edgekit.backends.tensorrt.checks import check_for_tensorrt, errors_of
+from edgekit.backends.onnx.tensorrt_checks import check_for_tensorrt, errors_of
 from edgekit.backends.tensorrt.loader import check_engine_identity
 from edgekit.calibration import load_samples
 from edgekit.conversion import CalibrationOptions, ConvertOptions, plan
