@@ -21,7 +21,7 @@ from pathlib import Path
 
 from edgekit.backends.routes import Route, Routing, first_route
 from edgekit.backends.tflite.pads import fold_same_pads
-from edgekit.backends.torch.export_errors import HINTS, first_line, model_code, reason
+from edgekit.backends.torch.export_errors import ANSI, HINTS, first_line, model_code, reason
 from edgekit.conversion import ConversionData, Converter, ConvertOptions
 from edgekit.errors import ConversionError, EdgekitError
 from edgekit.fileio import work_folder
@@ -226,8 +226,6 @@ def _version(module) -> str:
 
 def _last_error(printed: str) -> str:
     """The last ERROR line onnx2tf printed (ANSI colours removed), else that it exited."""
-    from edgekit.backends.torch.export_errors import ANSI
-
     lines = [ANSI.sub("", ln).strip() for ln in printed.splitlines()]
     errors = [ln.removeprefix("ERROR:").strip() for ln in lines if ln.startswith("ERROR:")]
     return " ".join(errors[-1].split())[:300] if errors else "it exited without a message"
