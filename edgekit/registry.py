@@ -85,7 +85,7 @@ REGISTRY = (
         title="PyTorch",
         source_formats=("torch-export", "torchscript", "torch-factory", "torch-pickle", "transformers", "gguf"),
         source_summary="edgekit.backends.torch.loader:torch_summary",
-        debug_capture="edgekit.backends.torch.debug:capture",
+        debug_capture="edgekit.backends.onnx.torch_capture:capture",
         pruner="edgekit.backends.torch.prune:prune_torch",
         compares_stages=True,
         # TorchScript's .pt/.ts are told apart from state dicts by their content; a save_pretrained folder by its config.json

@@ -16,15 +16,13 @@ import functools
 import logging
 import re
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgekit.backends.routes import Route, Routing, alike_together, first_route
 from edgekit.backends.torch.export_errors import HINTS, chain, hint_for, model_code, plain, quiet, reason
 from edgekit.conversion import ConversionData, Converter, ConvertOptions
 from edgekit.errors import ConversionError
-
-log = logging.getLogger("edgekit")
 
 EXPORT_BATCH = 1  # a .pte is planned for static shapes: batch 1, as an app on a phone feeds it
 DELEGATE = "XNNPACK"
@@ -77,16 +75,6 @@ class TorchToExecutorch(Converter):
 
 
 @dataclass(frozen=True)
-class Route:
-    """One way to lower an exported program: its name (for the provenance), the partitioner it lowers with, and what
-    makes it pointless after the route before failed (a reason it would fail alike on; None: always worth trying)."""
-
-    name: str
-    partitioner: Callable
-    fails_alike_on: re.Pattern | None = None
-
-
-@dataclass(frozen=True)
 class Lowered:
     """The route taken's edge program (through to_executorch: memory planned) and .pte program, its delegation split,
     and every route tried."""
@@ -113,38 +101,27 @@ def lower_to_xnnpack(module, args) -> tuple:
 
 
 def lower_by_routes(program) -> Lowered:
-    """The exported `program` lowered by the first of ROUTES that gives a .pte program; each route tried is recorded
-    as {"route", "result": "failed" | "taken", "why"}. All failing: a ConversionError naming each failure."""
-    routes, errors = [], []
-    for route in ROUTES:
-        if routes and route.fails_alike_on is not None and route.fails_alike_on.search(routes[-1]["why"]):
-            routes.append({"route": route.name, "result": "skipped", "why": f"it fails alike on: {routes[-1]['why']}"})
-            continue
-        if routes:
-            failed = next(r for r in reversed(routes) if r["result"] == "failed")
-            log.warning("ExecuTorch lowering: %s failed (%s); trying %s", failed["route"], failed["why"], route.name)
-        try:
-            with quiet():
-                edge, executorch, split, left_out = _lower_by(route, program)
-        except Exception as exc:  # the partitioners, the XNNPACK passes and to_executorch raise many types
-            routes.append({"route": route.name, "result": "failed", "why": lowering_reason(exc)})
-            errors.append(exc)
-            log.info("%s route failed:\n%s", route.name, plain(exc))
-            continue
-        routes.append({"route": route.name, "result": "taken", "why": left_out})
-        return Lowered(edge, executorch, split, routes)
-    raise ConversionError(f"ExecuTorch could not lower the model by any route: {_failures(routes)}", hint=hint_for(errors, LOWERING_HINTS))
+    """The exported `program` lowered by the first of ROUTES that gives a .pte program; each route considered is
+    recorded as {"route", "result": "failed" | "taken" | "skipped", "why"}. All failing: a ConversionError naming each
+    failure."""
+    (edge, executorch, split), routes = first_route(ROUTES, program, LOWERING)
+    return Lowered(edge, executorch, split, routes)
 
 
-def _lower_by(route: Route, program) -> tuple:
-    """(edge program, .pte program, delegation split, what the route left out of the delegate or None) of `program`
-    lowered by `route`. The split is read before to_executorch, which plans memory in the edge program (alloc nodes)."""
-    from executorch.exir import to_edge_transform_and_lower
+def lowered_with(partitioner):
+    """A route's run: `program` lowered with the partitioner `partitioner()` makes -> ((edge program, .pte program,
+    delegation split), the record's why: what the route left out of the delegate, or None). The split is read before
+    to_executorch, which plans memory in the edge program (alloc nodes)."""
 
-    partitioner = route.partitioner()
-    edge = to_edge_transform_and_lower(program, partitioner=[partitioner])
-    split = delegation(edge.exported_program().graph_module)
-    return edge, edge.to_executorch(), split, _left_out_text(getattr(partitioner, "edgekit_left_out", None))
+    def lower(program) -> tuple[tuple, dict]:
+        from executorch.exir import to_edge_transform_and_lower
+
+        made = partitioner()
+        edge = to_edge_transform_and_lower(program, partitioner=[made])
+        split = delegation(edge.exported_program().graph_module)
+        return (edge, edge.to_executorch(), split), {"why": _left_out_text(getattr(made, "edgekit_left_out", None))}
+
+    return lower
 
 
 def xnnpack_partitioner(**kwargs):
@@ -211,10 +188,14 @@ def _left_out_text(left_out: dict | None) -> str | None:
 
 
 ROUTES = (
-    Route("xnnpack", xnnpack_partitioner),  # as XNNPACK comes: ops merged into as few delegate calls as it can
+    Route("xnnpack", lowered_with(xnnpack_partitioner)),  # as XNNPACK comes: ops merged into as few delegate calls as it can
     # one delegate call per op; a node the channels-last pass asserts on fails as its own one-op partition too
-    Route("xnnpack-per-op", functools.partial(xnnpack_partitioner, per_op_mode=True), re.compile(r"^ChannelsLastTaggedReshapePass: ")),
-    Route("xnnpack+portable", partitioner_leaving_out_non_nhwc),  # the nodes that break channels-last left outside
+    Route(
+        "xnnpack-per-op",
+        lowered_with(functools.partial(xnnpack_partitioner, per_op_mode=True)),
+        fails_alike_on=re.compile(r"^ChannelsLastTaggedReshapePass: "),
+    ),
+    Route("xnnpack+portable", lowered_with(partitioner_leaving_out_non_nhwc)),  # the nodes that break channels-last left outside
 )
 
 
@@ -223,6 +204,16 @@ def lowering_reason(exc: BaseException) -> str:
     raised it where one did: `ChannelsLastTaggedReshapePass: AssertionError: Attempting to convert ...`."""
     passes = [match.group(1) for error in chain(exc) if (match := PASS_FAILED.search(plain(error)))]
     return (f"{passes[0]}: " if passes else "") + reason(exc)
+
+
+LOWERING = Routing(
+    doing="ExecuTorch lowering",
+    failed="ExecuTorch could not lower the model by any route: ",
+    reason=lambda exc, program: lowering_reason(exc),
+    hints=LOWERING_HINTS,
+    listed=alike_together,
+    within=quiet,
+)
 
 
 @contextlib.contextmanager
@@ -235,14 +226,6 @@ def failing_as(what: str, module):
         raise
     except Exception as exc:  # torch.export, PT2E and ExecuTorch raise many types for unsupported code
         raise ConversionError(f"{what}: {reason(exc, model_code(module))}", hint=hint_for([exc], LOWERING_HINTS)) from None
-
-
-def _failures(routes: list[dict]) -> str:
-    """`xnnpack, xnnpack-per-op: WHY; xnnpack+portable: WHY2`: the failed routes, those that failed alike together."""
-    by_why: dict[str, list[str]] = {}
-    for route in (r for r in routes if r["result"] == "failed"):
-        by_why.setdefault(route["why"], []).append(route["route"])
-    return "; ".join(f"{', '.join(names)}: {why}" for why, names in by_why.items())
 
 
 def _quantize(module, args, options: ConvertOptions, data: ConversionData, specs):

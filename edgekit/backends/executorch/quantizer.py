@@ -1,17 +1,18 @@
-"""ExecuTorch's XNNPACK PT2E quantizer with the mobile-CNN patterns it misses (backends.torch.pt2e: conv + ReLU6 observed
-after the clamp, zero pads sharing their input's observer), and its static int8 config with --per-tensor and
+"""ExecuTorch's XNNPACK PT2E quantizer with the mobile-CNN patterns it misses (backends.torch.pt2e_patterns: conv + ReLU6
+observed after the clamp, zero pads sharing their input's observer), and its static int8 config with --per-tensor and
 --calib-method applied. Import lazily (it imports torch and ExecuTorch)."""
 
 from __future__ import annotations
 
 from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
 
-from edgekit.backends.torch.pt2e import MobilePatterns, static_config
+from edgekit.backends.torch.pt2e import static_config
+from edgekit.backends.torch.pt2e_patterns import MobilePatterns
 from edgekit.conversion import ConvertOptions
 
 
 class MobileXNNPACKQuantizer(MobilePatterns, XNNPACKQuantizer):
-    """XNNPACKQuantizer plus backends.torch.pt2e's patterns; `keep_float` modules stay float (the sensitivity search)."""
+    """XNNPACKQuantizer plus backends.torch.pt2e_patterns; `keep_float` modules stay float (the sensitivity search)."""
 
 
 def xnnpack_quantizer(options: ConvertOptions, keep_float: tuple[str, ...] = ()) -> tuple[MobileXNNPACKQuantizer, dict]:

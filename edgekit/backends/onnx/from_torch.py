@@ -5,7 +5,8 @@
 - torchscript: the TorchScript exporter, refused when its trace turned a tensor into a Python value (a branch on a
   tensor's value, a number, len): such an ONNX replays the example input's path for every input, silently wrong.
 
-Each route tried is in the notes ("routes": route, result "failed" | "taken", why), each fallback logged on one line.
+Each route considered is in the notes ("routes": route, result "failed" | "taken" | "skipped", why), each fallback
+logged on one line (backends.routes).
 """
 
 from __future__ import annotations
@@ -16,14 +17,12 @@ import logging
 import re
 import traceback
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 
-from edgekit.backends.torch.export_errors import HINTS, hint_for, is_user_file, model_code, plain, quiet, reason, where_text
+from edgekit.backends.routes import Route, Routing, first_route
+from edgekit.backends.torch.export_errors import HINTS, is_user_file, model_code, quiet, reason, where_text
 from edgekit.conversion import ConversionData, Converter, ConvertOptions
-from edgekit.errors import ConversionError
 
-log = logging.getLogger("edgekit")
 TWO_GB = 2 * 1024**3
 EXPORT_BATCH = 2  # torch.export specialises a dim of size 1, so the example batch is 2
 # TracerWarnings of a trace that turned a tensor into a Python value: the trace holds the example input's value
@@ -52,8 +51,8 @@ class TorchToOnnx(Converter):
         names = ["output"] if n_outputs == 1 else [f"output_{i}" for i in range(n_outputs)]
         external = _parameter_bytes(model) > TWO_GB
         args = example_tensors(specs, export_batch(model, EXPORT_BATCH), module=model)
-        route, routes = export_by_routes(Export(model, args, specs, names, out, external))
-        notes = {"exporter": route.exporter, "routes": routes, "external_data": external and route.exporter == "dynamo"}
+        exporter, routes = export_by_routes(Export(model, args, specs, names, out, external))
+        notes = {"exporter": exporter, "routes": routes, "external_data": external and exporter == "dynamo"}
         return notes | ({"fallback_reason": routes[0]["why"]} if len(routes) > 1 else {})
 
 
@@ -74,17 +73,6 @@ class Export:
         return model_code(self.module)
 
 
-@dataclasses.dataclass(frozen=True)
-class Route:
-    """One way to write the ONNX: its name (for the notes), the exporter it uses, how it exports, and whether it can
-    succeed after the route before it failed with a given error."""
-
-    name: str
-    exporter: str
-    export: Callable[[Export], None]
-    worth_trying: Callable[[BaseException], bool]
-
-
 class TracedValues(Exception):
     """The TorchScript trace turned tensors into Python values (`traced`: the TracerWarnings, in the user's code)."""
 
@@ -99,49 +87,24 @@ class TracedValues(Exception):
         self.traced = traced
 
 
-def export_by_routes(job: Export) -> tuple[Route, list[dict]]:
-    """The route that wrote `job.out` and every route tried ({"route", "result": "failed" | "taken", "why"}); each
-    route after a failure only where it can succeed after that failure. All failing: a ConversionError naming each."""
-    import torch
-
-    routes: list[dict] = []
-    failures: list[BaseException] = []
-    route: Route | None = ROUTES[0]
-    if isinstance(job.module, torch.jit.ScriptModule):  # scripted already: the dynamo exporter does not take one
-        routes = [{"route": r.name, "result": "skipped", "why": "a TorchScript module"} for r in ROUTES if r.exporter == "dynamo"]
-        route = next(r for r in ROUTES if r.exporter == "torchscript")
-    while route is not None:
-        try:
-            with quiet():
-                route.export(job)
-        except Exception as exc:  # the exporters raise many types; the next route is the point
-            why = str(exc) if isinstance(exc, TracedValues) else reason(exc, job.model_code)
-            routes.append({"route": route.name, "result": "failed", "why": why})
-            failures.append(exc)
-            log.info("%s route failed:\n%s", route.name, plain(exc))
-            route = _next_route(route, exc)
-            if route is not None:
-                log.warning("ONNX export: %s failed (%s); trying %s", routes[-1]["route"], why, route.name)
-            continue
-        routes.append({"route": route.name, "result": "taken", "why": None})
-        return route, routes
-    raise ConversionError(
-        "ONNX export failed: " + "; ".join(f"{r['route']}: {r['why']}" for r in routes),
-        hint=route_hint(failures),
-    )
+def export_by_routes(job: Export) -> tuple[str, list[dict]]:
+    """The exporter that wrote `job.out` (by the first of ROUTES that did) and every route considered ({"route",
+    "result": "failed" | "taken" | "skipped", "why"}); each route after a failure only where it can succeed after that
+    failure. All failing: a ConversionError naming each."""
+    return first_route(ROUTES, job, EXPORTING)
 
 
-def route_hint(failures: list[BaseException]) -> str:
-    """The hints for what the routes' errors and a refused trace's warnings showed."""
-    return hint_for(failures, ONNX_HINTS, tuple(str(w.message) for exc in failures for w in getattr(exc, "traced", ())))
+def _traced_warnings(exc: BaseException) -> tuple[str, ...]:
+    """A refused trace's TracerWarnings (TracedValues.traced), as texts the hints read."""
+    return tuple(str(w.message) for w in getattr(exc, "traced", ()))
 
 
-def _next_route(failed: Route, exc: BaseException) -> Route | None:
-    later = ROUTES[ROUTES.index(failed) + 1 :]
-    return next((route for route in later if route.worth_trying(exc)), None)
+def _export_reason(exc: BaseException, job: Export) -> str:
+    """A refused trace says why itself; an exporter's error: where in the user's code it stopped, and the cause."""
+    return str(exc) if isinstance(exc, TracedValues) else reason(exc, job.model_code)
 
 
-def _export_dynamo(job: Export, optimize: bool = True) -> None:
+def _export_dynamo(job: Export, optimize: bool = True) -> tuple[str, dict]:
     import torch
 
     from edgekit.backends.torch.loader import batch_dynamic_shapes
@@ -160,9 +123,10 @@ def _export_dynamo(job: Export, optimize: bool = True) -> None:
             optimize=optimize,
             verbose=False,
         )
+    return "dynamo", {}
 
 
-def _export_torchscript(job: Export) -> None:
+def _export_torchscript(job: Export) -> tuple[str, dict]:
     """The TorchScript exporter; a trace that turned a tensor into a Python value in the user's code: TracedValues,
     and nothing left at `job.out`."""
     import torch
@@ -186,6 +150,7 @@ def _export_torchscript(job: Export) -> None:
     if traced:
         job.out.unlink(missing_ok=True)
         raise TracedValues(traced)
+    return "torchscript", {}
 
 
 def _traced_value(warning: warnings.WarningMessage, model_code: tuple[str, ...]) -> bool:
@@ -194,8 +159,11 @@ def _traced_value(warning: warnings.WarningMessage, model_code: tuple[str, ...])
     return bool(TRACED_VALUE.match(str(warning.message))) and is_user_file(warning.filename, model_code)
 
 
-def _always(exc: BaseException) -> bool:
-    return True
+def _not_scripted(job: Export) -> bool:
+    """Not a TorchScript module: the dynamo exporter does not take one (scripted already)."""
+    import torch
+
+    return not isinstance(job.module, torch.jit.ScriptModule)
 
 
 def _optimizer_failed(exc: BaseException) -> bool:
@@ -206,10 +174,25 @@ def _optimizer_failed(exc: BaseException) -> bool:
     return not isinstance(exc, torch.onnx.errors.OnnxExporterError) and any(f.name == "optimize" for f in frames)
 
 
+SCRIPTED = "a TorchScript module"  # why the dynamo routes are skipped for one
 ROUTES = (
-    Route("dynamo", "dynamo", _export_dynamo, _always),
-    Route("dynamo-unoptimized", "dynamo", functools.partial(_export_dynamo, optimize=False), _optimizer_failed),
-    Route("torchscript", "torchscript", _export_torchscript, _always),
+    Route("dynamo", _export_dynamo, applies=_not_scripted, not_applying=SCRIPTED),
+    Route(
+        "dynamo-unoptimized",
+        functools.partial(_export_dynamo, optimize=False),
+        applies=_not_scripted,
+        not_applying=SCRIPTED,
+        worth_trying=_optimizer_failed,
+    ),
+    Route("torchscript", _export_torchscript),
+)
+EXPORTING = Routing(
+    doing="ONNX export",
+    failed="ONNX export failed: ",
+    reason=_export_reason,
+    hints=ONNX_HINTS,
+    shown=_traced_warnings,
+    within=quiet,
 )
 
 

@@ -7,6 +7,7 @@ CUDA API (the runner also uses it for device memory, streams and events).
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from pathlib import Path
 
@@ -82,12 +83,11 @@ def engine_specs(engine) -> tuple[list[TensorSpec], list[TensorSpec]]:
 
 
 def tensorrt_artifact(path: Path, precision: str | None = None) -> Artifact:
-    """An Artifact for an engine: read by TensorRT where it runs, else from the sidecar edgekit wrote."""
-    from edgekit.backends.tensorrt.runner import TensorRtRunner
+    """An Artifact for an engine: read by TensorRT where it is installed, else from the sidecar edgekit wrote."""
     from edgekit.provenance import read_provenance
 
     provenance = read_provenance(path) or {}
-    if TensorRtRunner.installed():
+    if importlib.util.find_spec("tensorrt") is not None:
         _, engine = load_engine(path, engine_identity())
         inputs, outputs = engine_specs(engine)
     else:

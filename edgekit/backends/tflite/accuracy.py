@@ -2,7 +2,7 @@
 
 The same loop as ONNX Runtime's (quantize.accuracy.accuracy_aware): layers ranked once by what their
 weights alone cost in int8 (quantize.sensitivity, on the PyTorch module), then one more layer left out of
-PT2E's annotation per step (pt2e.unannotate_modules: it runs in float inside the int8 graph), each
+PT2E's annotation per step (pt2e_patterns.unannotate_modules: it runs in float inside the int8 graph), each
 step's .tflite run on LiteRT and scored against the fp32 PyTorch model on the labelled validation samples; the
 final artifact is validated again.
 """
@@ -18,7 +18,8 @@ from edgekit.conversion import ConversionData, ConvertOptions
 
 
 class LiteRTQuantization:
-    """What accuracy_aware drives: the fp32 reference (`pre`), the ranked layers, and quantize(keep_float, out)."""
+    """What accuracy_aware drives: the fp32 reference (`pre`), the ranked layers, and quantize(keep_float, out).
+    `build(keep_float, out)` writes the int8 .tflite with the `keep_float` modules float."""
 
     def __init__(self, module, specs, data: ConversionData, build: Callable) -> None:
         self.pre = module
@@ -38,9 +39,7 @@ class LiteRTQuantization:
         return []
 
     def quantize(self, keep_float: list[str], out: Path, float_activations: list[str] = ()) -> None:
-        from edgekit.backends.tflite.from_torch import export
-
-        export(self.build(tuple(keep_float)), out)
+        self.build(tuple(keep_float), out)
 
     def logits(self, model, samples) -> np.ndarray:
         """The first output over `samples`: of the PyTorch reference, or of a .tflite on LiteRT."""

@@ -17,10 +17,11 @@ PLUMBING = ("QUANTIZE", "DEQUANTIZE", "RESHAPE", "SQUEEZE", "EXPAND_DIMS")
 
 def litert_coverage(path: Path, interpreter) -> dict:
     """Coverage of the .tflite at `path` as `interpreter` (the runner's, delegate applied) runs it."""
-    from edgekit.backends.tflite.loader import _interpreter, delegated_ops
+    from edgekit.backends.tflite.interpreter import loaded_interpreter
+    from edgekit.backends.tflite.loader import delegated_ops
 
     delegated = delegated_ops(interpreter._interpreter)[2]
-    plain = _interpreter(path, delegate=False)  # the same ops, in the same order, with every tensor's type and shape
+    plain = loaded_interpreter(path, delegate=False)  # the same ops, in the same order, with every tensor's type and shape
     layers, islands = executed(plain._get_ops_details(), {d["index"]: d for d in plain.get_tensor_details()}, delegated)
     return summarize(layers, islands, "the LiteRT interpreter's ops (XNNPACK delegate applied) and their tensor types")
 

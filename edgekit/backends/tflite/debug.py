@@ -48,12 +48,11 @@ class TfliteCapture:
     ops_kept = True  # int8 and fp32 graphs of one converter keep the op types: pairs may be made by type and order
 
     def __init__(self, path: Path) -> None:
-        from edgekit.backends.tflite.loader import _interpreter
-        from edgekit.backends.tflite.runner import _spec
+        from edgekit.backends.tflite.interpreter import loaded_interpreter, tensor_spec
 
-        self.interpreter = _interpreter(path, delegate=False, preserve_tensors=True)
+        self.interpreter = loaded_interpreter(path, delegate=False, preserve_tensors=True)
         self._in = self.interpreter.get_input_details()
-        self.inputs = [_spec(d) for d in self._in]
+        self.inputs = [tensor_spec(d) for d in self._in]
         self._details = {d["index"]: d for d in self.interpreter.get_tensor_details()}
         self.tensors, self._index = self._op_outputs()
 
@@ -86,7 +85,7 @@ class TfliteCapture:
         return kind == "f" or (kind in "iu" and detail["quantization"][0] != 0)
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from edgekit.backends.tflite.runner import dequantize, quantize
+        from edgekit.backends.tflite.interpreter import dequantize, quantize
 
         for detail, spec in zip(self._in, self.inputs, strict=True):
             self.interpreter.set_tensor(detail["index"], quantize(feeds[spec.name], detail))

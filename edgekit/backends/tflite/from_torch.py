@@ -17,17 +17,16 @@ import io
 import logging
 import re
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 
+from edgekit.backends.routes import Route, Routing, first_route
 from edgekit.backends.tflite.pads import fold_same_pads
-from edgekit.backends.torch.export_errors import first_line
+from edgekit.backends.torch.export_errors import ANSI, HINTS, first_line, model_code, reason
 from edgekit.conversion import ConversionData, Converter, ConvertOptions
 from edgekit.errors import ConversionError, EdgekitError
 from edgekit.fileio import work_folder
 from edgekit.native import stderr_silenced
 
-log = logging.getLogger("edgekit")
 EXPORT_BATCH = 1  # TFLite models are converted at batch 1; the interpreter resizes where the graph allows
 
 
@@ -69,8 +68,8 @@ class TorchToTflite(Converter):
         if options.precision == "int8" and data.validation is not None:  # --max-drop / --min-agreement
             from edgekit.backends.tflite.accuracy import accuracy_controlled
 
-            def build(keep_float: tuple[str, ...]):
-                return _converted(lambda: _int8_static(module, args, options, data, specs, notes, keep_float))
+            def build(keep_float: tuple[str, ...], path: Path) -> None:
+                export(_converted(lambda: _int8_static(module, args, options, data, specs, notes, keep_float)), path)
 
             notes["accuracy_control"] = accuracy_controlled(model, specs, data, options, build, out)
         elif options.precision == "int8":
@@ -98,50 +97,17 @@ class Job:
     notes: dict
 
 
-@dataclasses.dataclass(frozen=True)
-class Route:
-    """One way to write the TFLite: its name (for the notes) and how (the job -> what the route's entry in the notes
-    adds)."""
-
-    name: str
-    write: Callable[[Job], dict]
-
-
 def write_by_routes(job: Job) -> list[dict]:
     """Write `job.out` (fp32, fp16 or int8-dynamic) by the first of ROUTES that writes it; every route tried, as
     {"route", "result": "failed" | "taken", "why"}. All failing: a ConversionError naming each route's failure, with
     the hints for the causes their errors showed."""
-    from edgekit.backends.torch.export_errors import HINTS, model_code, reason, routes_hint
-
-    routes: list[dict] = []
-    failures: list[BaseException] = []
-    for route in ROUTES:
-        if routes:
-            log.warning("TFLite: %s failed (%s); trying %s", routes[-1]["route"], routes[-1]["why"], route.name)
-        try:
-            entry = route.write(job)
-        except EdgekitError as exc:
-            if not isinstance(exc, ConversionError):
-                raise  # the inputs or options, not the route: every route would say the same
-            routes.append({"route": route.name, "result": "failed", "why": " ".join(exc.message.split())})
-            failures.append(exc)
-            continue
-        except Exception as exc:  # litert-torch raises many types for unsupported ops; the next route is the point
-            routes.append({"route": route.name, "result": "failed", "why": reason(exc, model_code(job.model))})
-            failures.append(exc)
-            log.info("%s route failed: %s", route.name, exc)
-            continue
-        routes.append({"route": route.name, "result": "taken", "why": None, **entry})
-        return routes
-    raise ConversionError(
-        "TFLite conversion failed by every route: " + "; ".join(f"{r['route']}: {r['why']}" for r in routes),
-        hint=routes_hint(failures, (*HINTS, *LITERT_HINTS)),
-    )
+    _, routes = first_route(ROUTES, job, WRITING)
+    return routes
 
 
-def _litert_torch(job: Job) -> dict:
+def _litert_torch(job: Job) -> tuple[None, dict]:
     export(_silenced(lambda: _convert(job.module, job.args, job.options, job.data, job.specs, job.notes)), job.out)
-    return {}
+    return None, {}
 
 
 # onnx2tf's file for each precision, after the ONNX file's stem
@@ -152,7 +118,7 @@ ONNX2TF_INSTALL = (
 )
 
 
-def _via_onnx(job: Job) -> dict:
+def _via_onnx(job: Job) -> tuple[None, dict]:
     """edgekit's ONNX export of the torch module (its own routes, in the entry), converted by onnx2tf at batch 1: the
     inputs kept NCHW (with --layout nhwc, 4-D inputs channels-last), each input and output checked against the
     module's."""
@@ -193,7 +159,7 @@ def _via_onnx(job: Job) -> dict:
         job.notes["layout_transposes"] = [
             f"{s.name}: NHWC input, the graph laid out channels-last by onnx2tf" for s in job.specs if len(s.shape) == 4
         ]
-    return {"exporter": exported["exporter"], "onnx_routes": exported["routes"], "converter": f"onnx2tf {_version(onnx2tf)}"}
+    return None, {"exporter": exported["exporter"], "onnx_routes": exported["routes"], "converter": f"onnx2tf {_version(onnx2tf)}"}
 
 
 def _onnx2tf():
@@ -232,7 +198,7 @@ def _check_io(written: Path, job: Job) -> None:
     import numpy as np
     import torch
 
-    from edgekit.backends.tflite.runner import interpreter_class
+    from edgekit.backends.tflite.interpreter import interpreter_class
 
     with torch.no_grad():
         outputs = job.model(*job.model_args)
@@ -260,8 +226,6 @@ def _version(module) -> str:
 
 def _last_error(printed: str) -> str:
     """The last ERROR line onnx2tf printed (ANSI colours removed), else that it exited."""
-    from edgekit.backends.torch.export_errors import ANSI
-
     lines = [ANSI.sub("", ln).strip() for ln in printed.splitlines()]
     errors = [ln.removeprefix("ERROR:").strip() for ln in lines if ln.startswith("ERROR:")]
     return " ".join(errors[-1].split())[:300] if errors else "it exited without a message"
@@ -270,6 +234,13 @@ def _last_error(printed: str) -> str:
 ROUTES = (Route("litert-torch", _litert_torch), Route("via-onnx", _via_onnx))
 # what the routes' errors showed -> the hint naming that cause ({0}: what the pattern caught)
 LITERT_HINTS = ((re.compile(r"Lowering not found: ([\w.]+)"), "litert-torch has no lowering for {0}: rewrite it with other ops"),)
+WRITING = Routing(
+    doing="TFLite",
+    failed="TFLite conversion failed by every route: ",
+    reason=lambda exc, job: reason(exc, model_code(job.model)),  # where in the user's code it stopped, and the cause
+    hints=(*HINTS, *LITERT_HINTS),
+    own_errors=True,
+)
 
 
 def _converted(make):

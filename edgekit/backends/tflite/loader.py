@@ -8,43 +8,13 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.artifact import Artifact
-from edgekit.errors import ModelLoadError
-from edgekit.native import stderr_silenced
-
-
-def _interpreter(path: Path, delegate: bool = True, preserve_tensors: bool = False):
-    """A loaded interpreter; without the delegate the builtin kernels run every op (and can keep every tensor)."""
-    from edgekit.backends.tflite.runner import interpreter_class
-
-    interpreter, _ = interpreter_class()
-    try:
-        kwargs = {} if delegate else {"experimental_op_resolver_type": _builtin_without_default_delegates()}
-        if preserve_tensors:
-            kwargs["experimental_preserve_all_tensors"] = True
-        with stderr_silenced():
-            model = interpreter(model_path=str(path), num_threads=1, **kwargs)
-            model.allocate_tensors()
-        return model
-    except (ValueError, RuntimeError) as exc:
-        raise ModelLoadError(
-            f"{Path(path).name} is not a valid TFLite model ({str(exc).splitlines()[0][:200]})",
-            hint="re-convert it with `edgekit convert --to tflite`",
-        ) from None
-
-
-def _builtin_without_default_delegates():
-    from edgekit.backends.tflite.runner import interpreter_class
-
-    module = __import__(interpreter_class()[0].__module__, fromlist=["OpResolverType"])
-    return module.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+from edgekit.backends.tflite.interpreter import loaded_interpreter, tensor_name, tensor_spec
 
 
 def tflite_artifact(path: Path, precision: str | None = None) -> Artifact:
-    from edgekit.backends.tflite.runner import _spec, tensor_name
-
-    model = _interpreter(path)
-    inputs = [_spec(d) for d in model.get_input_details()]
-    outputs = [_spec(d) for d in model.get_output_details()]
+    model = loaded_interpreter(path)
+    inputs = [tensor_spec(d) for d in model.get_input_details()]
+    outputs = [tensor_spec(d) for d in model.get_output_details()]
     io_types = sorted({np.dtype(d["dtype"]).name for d in model.get_input_details()})
     meta = {"io_dtype": io_types, "input_tensors": [tensor_name(d["name"]) for d in model.get_input_details()]}
     return Artifact(Path(path), "tflite", precision or _precision(path), inputs, outputs, meta)
@@ -52,7 +22,7 @@ def tflite_artifact(path: Path, precision: str | None = None) -> Artifact:
 
 def _precision(path: Path) -> str:
     """fp16 (float16 tensors), int8 (QUANTIZE ops or integer I/O), int8-dynamic (int8 weights only), fp32."""
-    plain = _interpreter(path, delegate=False)
+    plain = loaded_interpreter(path, delegate=False)
     types = {np.dtype(d["dtype"]).name for d in plain.get_tensor_details()}
     ops = {op["op_name"] for op in plain._get_ops_details()}
     io_int = any(np.dtype(d["dtype"]).kind in "iu" for d in plain.get_input_details())
@@ -65,10 +35,10 @@ def _precision(path: Path) -> str:
 
 def tflite_summary(path: Path) -> dict:
     """Ops of the graph, and which of them the default XNNPACK delegate runs (the rest run on the CPU kernels)."""
-    names, original, taken, partitions = delegated_ops(_interpreter(path)._interpreter)
+    names, original, taken, partitions = delegated_ops(loaded_interpreter(path)._interpreter)
     ops = Counter(names[n] for n in original)
     on_cpu = Counter(names[n] for n in original if n not in taken)
-    plain = _interpreter(path, delegate=False)  # the same graph with tensor types, before delegation
+    plain = loaded_interpreter(path, delegate=False)  # the same graph with tensor types, before delegation
     details = plain._get_ops_details()
     delegate = {
         "name": "XNNPACK",

@@ -11,34 +11,10 @@ import importlib.util
 
 import numpy as np
 
-from edgekit.artifact import TensorSpec
-from edgekit.errors import ModelLoadError, RuntimeMissingError
+from edgekit.backends.tflite.interpreter import INTERPRETERS, dequantize, interpreter_class, quantize, tensor_name, tensor_spec
+from edgekit.errors import ModelLoadError
 from edgekit.native import stderr_silenced
 from edgekit.targets.base import DeviceInfo, Runner
-
-INTERPRETERS = (
-    ("ai_edge_litert.interpreter", "ai-edge-litert"),
-    ("tflite_runtime.interpreter", "tflite-runtime"),
-    ("tensorflow.lite", "tensorflow"),
-)
-
-
-def interpreter_class():
-    """The first Interpreter class available, and the package it came from."""
-    import importlib
-
-    for module, package in INTERPRETERS:
-        if importlib.util.find_spec(module.split(".")[0]) is not None:
-            try:
-                return importlib.import_module(module).Interpreter, package
-            except (ImportError, AttributeError):
-                continue
-    raise RuntimeMissingError("no TFLite interpreter is installed", hint="pip install ai-edge-litert")
-
-
-def tensor_name(raw: str) -> str:
-    """'serving_default_image:0' -> 'image'."""
-    return raw.removeprefix("serving_default_").split(":")[0]
 
 
 class LiteRtRunner(Runner):
@@ -75,7 +51,7 @@ class LiteRtRunner(Runner):
             ) from None
         self._in = self.interpreter.get_input_details()
         self._out = self.interpreter.get_output_details()
-        self.inputs = [_spec(d) for d in self._in]
+        self.inputs = [tensor_spec(d) for d in self._in]
         self.output_names = [tensor_name(d["name"]) for d in self._out]
         self._shapes = {d["index"]: tuple(d["shape"]) for d in self._in}
 
@@ -109,31 +85,3 @@ class LiteRtRunner(Runner):
                 changed = True
         if changed:
             self.interpreter.allocate_tensors()
-
-
-def _spec(detail: dict) -> TensorSpec:
-    signature = detail.get("shape_signature", detail["shape"])
-    dims = tuple(None if d < 0 else int(d) for d in signature)
-    dtype = "float32" if _quantized(detail) else np.dtype(detail["dtype"]).name  # validation feeds float; we quantize
-    return TensorSpec(tensor_name(detail["name"]), dims, dtype)
-
-
-def _quantized(detail: dict) -> bool:
-    scale, _ = detail["quantization"]
-    return np.dtype(detail["dtype"]).kind in "iu" and scale != 0
-
-
-def quantize(array: np.ndarray, detail: dict) -> np.ndarray:
-    """Float -> the tensor's integer type with its scale and zero-point (unchanged if not quantized)."""
-    if not _quantized(detail):
-        return array
-    scale, zero_point = detail["quantization"]
-    info = np.iinfo(detail["dtype"])
-    return np.clip(np.round(array / scale + zero_point), info.min, info.max).astype(detail["dtype"])
-
-
-def dequantize(array: np.ndarray, detail: dict) -> np.ndarray:
-    if not _quantized(detail):
-        return array
-    scale, zero_point = detail["quantization"]
-    return (array.astype(np.float32) - zero_point) * scale

@@ -49,15 +49,6 @@ def hint_for(failures: list[BaseException], hints=HINTS, extra: tuple[str, ...] 
     return "; ".join(found) or DEFAULT_HINT
 
 
-def routes_hint(failures: list[BaseException], hints=HINTS) -> str:
-    """hint_for's hints and the failed routes' own (an EdgekitError's), each once, DEFAULT_HINT only where no other."""
-    from edgekit.errors import EdgekitError
-
-    texts = [hint_for(failures, hints)] + [exc.hint for exc in failures if isinstance(exc, EdgekitError)]
-    found = list(dict.fromkeys(h for text in texts for h in (text or "").split("; ") if h and h != DEFAULT_HINT))
-    return "; ".join(found or [DEFAULT_HINT])
-
-
 def chain(exc: BaseException) -> list[BaseException]:
     """`exc` and its causes (raise ... from, or raised while handling), outermost first."""
     found: list[BaseException] = []

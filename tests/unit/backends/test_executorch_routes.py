@@ -210,7 +210,8 @@ def test_every_route_failing_names_each_failure_and_a_hint_from_the_error(monkey
     def other():
         raise ValueError("no kernel for op")
 
-    monkeypatch.setattr(convert, "ROUTES", (convert.Route("a", nhwc), convert.Route("b", nhwc), convert.Route("c", other)))
+    routes = (convert.Route("a", convert.lowered_with(nhwc)), convert.Route("b", convert.lowered_with(nhwc)))
+    monkeypatch.setattr(convert, "ROUTES", (*routes, convert.Route("c", convert.lowered_with(other))))
     program = torch.export.export(torch.nn.Linear(2, 2), (torch.zeros(1, 2),))
     with pytest.raises(ConversionError) as raised:
         convert.lower_by_routes(program)

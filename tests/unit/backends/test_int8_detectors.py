@@ -1,8 +1,8 @@
 """int8 keeps raw-head detectors on every runtime. A YOLOv8-shaped head (a box distribution per side whose softmax reads
 a view of the strides' concatenated heads, sigmoid class heads with very negative logits, the boxes in input pixels
 concatenated with the class probabilities) keeps its probabilities and boxes through ONNX Runtime, OpenVINO, LiteRT
-and ExecuTorch int8 (backends.torch.pt2e: annotate_concats, float_uneven_concats, fix_bounded_outputs); the zoo detector keeps
-fp32's detections on each (e2e)."""
+and ExecuTorch int8 (backends.torch.pt2e_patterns: annotate_concats, float_uneven_concats, fix_bounded_outputs); the zoo
+detector keeps fp32's detections on each (e2e)."""
 
 import numpy as np
 import pytest

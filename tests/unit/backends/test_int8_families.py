@@ -37,17 +37,18 @@ def vit_onnx(tmp_path_factory):
 def test_openvino_sees_the_attention_of_the_vit_from_pytorch_and_from_onnx(vit_onnx):
     import openvino as ov
 
-    from edgekit.backends.openvino.convert import _to_openvino, detect_model_type
+    from edgekit.backends.openvino.frontends import to_openvino
+    from edgekit.backends.openvino.nncf_int8 import detect_model_type
     from edgekit.conversion import load_for_conversion
 
     module, specs = load_for_conversion(open_source("zoo:fashion-vit"), [])
-    from_torch, from_onnx = _to_openvino(module, specs), ov.convert_model(str(vit_onnx))
+    from_torch, from_onnx = to_openvino(module, specs), ov.convert_model(str(vit_onnx))
     for ov_model in (from_torch, from_onnx):
         # OpenVINO fuses MatMul + Softmax + MatMul into ScaledDotProductAttention: no Softmax is left to count
         assert Counter(op.get_type_name() for op in ov_model.get_ops())["ScaledDotProductAttention"] == 2
         assert detect_model_type(ov_model) == "transformer"
     cnn, cnn_specs = load_for_conversion(open_source("zoo:fashion-cnn"), [])
-    assert detect_model_type(_to_openvino(cnn, cnn_specs)) is None
+    assert detect_model_type(to_openvino(cnn, cnn_specs)) is None
 
 
 def test_openvino_int8_of_a_cnn_for_x86_goes_through_onnx_runtime_and_a_transformer_stays_with_nncf(vit_onnx):
@@ -55,10 +56,11 @@ def test_openvino_int8_of_a_cnn_for_x86_goes_through_onnx_runtime_and_a_transfor
 
     import openvino as ov
 
-    from edgekit.backends.openvino.convert import _onnx_runtime_route, _to_openvino
+    from edgekit.backends.openvino.convert import _onnx_runtime_route
+    from edgekit.backends.openvino.frontends import to_openvino
     from edgekit.conversion import ConvertOptions, load_for_conversion
 
-    cnn = _to_openvino(*load_for_conversion(open_source("zoo:fashion-cnn"), []))
+    cnn = to_openvino(*load_for_conversion(open_source("zoo:fashion-cnn"), []))
     vit, avx2 = ov.convert_model(str(vit_onnx)), ConvertOptions("int8", for_target="x86-avx2")
     assert _onnx_runtime_route(cnn, avx2) and not _onnx_runtime_route(vit, avx2)
     assert _onnx_runtime_route(vit, dataclasses.replace(avx2, model_type="cnn"))  # --model-type cnn is obeyed

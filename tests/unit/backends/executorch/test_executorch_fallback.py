@@ -56,7 +56,7 @@ def _float_convs(graph_module) -> list[bool]:
 
 
 def test_a_middle_layer_kept_in_float_runs_in_float_inside_the_delegate(tmp_path, demo_data):
-    """FashionCNN's middle conv kept float goes float with the conv that computes its input (pt2e._float_producers:
+    """FashionCNN's middle conv kept float goes float with the conv that computes its input (pt2e_patterns._float_producers:
     XNNPACK takes no quantized conv whose output is float, "Missing out variants: dequantize_per_channel"); the .pte
     lowers whole into XNNPACK and agrees with the fp32 model on real Fashion-MNIST images."""
     import numpy as np

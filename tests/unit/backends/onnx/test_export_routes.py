@@ -78,8 +78,8 @@ def test_an_optimizer_failure_is_retried_without_the_optimizer(tmp_path, monkeyp
     monkeypatch.setattr(torch.onnx.ONNXProgram, "optimize", optimize)
     model, x = torch.nn.Linear(4, 2).eval(), torch.randn(2, 4)
     out = tmp_path / "m.onnx"
-    route, routes = export_by_routes(Export(model, (x,), [TensorSpec("x", ("batch", 4))], ["output"], out, False))
-    assert route.name == "dynamo-unoptimized" and route.exporter == "dynamo"
+    exporter, routes = export_by_routes(Export(model, (x,), [TensorSpec("x", ("batch", 4))], ["output"], out, False))
+    assert routes[-1]["route"] == "dynamo-unoptimized" and exporter == "dynamo"
     assert [(r["route"], r["result"]) for r in routes] == [("dynamo", "failed"), ("dynamo-unoptimized", "taken")]
     assert routes[0]["why"].endswith("RuntimeError: constant folding failed")
     (got,) = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": x.numpy()})
@@ -90,7 +90,7 @@ def test_a_trace_that_took_len_of_a_tensor_is_refused_and_nothing_is_left(tmp_pa
     import torch
 
     from edgekit.artifact import TensorSpec
-    from edgekit.backends.onnx.from_torch import Export, TracedValues, _export_torchscript, route_hint
+    from edgekit.backends.onnx.from_torch import EXPORTING, Export, TracedValues, _export_torchscript
     from tests.unit.backends.onnx.export_route_models import TakesLen
 
     out = tmp_path / "m.onnx"
@@ -99,5 +99,5 @@ def test_a_trace_that_took_len_of_a_tensor_is_refused_and_nothing_is_left(tmp_pa
         _export_torchscript(job)
     assert str(refused.value).startswith("refused: using len to get tensor shape at ")
     assert f"{MODELS.name}:{line_of('return x * len(x)')}" in str(refused.value)
-    assert route_hint([refused.value]) == "use x.shape[0] instead of len(x), and tensor ops instead of a loop over a tensor"
+    assert EXPORTING.hint([refused.value]) == "use x.shape[0] instead of len(x), and tensor ops instead of a loop over a tensor"
     assert not out.exists()

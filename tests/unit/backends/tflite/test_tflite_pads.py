@@ -72,9 +72,9 @@ def _ops(path):
 
 
 def _outputs(path, calib):
-    from edgekit.backends.tflite.loader import _interpreter
+    from edgekit.backends.tflite.interpreter import loaded_interpreter
 
-    model = _interpreter(path)
+    model = loaded_interpreter(path)
     feed, out = model.get_input_details()[0], model.get_output_details()[0]
     results = []
     scale, zero = feed["quantization"]

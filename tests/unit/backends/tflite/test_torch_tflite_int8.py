@@ -21,7 +21,7 @@ def _lite0_prepared(quantizer, crops):
     import torch
     from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
-    from edgekit.backends.torch.pt2e import fold_zero_pads
+    from edgekit.backends.torch.pt2e_patterns import fold_zero_pads
     from edgekit.zoo.models import efficientnet_lite0
 
     exported = torch.export.export(efficientnet_lite0().eval(), (crops[:1],)).module()
@@ -83,7 +83,7 @@ def test_fitted_weight_rounding_brings_the_quantized_model_close_to_fp32(lite0_p
     import torch
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
 
-    from edgekit.backends.torch.pt2e import correct_biases, fit_weight_rounding, float_output_means
+    from edgekit.backends.torch.pt2e_weights import correct_biases, fit_weight_rounding, float_output_means
     from edgekit.zoo.models import efficientnet_lite0
     from edgekit.zoo.photos import photo_crops
 

@@ -99,7 +99,7 @@ def test_empirical_bias_correction_brings_each_layer_mean_to_the_float_model(dem
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     from edgekit.backends.tflite.quantizer import litert_quantizer
-    from edgekit.backends.torch import pt2e
+    from edgekit.backends.torch import pt2e_weights
     from edgekit.backends.torch.loader import load_torch
     from edgekit.calibration import load_samples
     from edgekit.conversion import CalibrationOptions, ConvertOptions
@@ -114,15 +114,15 @@ def test_empirical_bias_correction_brings_each_layer_mean_to_the_float_model(dem
     for tensors in batches:
         prepared(*tensors)
     quantized = convert_pt2e(prepared, fold_quantize=False)
-    float_means = pt2e.float_output_means(quantized, batches)  # the fp32 model: quantize/dequantize as identity
-    pt2e.fit_weight_rounding(quantized, batches)  # moves the means (rounding error, then its own mean correction)
-    assert pt2e.correct_biases(quantized, batches, float_means)["layers"] == 5
+    float_means = pt2e_weights.float_output_means(quantized, batches)  # the fp32 model: quantize/dequantize as identity
+    pt2e_weights.fit_weight_rounding(quantized, batches)  # moves the means (rounding error, then its own mean correction)
+    assert pt2e_weights.correct_biases(quantized, batches, float_means)["layers"] == 5
     now = {}
-    pt2e._walk(
+    pt2e_weights._walk(
         quantized,
-        batches[: pt2e.SAMPLES_FOR_MEANS],
+        batches[: pt2e_weights.SAMPLES_FOR_MEANS],
         set(float_means),
-        lambda n, outs: now.__setitem__(n, pt2e._channel_mean(n, outs)),
+        lambda n, outs: now.__setitem__(n, pt2e_weights._channel_mean(n, outs)),
         True,
     )
     assert len(now) == 5

@@ -1,4 +1,6 @@
-"""PyTorch module outputs (forward hooks), named after the ONNX tensors the exporter made of them.
+"""PyTorch module outputs (forward hooks), named after the ONNX tensors the exporter made of them: `edgekit debug`'s
+capture of a PyTorch reference (the registry names it for the torch format), which only an ONNX artifact exported from
+it can be matched to; so it lives with the ONNX backend, above the torch one.
 
 torch.onnx's dynamo exporter records on each node the module path it came from (`pkg.torch.onnx.name_scopes`).
 A module's output is the output of the last node inside its scope; a module whose computation the exporter
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from edgekit.backends.onnx.debug import OnnxCapture, module_scopes, node_outputs
 from edgekit.errors import EdgekitError
 from edgekit.metrics.tensors import TensorRef
 
@@ -65,8 +68,6 @@ class TorchCapture:
 
 def scope_outputs(onnx_model) -> dict[str, tuple[str, int]]:
     """Module path -> (the ONNX tensor its last node writes, that node's position), from the exporter's name scopes."""
-    from edgekit.backends.onnx.debug import module_scopes, node_outputs
-
     found: dict[str, tuple[str, int]] = {}
     for position, (node, key) in enumerate(node_outputs(onnx_model)):
         for scope in module_scopes(node):
@@ -76,8 +77,6 @@ def scope_outputs(onnx_model) -> dict[str, tuple[str, int]]:
 
 def capture(source, partner=None) -> TorchCapture:
     """`edgekit debug`'s capture of a PyTorch reference (the registry names it): matched to an ONNX artifact's module scopes."""
-    from edgekit.backends.onnx.debug import OnnxCapture
-
     if not isinstance(partner, OnnxCapture):
         raise EdgekitError(
             f"a PyTorch reference ({source.spec}) can be matched to an ONNX artifact only: ONNX records the module each node came from",
