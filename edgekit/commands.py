@@ -5,7 +5,7 @@ its help text and the recipe key that holds it. Derived from these tuples: the t
 the API functions' signatures and defaults (edgekit.api), the recipe schema's sections, their keys' types and defaults
 (edgekit.recipe.schema, with RECIPE_SECTIONS' order and RECIPE_ONLY's keys), and the defaults of the library's option
 classes with their mapping to a recipe's sections (`defaults_from`: CalibrationOptions and ConvertOptions in
-edgekit.conversion, PruneOptions in edgekit.compress). A new option is a line here and the code that reads it.
+edgekit.conversion, PruneOptions in edgekit.pruning). A new option is a line here and the code that reads it.
 
 Strings and defaults only: `import edgekit; edgekit.convert` reads this without numpy or typer. Help texts name
 the library's choices as `{formats}`, `{precisions}` and `{calib_methods}`; the CLI fills them in.

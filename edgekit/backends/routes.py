@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from edgekit.backends.torch.export_errors import DEFAULT_HINT, hint_for, plain
+from edgekit.backends.export_errors import DEFAULT_HINT, hint_for, plain
 from edgekit.errors import ConversionError, EdgekitError
 
 log = logging.getLogger("edgekit")
@@ -75,7 +75,7 @@ class Routing:
     - `failed`: how the error begins where every route failed ("ONNX export failed: "); `listed` writes the failures
       after it (each_route or alike_together);
     - `reason` (the error, the job -> its why on one line) and `hints` ((pattern, hint) for what the errors showed,
-      backends.torch.export_errors.hint_for), with `shown` (an error -> texts it showed beyond its message: a refused
+      backends.export_errors.hint_for), with `shown` (an error -> texts it showed beyond its message: a refused
       trace's warnings) and `cause` (the errors -> the framework's full message shown below the error line);
     - `own_errors`: edgekit's own errors speak for the route: a ConversionError's message is its why and its hint joins
       the hints; another EdgekitError (the inputs or options, not the route: every route would say the same) goes up;

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from edgekit import registry
 from edgekit.errors import EdgekitError
-from edgekit.recipe.run import PreparedCell, artifact_path, prepare_cell, time_cell, timing_machine
+from edgekit.recipe.cells import PreparedCell, artifact_path, prepare_cell, time_cell, timing_machine
 
 POLL_SECONDS = 0.5
 

@@ -13,7 +13,7 @@ from dataclasses import MISSING, asdict, fields
 
 import pytest
 import typer.main
-from edgekit.compress import PruneOptions
+from edgekit.pruning import PruneOptions
 
 import edgekit
 from edgekit import commands

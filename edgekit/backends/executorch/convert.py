@@ -19,8 +19,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgekit.backends.export_errors import HINTS, chain, hint_for, model_code, plain, quiet, reason
 from edgekit.backends.routes import Route, Routing, alike_together, first_route
-from edgekit.backends.torch.export_errors import HINTS, chain, hint_for, model_code, plain, quiet, reason
 from edgekit.conversion import ConversionData, Converter, ConvertOptions
 from edgekit.errors import ConversionError
 
@@ -30,7 +30,7 @@ PLUMBING = {"getitem"}  # picks a delegate call's outputs apart: no compute, not
 NHWC_RANK = 4  # the rank XNNPACK's channels-last pass lays out (ChannelsLastTaggedReshapePass.can_be_converted_to_nhwc)
 UNSQUEEZED = {"convolution.default"}  # XNNPACK's Conv1dUnsqueezePass makes a 1-D convolution 4-D before that pass
 PASS_FAILED = re.compile(r"An error occurred when running the '(\w+)' pass after the following passes")  # ExecuTorch's
-# what the errors showed -> the hint naming that cause (backends.torch.export_errors.hint_for): torch.export's, XNNPACK's
+# what the errors showed -> the hint naming that cause (backends.export_errors.hint_for): torch.export's, XNNPACK's
 # channels-last layout, and ONNX, the other route from a torch module, whatever they showed
 LOWERING_HINTS = (
     *HINTS,

@@ -25,8 +25,8 @@ def export_onnx(model, shape, out: Path) -> None:
     """fp32 ONNX of `model` behind the KV-cache signature (weights inside the file)."""
     import torch
 
+    from edgekit.backends.export_errors import quiet
     from edgekit.backends.torch import causal_lm
-    from edgekit.backends.torch.export_errors import quiet
 
     example, dynamic = causal_lm.export_inputs(shape)
     with quiet(), torch.no_grad():

@@ -19,8 +19,8 @@ import traceback
 import warnings
 from pathlib import Path
 
+from edgekit.backends.export_errors import HINTS, is_user_file, model_code, quiet, reason, where_text
 from edgekit.backends.routes import Route, Routing, first_route
-from edgekit.backends.torch.export_errors import HINTS, is_user_file, model_code, quiet, reason, where_text
 from edgekit.conversion import ConversionData, Converter, ConvertOptions
 
 TWO_GB = 2 * 1024**3

@@ -16,28 +16,16 @@ weights alone cost it 12 points of top-1 agreement on the photo crops; with this
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from edgekit.backends.onnx import pair_safe
 from edgekit.backends.onnx.loader import node_attribute
+from edgekit.backends.torch.layer_inputs import input_moments, mean_output_shift
+from edgekit.quantize import pair_safe
+from edgekit.quantize.rounding import POSITIONS, SAMPLES, LayerStats, best_codes, output_error
 
-SAMPLES = 16  # calibration samples the input statistics are measured on
-POSITIONS = 1024  # output positions (patches) sampled per sample for a convolution's G
-DAMPING = 0.01  # G + 1% of its mean diagonal: keeps the fit off directions the samples did not cover
-MAX_ROUNDS = 256  # moves per channel at most
 OPS = ("Conv", "Gemm", "MatMul")
-
-
-@dataclass
-class LayerStats:
-    """One layer's input statistics: G (K x K, or C x K x K for a depthwise conv) and the mean input."""
-
-    gram: np.ndarray
-    mean: np.ndarray
-    rows: int = 0  # input rows (patches) G was summed over
 
 
 def _layers(model) -> list:
@@ -58,7 +46,6 @@ def _layers(model) -> list:
 def input_statistics(model_path: Path, samples, count: int = SAMPLES, positions: int = POSITIONS, threads: int | None = None) -> dict:
     """{weight name: LayerStats} of the float model, from one ONNX Runtime pass over `count` samples."""
     import onnx
-    import torch
 
     from edgekit.backends.onnx.sensitivity import tensor_batches
 
@@ -70,8 +57,8 @@ def input_statistics(model_path: Path, samples, count: int = SAMPLES, positions:
     stats: dict[str, LayerStats] = {}
     for values in tensor_batches(model, [node.input[0] for node in layers], probe, 8, threads):
         for node in layers:
-            x = torch.from_numpy(np.asarray(values[node.input[0]], np.float32))
-            gram, mean_sum, rows = _moments(node, x, shapes[node.input[1]], positions, rng)
+            x = np.asarray(values[node.input[0]], np.float32)
+            gram, mean_sum, rows = input_moments(x, shapes[node.input[1]], _geometry(node), positions, rng)
             if node.input[1] in stats:
                 s = stats[node.input[1]]
                 s.gram, s.mean, s.rows = s.gram + gram, s.mean + mean_sum, s.rows + rows
@@ -83,80 +70,17 @@ def input_statistics(model_path: Path, samples, count: int = SAMPLES, positions:
     return stats
 
 
-def _moments(node, x, weight_shape, positions: int, rng) -> tuple[np.ndarray, np.ndarray, int]:
-    """(sum of x x^T over the layer's input rows or patches, the batch sum of the input, number of rows)."""
-    import torch
-
-    mean_sum = x.double().sum(0).numpy()
+def _geometry(node) -> dict | None:
+    """A Conv node's pads (top, left, bottom, right), strides, dilations and groups; None for a Gemm/MatMul."""
     if node.op_type != "Conv":
-        rows = x.reshape(-1, x.shape[-1])
-        return (rows.T @ rows).double().numpy(), mean_sum, len(rows)
-    top, left, bottom, right = _pads(node)
-    padded = torch.nn.functional.pad(x, (left, right, top, bottom))
-    patches = torch.nn.functional.unfold(
-        padded, weight_shape[2:], node_attribute(node, "dilations", [1, 1]), 0, node_attribute(node, "strides", [1, 1])
-    )
-    picked = torch.from_numpy(rng.choice(patches.shape[2], min(positions, patches.shape[2]), replace=False))
-    patches = patches[:, :, picked]  # N, C*kh*kw, P (float32 products, summed in float64 across batches)
-    if node_attribute(node, "group", 1) == 1:
-        rows = patches.permute(0, 2, 1).reshape(-1, patches.shape[1])
-        return (rows.T @ rows).double().numpy(), mean_sum, len(rows)
-    channels, taps = x.shape[1], weight_shape[2] * weight_shape[3]  # depthwise: one G per channel
-    per_channel = patches.reshape(len(x), channels, taps, -1).permute(1, 0, 3, 2).reshape(channels, -1, taps)
-    return torch.einsum("cpk,cpj->ckj", per_channel, per_channel).double().numpy(), mean_sum, per_channel.shape[1]
-
-
-def _pads(node) -> tuple[int, int, int, int]:
+        return None
     pads = node_attribute(node, "pads", [0, 0, 0, 0])
-    return pads[0], pads[1], pads[2], pads[3]
-
-
-def best_codes(
-    weights: np.ndarray, codes: np.ndarray, scale: np.ndarray, zero: np.ndarray, gram: np.ndarray, bounds, pairs: bool = False
-) -> np.ndarray:
-    """Codes (C x K) near `codes` that lower each channel's output error d G d^T, d = (q - zero) * scale - w,
-    one code moved by one step per channel and round, while a move lowers it. `pairs`: the codes start from,
-    and every move keeps to, the pair limit of backends.onnx.pair_safe."""
-    if pairs:
-        codes = pair_safe.project(codes)
-    q = codes.astype(np.float64)
-    d = (q - zero) * scale - weights
-    gram = gram + DAMPING * _mean_diagonal(gram)
-    per_channel = gram.ndim == 3
-    grad = np.einsum("ck,ckj->cj", d, gram) if per_channel else d @ gram
-    diag = np.einsum("ckk->ck", gram) if per_channel else np.broadcast_to(np.diag(gram), d.shape)
-    active = np.arange(len(q))
-    for _ in range(min(2 * q.shape[1], MAX_ROUNDS)):
-        step = np.where(d[active] > 0, -1.0, 1.0)  # towards the other grid neighbour of w
-        moved = step * scale[active]
-        gain = 2 * moved * grad[active] + moved * moved * diag[active]
-        gain[(q[active] + step < bounds[0]) | (q[active] + step > bounds[1])] = np.inf
-        if pairs:
-            gain[np.abs(q[active] + step) + pair_safe.partner_magnitude(q[active]) > pair_safe.LIMIT] = np.inf
-        best = gain.argmin(1)
-        picked = np.arange(len(active))
-        improves = gain[picked, best] < -1e-12 * max(float(np.abs(grad).max()), 1e-30)
-        if not improves.any():
-            break
-        r, k, delta = active[improves], best[improves], moved[picked[improves], best[improves]]
-        q[r, k] += step[picked[improves], best[improves]]
-        d[r, k] += delta
-        grad[r] += delta[:, None] * (gram[r, k] if per_channel else gram[k])
-        active = r  # a channel no move improves is done
-    return q.astype(codes.dtype)
-
-
-def _mean_diagonal(gram: np.ndarray) -> np.ndarray:
-    if gram.ndim == 3:
-        return np.einsum("ckk->c", gram)[:, None, None] / gram.shape[1] * np.eye(gram.shape[1])
-    return np.trace(gram) / len(gram) * np.eye(len(gram))
-
-
-def output_error(weights, codes, scale, zero, gram) -> float:
-    """Sum over channels of d G d^T for these codes."""
-    d = (codes.astype(np.float64) - zero) * scale - weights
-    product = np.einsum("ck,ckj->cj", d, gram) if gram.ndim == 3 else d @ gram
-    return float((product * d).sum())
+    return {
+        "pads": (pads[0], pads[1], pads[2], pads[3]),
+        "strides": node_attribute(node, "strides", [1, 1]),
+        "dilations": node_attribute(node, "dilations", [1, 1]),
+        "groups": node_attribute(node, "group", 1),
+    }
 
 
 class WeightRounding:
@@ -164,7 +88,7 @@ class WeightRounding:
 
     def __init__(self, float_model: Path, samples, pair_safe: bool = False) -> None:
         self.float_model, self.samples = Path(float_model), samples
-        self.pair_safe = pair_safe  # u8 x s8 for x86 without VNNI: codes kept to backends.onnx.pair_safe's limits
+        self.pair_safe = pair_safe  # u8 x s8 for x86 without VNNI: codes kept to quantize.pair_safe's limits
         self._stats: dict | None = None
         self._codes: dict = {}
         self.errors: dict[str, tuple[float, float]] = {}  # weight -> output error (round-to-nearest, fitted)
@@ -238,7 +162,7 @@ class _LayerEdit:
         return 1
 
     def _limits(self, dtype, weight_shape) -> tuple[bool, tuple[int, int]]:
-        """(pair limit on, code bounds) for this layer: backends.onnx.pair_safe's where the scheme asks for it."""
+        """(pair limit on, code bounds) for this layer: quantize.pair_safe's where the scheme asks for it."""
         layer_kind = (
             pair_safe.kind(self.node.op_type, weight_shape, node_attribute(self.node, "group", 1)) if self.rounding.pair_safe else None
         )
@@ -267,21 +191,9 @@ class _LayerEdit:
 
     def _correct_bias(self, error_rows: np.ndarray, mean: np.ndarray, weight_shape) -> None:
         """Subtract the mean output error (W_q - W) E[x] from the bias, in its int32 grid or as a float."""
-        import torch
         from onnx import numpy_helper
 
-        if self.node.op_type == "Conv":
-            top, left, bottom, right = _pads(self.node)
-            x = torch.nn.functional.pad(torch.from_numpy(mean[None].astype(np.float32)), (left, right, top, bottom))
-            error = torch.from_numpy(error_rows.reshape(weight_shape).astype(np.float32))
-            strides, dilations = node_attribute(self.node, "strides", [1, 1]), node_attribute(self.node, "dilations", [1, 1])
-            shift = (
-                torch.nn.functional.conv2d(x, error, None, strides, 0, dilations, node_attribute(self.node, "group", 1))
-                .mean((0, 2, 3))
-                .numpy()
-            )
-        else:
-            shift = error_rows @ mean.reshape(-1, mean.shape[-1]).mean(0)
+        shift = mean_output_shift(error_rows, mean, weight_shape, _geometry(self.node))
         if self.node.op_type == "MatMul" or len(self.node.input) < 3 or not self.node.input[2]:
             return  # no bias to carry it
         bias = self.node.input[2]

@@ -2,7 +2,7 @@
 
 The int8 scheme is chosen for the CPU class (edgekit.isa) or accelerator the model is meant for, and
 the reason is recorded: u8 x s8 where VNNI/AMX accumulate it in int32 (the fast path), u8 x s8 with
-pair-safe weights on AVX2 (backends.onnx.pair_safe), u8 x u8 where u8 x s8 would saturate and that is not
+pair-safe weights on AVX2 (quantize.pair_safe), u8 x u8 where u8 x s8 would saturate and that is not
 measured (x86 with AVX-512BW or SSSE3 and no VNNI), s8 x s8 on Arm, symmetric s8 for TensorRT.
 """
 
@@ -353,11 +353,11 @@ def _quantize_static(
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
-    from edgekit.backends.onnx import pair_safe
     from edgekit.backends.onnx.calibration import ort_reader
+    from edgekit.backends.onnx.pair_safe import overrides as pair_safe_overrides
 
     types = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}
-    overrides = pair_safe.overrides(onnx.load(str(pre)), options.per_tensor) if scheme.pair_safe_weights else {}
+    overrides = pair_safe_overrides(onnx.load(str(pre)), options.per_tensor) if scheme.pair_safe_weights else {}
     methods = {
         "minmax": CalibrationMethod.MinMax,
         "entropy": CalibrationMethod.Entropy,

@@ -15,9 +15,9 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from edgekit.backends.export_errors import HINTS, model_code, plain, quiet, reason
 from edgekit.backends.openvino.loader import root_logger_kept
 from edgekit.backends.routes import Route, Routing, first_route
-from edgekit.backends.torch.export_errors import HINTS, model_code, plain, quiet, reason
 from edgekit.conversion import ConversionData, ConvertOptions
 from edgekit.errors import ConversionError, EdgekitError
 

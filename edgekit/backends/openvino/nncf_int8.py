@@ -44,7 +44,8 @@ def _overflow_fix(for_target: str):
 def sensitive_layers(model, ov_model, data: ConversionData, specs, options: ConvertOptions) -> dict:
     """The sensitivity outliers (quantize.sensitivity), measured on a PyTorch source and named as OpenVINO
     names their convolutions; other sources are not measured (the provenance says so)."""
-    from edgekit.quantize.sensitivity import outliers, provenance, torch_sensitivity
+    from edgekit.backends.torch.sensitivity import torch_sensitivity
+    from edgekit.quantize.sensitivity import outliers, provenance
 
     if not options.keep_sensitive or data.validation is not None:
         return {"kept_in_float": [], "ov_names": []}

@@ -30,7 +30,7 @@ class LiteRTQuantization:
     def ranked(self, int8: Path | None = None):
         """The layers by weight-only loss, round-to-nearest on the PyTorch module (`int8` is not read)."""
         from edgekit.backends.torch.loader import exported_batch
-        from edgekit.quantize.sensitivity import torch_sensitivity
+        from edgekit.backends.torch.sensitivity import torch_sensitivity
 
         return torch_sensitivity(self.pre, self.data.calibration, self.specs, fixed=exported_batch(self.pre))
 

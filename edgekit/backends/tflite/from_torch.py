@@ -19,9 +19,9 @@ import re
 import shutil
 from pathlib import Path
 
+from edgekit.backends.export_errors import ANSI, HINTS, first_line, model_code, reason
 from edgekit.backends.routes import Route, Routing, first_route
 from edgekit.backends.tflite.pads import fold_same_pads
-from edgekit.backends.torch.export_errors import ANSI, HINTS, first_line, model_code, reason
 from edgekit.conversion import ConversionData, Converter, ConvertOptions
 from edgekit.errors import ConversionError, EdgekitError
 from edgekit.fileio import work_folder

@@ -93,7 +93,8 @@ def int8_keeping_sensitive(module, args, make_quantizer, batches: list, samples,
     included: layers interact. Each trial is the full PT2E pass; only the closest is held. EfficientNet-Lite0's three
     outliers kept (with the ops that feed them: `unannotate_modules`), 600 photo crops against fp32 (x86-vnni):
     LiteRT 96.00 -> 97.17%, ExecuTorch 95.50 -> 97.67%, cosine 0.9981 -> 0.9989 (docs/int8-schemes.md)."""
-    from edgekit.quantize.sensitivity import SAMPLES, losses_by_kept, outliers, output_loss, provenance, torch_sensitivity
+    from edgekit.backends.torch.sensitivity import torch_sensitivity
+    from edgekit.quantize.sensitivity import SAMPLES, losses_by_kept, outliers, output_loss, provenance
 
     ranked, total = torch_sensitivity(module, samples, specs, fixed=exported_batch(module))
     candidates = outliers(ranked)
@@ -113,7 +114,7 @@ def int8_keeping_sensitive(module, args, make_quantizer, batches: list, samples,
 
 def first_outputs(model, batches: list) -> list:
     """The model's first output on each batch (tuples of input tensors), as arrays."""
-    from edgekit.quantize.sensitivity import first_output
+    from edgekit.backends.torch.sensitivity import first_output
 
     with torch.no_grad():
         return [first_output(model(*b)) for b in batches]

@@ -1,28 +1,27 @@
 """A converted PT2E model's weights fitted to its own activations, whatever the backend's quantizer: the weight codes
-fitted (`fit_weight_rounding`, backends.onnx.int8_rounding's algorithm), then each bias moved so the layer's mean
+fitted (`fit_weight_rounding`, edgekit.quantize.rounding's algorithm), then each bias moved so the layer's mean
 output on the calibration samples is the float model's, layer by layer through the quantized model
 (`correct_biases`). Import lazily (it imports torch).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch.fx import GraphModule, Node
 
+from edgekit.backends.torch.layer_inputs import input_moments
 from edgekit.backends.torch.pt2e_patterns import CONVS
+from edgekit.quantize import rounding
 
 _aten = torch.ops.aten
 
 
 def fit_weight_rounding(model: GraphModule, batches) -> dict:
-    """backends.onnx.int8_rounding on a converted PT2E model: each conv/linear weight that goes through a quantize/dequantize
+    """edgekit.quantize.rounding on a converted PT2E model: each conv/linear weight that goes through a quantize/dequantize
     pair is replaced by its fitted codes times its scale (the quantize op then reproduces those codes) and its float
     bias absorbs the mean output error. `batches`: tuples of input tensors; the statistics come from the model's own
     (quantized) activations. Returns the provenance entry."""
-    import numpy as np
-
-    from edgekit.backends.onnx import int8_rounding as rounding
-
     layers = [layer for node in model.graph.nodes if (layer := _QuantizedLayer.of(model, node)) is not None]
     stats = _layer_statistics(model, layers, batches)
     before = after = 0.0
@@ -120,12 +119,7 @@ def _weight_quantize_pairs() -> dict:
 
 
 def _layer_statistics(model: GraphModule, layers: list[_QuantizedLayer], batches) -> dict:
-    """{conv/linear node: int8_rounding.LayerStats} of its input over the first SAMPLES batches."""
-    import numpy as np
-    from onnx import helper
-
-    from edgekit.backends.onnx import int8_rounding as rounding
-
+    """{conv/linear node: rounding.LayerStats} of its input over the first SAMPLES batches."""
     by_node = {layer.node: layer for layer in layers}
     seen: dict = {}
 
@@ -146,9 +140,7 @@ def _layer_statistics(model: GraphModule, layers: list[_QuantizedLayer], batches
         for node, x in seen.items():
             layer = by_node[node]
             weight = layer._attr(layer.quantize.args[0])
-            gram, mean_sum, rows = rounding._moments(
-                _onnx_like(node, layer.conv, helper), x.float(), tuple(weight.shape), rounding.POSITIONS, rng
-            )
+            gram, mean_sum, rows = input_moments(x.float(), tuple(weight.shape), _geometry(node, layer.conv), rounding.POSITIONS, rng)
             if node in stats:
                 s = stats[node]
                 s.gram, s.mean, s.rows = s.gram + gram, s.mean + mean_sum, s.rows + rows
@@ -159,15 +151,14 @@ def _layer_statistics(model: GraphModule, layers: list[_QuantizedLayer], batches
     return stats
 
 
-def _onnx_like(node: Node, conv: bool, helper):
-    """The layer described as the ONNX node int8_rounding's statistics read (op type, pads, strides, groups)."""
+def _geometry(node: Node, conv: bool) -> dict | None:
+    """A conv2d's pads (top, left, bottom, right), strides, dilations and groups, as input_moments reads them; None for
+    a linear."""
     if not conv:
-        return helper.make_node("Gemm", ["x", "w"], ["y"])
+        return None
     stride, padding, dilation, groups = _conv2d_params(node)
     top, left = padding
-    return helper.make_node(
-        "Conv", ["x", "w"], ["y"], pads=[top, left, top, left], strides=list(stride), dilations=list(dilation), group=groups
-    )
+    return {"pads": (top, left, top, left), "strides": list(stride), "dilations": list(dilation), "groups": groups}
 
 
 def _conv2d_params(conv: Node) -> tuple:

@@ -283,7 +283,7 @@ def test_the_cache_key_follows_the_int8_scheme_not_how_the_class_was_named(tmp_p
 
     from edgekit import isa
     from edgekit.conversion import CalibrationOptions, ConvertOptions
-    from edgekit.recipe.run import cache_key
+    from edgekit.recipe.cells import cache_key
     from edgekit.source import ModelSource
 
     model, data = tmp_path / "m.onnx", tmp_path / "calib.npz"

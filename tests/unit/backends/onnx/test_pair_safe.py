@@ -1,4 +1,4 @@
-"""Pair-safe u8 x s8 weights for x86 without VNNI (backends.onnx.pair_safe); the kernel side of it is checked on
+"""Pair-safe u8 x s8 weights for x86 without VNNI (quantize.pair_safe); the kernel side of it is checked on
 ONNX Runtime's own AVX2 kernel in tests/unit/test_isa_emulated.py."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgekit.backends.onnx import pair_safe
-from edgekit.backends.onnx.int8_rounding import best_codes, output_error
+from edgekit.quantize import pair_safe
+from edgekit.quantize.rounding import best_codes, output_error
 
 
 @pytest.mark.parametrize(
