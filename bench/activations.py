@@ -61,7 +61,7 @@ def run(rounds: int = 3) -> None:
             f"run in float. p50 ratio: median over {rounds} interleaved rounds, each artifact in a fresh process.",
             f"Last row: what `--val` ({CONTROL_VALIDATION[0]} crops of seed {CONTROL_VALIDATION[1]}) with `--min-agreement {CONTROL_LIMIT}` writes: accuracy "
             "control returns the most sensitive layers and activations to float one at a time, keeping a step only where it "
-            "brings the outputs closer to fp32 (edgekit.quantize.accuracy).",
+            "brings the outputs closer to fp32 (edgekit.quantization.accuracy).",
             "The two rows after it run the Q/DQ as written (`onnxruntime:cpu[optimization=disable]`: ONNX Runtime's int8 kernels "
             "take no per-channel activation scale): the default, then the same model with each linear stream tensor (a Conv "
             f"output with no ReLU6, an Add) quantized per channel, each channel's range its own |max| on {STREAM_CROPS} "

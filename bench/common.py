@@ -13,7 +13,7 @@ from edgekit.converters.pipeline import convert
 from edgekit.isa import host_class
 from edgekit.report.schema import new_report, write_json
 from edgekit.source import ModelSource, open_source
-from edgekit.validate.benchmark import BenchSettings, bench
+from edgekit.validation.benchmark import BenchSettings, bench
 
 ROOT = Path(__file__).parent
 CACHE = ROOT / ".cache"

@@ -19,8 +19,8 @@ import numpy as np
 from bench.common import CACHE, publish
 from edgekit.errors import EdgekitError
 from edgekit.source import open_source
-from edgekit.validate.benchmark import BenchSettings
-from edgekit.validate.regression import RetimeSettings, retime
+from edgekit.validation.benchmark import BenchSettings
+from edgekit.validation.regression import RetimeSettings, retime
 
 TRIALS = int(os.environ.get("EDGEKIT_GATE_TRIALS", "20"))
 TOLERANCE = float(os.environ.get("EDGEKIT_GATE_TOLERANCE", "0.10"))
@@ -90,7 +90,7 @@ def with_extra_work(fp32: Path, matmuls: int, out: Path) -> Path:
 
 def _fastest(path: Path, threads: int, processes: int = 3) -> float:
     """The gate's own measure: the fastest run of the fastest of a few fresh processes (ms)."""
-    from edgekit.validate.benchmark import bench
+    from edgekit.validation.benchmark import bench
 
     return min(min(bench(open_source(str(path)), BenchSettings(threads=threads, warmup=10, runs=50)).times_ms) for _ in range(processes))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from bench.common import CACHE, IMAGE, MODELS, photo_calibration, publish
 from edgekit.conversion import CalibrationOptions, ConvertOptions
 from edgekit.source import ModelSource, open_source
-from edgekit.validate.benchmark import BenchSettings, bench
+from edgekit.validation.benchmark import BenchSettings, bench
 
 TORCH_SETTINGS = (  # compile, dtype, channels_last
     ("eager", "fp32", "0"),

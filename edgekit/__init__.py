@@ -2,30 +2,22 @@
 
 The commands are functions too: `edgekit.convert`, `quantize`, `prune`, `validate`, `bench`, `run` and `gate`
 take the commands' arguments and return typed results (docs/python-api.md). They load on first use, so
-`import edgekit` imports no framework.
+`import edgekit` imports no framework. No subpackage is named after a command, so each name means the function.
 """
-
-import sys
-import types
 
 __version__ = "0.1.0"
 API = ("bench", "convert", "gate", "prune", "quantize", "run", "validate")
 __all__ = [*API, "__version__"]
 
 
-class _Edgekit(types.ModuleType):
-    """`edgekit.validate` is the function even after the `edgekit.validate` package is imported (which sets the
-    attribute to the package); the package stays importable by name (`from edgekit.metrics.gate import ...`)."""
+def __getattr__(name: str):
+    """The API functions, from edgekit.api when first asked for (PEP 562)."""
+    if name in API:
+        from edgekit import api
 
-    def __getattribute__(self, name: str):
-        if name in API:
-            from edgekit import api
-
-            return getattr(api, name)
-        return super().__getattribute__(name)
-
-    def __dir__(self) -> list[str]:
-        return sorted({*super().__dir__(), *API})
+        return getattr(api, name)
+    raise AttributeError(f"module 'edgekit' has no attribute '{name}'")
 
 
-sys.modules[__name__].__class__ = _Edgekit
+def __dir__() -> list[str]:
+    return sorted({*globals(), *API})

@@ -81,7 +81,7 @@ def _convert_language_model(source, args) -> Converted:
     """convert --task text-generation: a causal LM with its KV cache (converters.causal_lm)."""
     from edgekit.converters.causal_lm import convert_lm
     from edgekit.errors import EdgekitError
-    from edgekit.validate.text_generation import TASK
+    from edgekit.validation.text_generation import TASK
 
     if args.task != TASK:
         raise EdgekitError(f"convert --task takes {TASK}, not '{args.task}'", hint="other tasks need no --task to convert")
@@ -119,7 +119,7 @@ def quantize(args) -> Converted:
 def prune(args) -> Prune:
     """`edgekit prune`: compress a model, save it, compare original vs compressed (vs quantized) on `data`."""
     from edgekit.api import guess
-    from edgekit.api.prune import compare_stages, fill_int8_accuracy, gate_compressed
+    from edgekit.api.stages import compare_stages, fill_int8_accuracy, gate_compressed
     from edgekit.pruning import method_chain
     from edgekit.pruning.stages import STAGE_NAMES
     from edgekit.pruning.stages import prune as run_prune
@@ -159,8 +159,8 @@ def validate(args) -> Validation:
     declared validation set (the report's `data.default_of` says so). Gate failures are in `.gate`, not raised."""
     from edgekit.api import guess
     from edgekit.source import open_source
-    from edgekit.validate.validation import ValidationRequest
-    from edgekit.validate.validation import validate as run_validation
+    from edgekit.validation.validate import ValidationRequest
+    from edgekit.validation.validate import validate as run_validation
 
     _check_destinations(args.report, args.emit_recipe)
     artifact, reference, weights, allow_pickle = args.artifact, args.reference, args.weights, args.allow_pickle
@@ -200,13 +200,13 @@ def validate(args) -> Validation:
 
 
 def _is_language_model(source) -> bool:
-    from edgekit.validate.text_generation import is_language_model
+    from edgekit.validation.text_generation import is_language_model
 
     return source.path is not None and is_language_model(source)
 
 
 def _generation_settings(args):
-    from edgekit.validate.text_generation import GenerationSettings
+    from edgekit.validation.text_generation import GenerationSettings
 
     runs = args.runs if args.runs != commands.RUNS.default else GenerationSettings.runs  # a generation is many runs: 5 by default
     warmup = args.warmup if args.warmup != commands.WARMUP.default else GenerationSettings.warmup
@@ -216,7 +216,7 @@ def _generation_settings(args):
 def _validate_language_model(art, ref, args) -> Validation:
     """validate --task text-generation: perplexity, KL, next-token agreement and greedy match against PyTorch."""
     from edgekit.api import guess
-    from edgekit.validate.text_generation import LMValidationRequest, validate_lm
+    from edgekit.validation.text_generation import LMValidationRequest, validate_lm
 
     default = None if args.data else guess.default_validation(ref)
     request = LMValidationRequest(
@@ -258,10 +258,10 @@ def bench(args) -> Bench:
 
 def _bench_one(source, settings, specs, args) -> dict:
     """One artifact's bench: a language model's generation (TTFT, tokens/s), else the latency protocol."""
-    from edgekit.validate.benchmark import bench as run_bench
+    from edgekit.validation.benchmark import bench as run_bench
 
     if args.task == "text-generation" or _is_language_model(source):
-        from edgekit.validate.text_generation import bench_lm
+        from edgekit.validation.text_generation import bench_lm
 
         return bench_lm(source, _generation_settings(args)).to_dict()
     return run_bench(source, settings, specs).to_dict()
@@ -343,7 +343,7 @@ def _thresholds(command: commands.Command, args):
 
 def _bench_settings(args):
     """The latency runs the target, threads, batch, warmup and runs options ask for."""
-    from edgekit.validate.benchmark import BenchSettings
+    from edgekit.validation.benchmark import BenchSettings
 
     return BenchSettings(args.target, args.threads, args.batch, args.warmup, args.runs)
 

@@ -22,7 +22,7 @@ from edgekit.imports import import_attr
 from edgekit.native import third_party_quiet
 from edgekit.provenance import describe, source_provenance
 from edgekit.source import ModelSource
-from edgekit.validate.text_generation import PRECISIONS, TASK, TOKENIZER_SUFFIX, generate, load_tokens, tokenizer_text
+from edgekit.validation.text_generation import PRECISIONS, TASK, TOKENIZER_SUFFIX, generate, load_tokens, tokenizer_text
 
 log = logging.getLogger("edgekit")
 VERIFY_PROMPTS = 2  # prompts greedily decoded by the artifact and PyTorch before the file counts as written

@@ -154,7 +154,7 @@ def _with_calib_method(steps, options: ConvertOptions) -> ConvertOptions:
 
 
 def _check_accuracy_control(steps, options: ConvertOptions) -> None:
-    from edgekit.quantize.accuracy import Limit
+    from edgekit.quantization.accuracy import Limit
 
     limits = Limit.of(options).count() > 0
     if options.validation_data is None and not limits:

@@ -167,7 +167,7 @@ def _reference(source: ModelSource, specs: list[TensorSpec], artifact):
 def _outputs(reference, artifact, samples: Samples) -> list[tuple[str, np.ndarray, np.ndarray]]:
     """(artifact output name, the source's output, the artifact's) for each output, run on the same inputs."""
     from edgekit.metrics.compare import run_batches
-    from edgekit.validate.validation import align_inputs, paired_reference
+    from edgekit.validation.validate import align_inputs, paired_reference
 
     ref_samples, _ = align_inputs(samples, artifact.inputs, reference.inputs)
     batch = min(len(samples), 8)

@@ -14,7 +14,7 @@ from edgekit.errors import EdgekitError
 from edgekit.recipe.cache import cached_build
 from edgekit.recipe.schema import SOURCE_FORMATS
 from edgekit.source import ModelSource
-from edgekit.validate.benchmark import BenchSettings
+from edgekit.validation.benchmark import BenchSettings
 
 log = logging.getLogger("edgekit")
 
@@ -41,7 +41,7 @@ def run_cell(recipe, source, inputs, fmt, precision, target, validation, calibra
 def prepare_cell(recipe, source, inputs, fmt, precision, target, validation, calibration, cache: Path, use_cache: bool) -> PreparedCell:
     """The host-side work of a cell (convert or reuse, fidelity and accuracy): the part that may run anywhere."""
     from edgekit.metrics.task_metrics import TaskSettings
-    from edgekit.validate.validation import ValidationRequest, evaluate
+    from edgekit.validation.validate import ValidationRequest, evaluate
     from edgekit.zoo.names import zoo_labels
 
     cell = PreparedCell({"format": fmt, "precision": precision, "target": target}, host_work=where_this_runs())
@@ -78,7 +78,7 @@ def _prepare_language_model(
     cell: PreparedCell, recipe, artifact: ModelSource, source: ModelSource, target: str, validation
 ) -> PreparedCell:
     """A language model's cell: perplexity, KL, next-token agreement and greedy match against PyTorch (no timing)."""
-    from edgekit.validate.text_generation import GenerationSettings, LMValidationRequest, evaluate_lm
+    from edgekit.validation.text_generation import GenerationSettings, LMValidationRequest, evaluate_lm
 
     lat = recipe.latency
     settings = GenerationSettings(lat.prompt_len, lat.new_tokens, min(lat.runs, 5), min(lat.warmup, 1), lat.threads, target)
@@ -89,8 +89,8 @@ def _prepare_language_model(
 
 def time_cell(cell: PreparedCell) -> dict:
     """The cell's latency run (alone on its machine) and its row; a failure becomes the row's status."""
-    from edgekit.validate.text_generation import LMValidationRequest, add_lm_latency
-    from edgekit.validate.validation import add_latency, summary_row
+    from edgekit.validation.text_generation import LMValidationRequest, add_lm_latency
+    from edgekit.validation.validate import add_latency, summary_row
 
     where = {"host_work": cell.host_work}
     if cell.failure:
@@ -185,7 +185,7 @@ def cache_key(source: ModelSource, fmt: str, options: ConvertOptions) -> str:
 def _int8_for(for_target: str) -> dict:
     """The int8 scheme of the target (TensorRT's, or its CPU class's): a cache made with another scheme for the
     same class (an older edgekit's) is not reused."""
-    from edgekit.quantize.scheme import choose_scheme
+    from edgekit.quantization.scheme import choose_scheme
 
     scheme = choose_scheme(for_target).to_dict()
     scheme.pop("isa_from")  # how the class was named (this host, --for-target) does not change the artifact

@@ -14,7 +14,7 @@ FIDELITY_KINDS = ("validate", "matrix")  # reports with outputs compared against
 
 def report_rows(report: dict) -> list[dict]:
     """Any report as summary rows (format, precision, target, status, metrics): what gates and renderers read."""
-    from edgekit.validate.validation import summary_row
+    from edgekit.validation.validate import summary_row
 
     kind = report.get("kind")
     if kind == "validate":
@@ -134,7 +134,7 @@ def _latency_verdict(row: dict, before: dict, latency: LatencyCheck) -> dict | N
     new, old = row.get("artifact"), before.get("artifact")
     if latency.retime and new and old and Path(new).exists() and Path(old).exists():
         from edgekit.source import open_source
-        from edgekit.validate.regression import RetimeSettings, retime, with_runner
+        from edgekit.validation.regression import RetimeSettings, retime, with_runner
 
         settings = with_runner(RetimeSettings(latency.tolerance, max_rounds=latency.max_rounds), row.get("target"), row.get("threads"))
         return retime(open_source(old), open_source(new), settings, latency.progress)

@@ -376,7 +376,7 @@ def pi5(sshd, inventory, tmp_path_factory) -> str:
 def test_an_emulated_pi5_gets_the_arm_scheme_and_keeps_its_accuracy(pi5, fashion_onnx, demo_data, small_test_npz, tmp_path):
     """check probes an Arm64 CPU with SDOT; a build --for-target the device takes its class's s8 x s8 scheme; that
     int8 model, run by ONNX Runtime's Arm kernels on the device, keeps FashionCNN's accuracy."""
-    from edgekit.quantize.scheme import choose_scheme
+    from edgekit.quantization.scheme import choose_scheme
 
     check = run_cli("devices", "check", pi5)
     assert check.code == 0 and "emulated: qemu-aarch64 -cpu cortex-a76" in check.stdout, check.stdout + check.stderr

@@ -86,8 +86,8 @@ def test_convert_load_run_validate_bench(fmt, source, converted):
     from edgekit.provenance import DESCRIBERS, describe
     from edgekit.source import open_source
     from edgekit.targets import make_runner
-    from edgekit.validate.benchmark import BenchSettings
-    from edgekit.validate.validation import ValidationRequest, validate
+    from edgekit.validation.benchmark import BenchSettings
+    from edgekit.validation.validate import ValidationRequest, validate
     from edgekit.zoo.names import zoo_data
 
     _skip_unless_runs(fmt)

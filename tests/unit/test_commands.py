@@ -13,13 +13,13 @@ from dataclasses import MISSING, asdict, fields
 
 import pytest
 import typer.main
-from edgekit.pruning import PruneOptions
 
 import edgekit
 from edgekit import commands
 from edgekit.cli import _register, app
 from edgekit.conversion import CalibrationOptions, ConvertOptions
 from edgekit.metrics.gate import Thresholds
+from edgekit.pruning import PruneOptions
 from edgekit.recipe.schema import SECTIONS, CalibrationSection, CompressSection, ConvertSection, LatencySection, ReportSection
 
 DECLARED = [value for value in vars(commands).values() if isinstance(value, commands.Command)]
@@ -143,8 +143,8 @@ def test_a_recipe_of_defaults_and_a_command_of_defaults_give_the_library_default
 def test_the_lower_layers_settings_take_the_declared_defaults():
     """BenchSettings, TaskSettings and GenerationSettings repeat some options' defaults: they must agree."""
     from edgekit.metrics.task_metrics import TaskSettings
-    from edgekit.validate.benchmark import BenchSettings
-    from edgekit.validate.text_generation import GenerationSettings
+    from edgekit.validation.benchmark import BenchSettings
+    from edgekit.validation.text_generation import GenerationSettings
 
     copies = {BenchSettings: ("target", "threads", "batch", "warmup", "runs"), TaskSettings: ("postprocess", "mask_threshold")}
     copies[GenerationSettings] = ("prompt_len", "new_tokens", "threads", "target")  # runs 5, warmup 1: a generation is long

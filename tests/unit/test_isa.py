@@ -5,7 +5,7 @@ import pytest
 from edgekit.devices.presets import PRESETS
 from edgekit.errors import EdgekitError
 from edgekit.isa import CLASSES, classify, speedup_note
-from edgekit.quantize.scheme import choose_scheme
+from edgekit.quantization.scheme import choose_scheme
 
 # (machine, arch, flags as /proc/cpuinfo lists them: only the ones that matter are kept, plus neighbours)
 RECORDED = [

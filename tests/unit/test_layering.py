@@ -20,9 +20,9 @@ LAYERS = (
     ("data", {"source", "zoo", "calibration", "provenance"}),
     ("metrics and reports", {"metrics", "report"}),
     ("runtime", {"targets", "devices"}),
-    ("algorithms", {"conversion", "quantize", "pruning"}),
+    ("algorithms", {"conversion", "quantization", "pruning"}),
     ("backends", {"backends"}),  # and every backends.<format>
-    ("drivers", {"converters", "validate", "debug", "summary"}),
+    ("drivers", {"converters", "validation", "debug", "summary"}),
     ("recipe", {"recipe"}),
     ("api", {"api", "demo"}),
     ("cli", {"cli", "__main__", "__init__"}),

@@ -13,7 +13,7 @@ import pytest
 
 import edgekit
 from edgekit.source import open_source
-from edgekit.validate import text_generation as tg
+from edgekit.validation import text_generation as tg
 from tests.conftest import assert_clean_error, run_cli
 
 MAX_SEQ = 160

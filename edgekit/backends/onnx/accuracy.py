@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.backends.onnx.sensitivity import outputs
-from edgekit.quantize.accuracy import Limit, check_top1
+from edgekit.quantization.accuracy import Limit, check_top1
 
 
 def check_declared_top1(limit: Limit, model: Path) -> None:

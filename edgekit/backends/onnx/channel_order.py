@@ -14,7 +14,7 @@ pair sums the least. A space stays as it is where an op could not follow a reord
 mixes channels, a graph input or output, a MatMul, a shared weight).
 
 The orders are recorded (`notes["spaces"]`) so that `edgekit debug` compares each reordered tensor channel by
-channel with its reference (edgekit.quantize.channel_order.restore).
+channel with its reference (edgekit.quantization.channel_order.restore).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.backends.onnx.loader import node_attribute
-from edgekit.quantize import pair_safe
+from edgekit.quantization import pair_safe
 
 ELEMENTWISE = {
     "Relu",

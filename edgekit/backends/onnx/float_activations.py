@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgekit.quantize.accuracy import ACTIVATION
-from edgekit.quantize.sensitivity import LayerSensitivity, output_loss
+from edgekit.quantization.accuracy import ACTIVATION
+from edgekit.quantization.sensitivity import LayerSensitivity, output_loss
 
 
 def activation_pairs(model) -> list[tuple]:

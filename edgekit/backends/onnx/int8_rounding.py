@@ -22,8 +22,8 @@ import numpy as np
 
 from edgekit.backends.onnx.loader import node_attribute
 from edgekit.backends.torch.layer_inputs import input_moments, mean_output_shift
-from edgekit.quantize import pair_safe
-from edgekit.quantize.rounding import POSITIONS, SAMPLES, LayerStats, best_codes, output_error
+from edgekit.quantization import pair_safe
+from edgekit.quantization.rounding import POSITIONS, SAMPLES, LayerStats, best_codes, output_error
 
 OPS = ("Conv", "Gemm", "MatMul")
 

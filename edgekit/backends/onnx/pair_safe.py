@@ -1,4 +1,4 @@
-"""Pair-safe int8 weights (edgekit.quantize.pair_safe) for ONNX Runtime's static quantizer: the weight scales of every
+"""Pair-safe int8 weights (edgekit.quantization.pair_safe) for ONNX Runtime's static quantizer: the weight scales of every
 layer that needs them, as TensorQuantOverrides."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 from onnx import numpy_helper
 
 from edgekit.backends.onnx.loader import node_attribute
-from edgekit.quantize import pair_safe
+from edgekit.quantization import pair_safe
 
 
 def overrides(model, per_tensor: bool) -> dict:

@@ -21,7 +21,7 @@ from edgekit.backends.onnx.int8_rounding import WeightRounding
 from edgekit.conversion import ConversionData, Converter, ConvertOptions
 from edgekit.errors import ConversionError, EdgekitError
 from edgekit.imports import import_attr
-from edgekit.quantize.scheme import Int8Scheme, choose_scheme
+from edgekit.quantization.scheme import Int8Scheme, choose_scheme
 
 log = logging.getLogger("edgekit")
 ORDER_TOLERANCE = 1e-4  # the largest change of the float outputs, relative to their range, that a channel reordering may make
@@ -150,7 +150,7 @@ def _int8_dynamic(model: Path, out: Path, options: ConvertOptions, samples, spec
 
 def _int8_static(model: Path, out: Path, options: ConvertOptions, data: ConversionData, specs) -> dict:
     from edgekit.backends.onnx.accuracy import check_declared_top1, ort_logits
-    from edgekit.quantize.accuracy import Limit, accuracy_aware, on_target
+    from edgekit.quantization.accuracy import Limit, accuracy_aware, on_target
 
     scheme = choose_scheme(options.for_target)
     control = None
@@ -229,7 +229,7 @@ def _all_int8(quantizer: StaticQuantizer, out: Path) -> dict:
 def _keep_sensitive(quantizer: StaticQuantizer, out: Path) -> dict:
     """Keep in float the prefix of the sensitivity outliers (most sensitive first) that brings the outputs
     closest to fp32 on the probe samples, all-int8 included: layers interact (one kept alone may hurt)."""
-    from edgekit.quantize.sensitivity import losses_by_kept, outliers, provenance
+    from edgekit.quantization.sensitivity import losses_by_kept, outliers, provenance
 
     ranked, total = quantizer.ranked()
     candidates = [s for s in outliers(ranked) if s.name not in quantizer.options.exclude]
@@ -254,7 +254,7 @@ class StaticQuantizer:
     cache), quantized with any set of float layers; and the sensitivity measurements on a few samples."""
 
     def __init__(self, pre: Path, samples, specs, options: ConvertOptions, scheme: Int8Scheme, workdir: Path) -> None:
-        from edgekit.quantize.sensitivity import SAMPLES
+        from edgekit.quantization.sensitivity import SAMPLES
 
         self.pre, self.samples, self.specs, self.options, self.scheme = pre, samples, specs, options, scheme
         self.cache = workdir / "calibration.json"
@@ -339,7 +339,7 @@ class StaticQuantizer:
     def loss(self, model: Path) -> float:
         """1 - mean cosine of `model`'s outputs vs the fp32 model's on the sensitivity samples."""
         from edgekit.backends.onnx.sensitivity import outputs
-        from edgekit.quantize.sensitivity import output_loss
+        from edgekit.quantization.sensitivity import output_loss
 
         if self._reference is None:
             self._reference = outputs(self.pre, self.probe)

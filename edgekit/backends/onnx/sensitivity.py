@@ -14,7 +14,7 @@ import numpy as np
 from edgekit.artifact import TensorSpec, fixed_batch
 from edgekit.backends.onnx.loader import node_attribute
 from edgekit.calibration.samples import Samples, unpadded
-from edgekit.quantize.sensitivity import SAMPLES, LayerSensitivity, WeightLayer, fake_quantize, rank
+from edgekit.quantization.sensitivity import SAMPLES, LayerSensitivity, WeightLayer, fake_quantize, rank
 
 BATCH = 8
 

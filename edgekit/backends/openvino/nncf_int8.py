@@ -45,7 +45,7 @@ def sensitive_layers(model, ov_model, data: ConversionData, specs, options: Conv
     """The sensitivity outliers (quantize.sensitivity), measured on a PyTorch source and named as OpenVINO
     names their convolutions; other sources are not measured (the provenance says so)."""
     from edgekit.backends.torch.sensitivity import torch_sensitivity
-    from edgekit.quantize.sensitivity import outliers, provenance
+    from edgekit.quantization.sensitivity import outliers, provenance
 
     if not options.keep_sensitive or data.validation is not None:
         return {"kept_in_float": [], "ov_names": []}
@@ -105,7 +105,7 @@ def static_int8(ov_model, data: ConversionData, options: ConvertOptions, sensiti
     import nncf
 
     from edgekit.backends.openvino.calibration import nncf_dataset
-    from edgekit.quantize.accuracy import Limit
+    from edgekit.quantization.accuracy import Limit
 
     samples = data.calibration
     ignored = [*excluded_ops(ov_model, options.exclude), *sensitivity.pop("ov_names")]
@@ -189,7 +189,7 @@ def _accuracy_controlled(ov_model, data: ConversionData, options: ConvertOptions
     from nncf.quantization.advanced_parameters import AdvancedAccuracyRestorerParameters
 
     from edgekit.backends.openvino.calibration import nncf_dataset, nncf_outputs_check, nncf_validation
-    from edgekit.quantize.accuracy import MAX_STEPS
+    from edgekit.quantization.accuracy import MAX_STEPS
 
     if options.max_drop is not None:
         validation, validation_fn, max_drop = nncf_validation(data.validation, ov_model), _top1_validation, options.max_drop / 100.0
@@ -217,7 +217,7 @@ def _accuracy_controlled(ov_model, data: ConversionData, options: ConvertOptions
 def _check_nncf_limit(ov_model, limit) -> None:
     """What NNCF's accuracy control can hold, checked before any quantization: one limit, and a top-1 limit only on
     class scores."""
-    from edgekit.quantize.accuracy import check_top1
+    from edgekit.quantization.accuracy import check_top1
 
     if limit.count() > 1:
         raise EdgekitError(

@@ -44,7 +44,7 @@ class LiteRTQuantization:
     def logits(self, model, samples) -> np.ndarray:
         """The first output over `samples`: of the PyTorch reference, or of a .tflite on LiteRT."""
         if isinstance(model, (str, Path)):
-            from edgekit.quantize.accuracy import on_target
+            from edgekit.quantization.accuracy import on_target
 
             return on_target(None)(model, samples)
         import torch
@@ -62,7 +62,7 @@ class LiteRTQuantization:
 
 def accuracy_controlled(module, specs, data: ConversionData, options: ConvertOptions, build: Callable, out: Path) -> dict:
     """Write the int8 .tflite with as few float layers as meet --max-drop / --min-agreement / --min-cosine; the provenance of the steps."""
-    from edgekit.quantize.accuracy import Limit, accuracy_aware
+    from edgekit.quantization.accuracy import Limit, accuracy_aware
 
     quantization = LiteRTQuantization(module, specs, data, build)
     return accuracy_aware(quantization, out, data.validation, Limit.of(options), quantization.logits)

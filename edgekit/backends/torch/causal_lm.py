@@ -4,7 +4,7 @@ Any transformers causal LM (Llama, Qwen, GPT-2, Phi and their like: a model whos
 is wrapped in `KVCacheLM`: forward(input_ids [1, T], past_keys [L, 1, H_kv, P, D], past_values) ->
 (logits [1, T, V], present_keys [L, 1, H_kv, P + T, D], present_values). Prefill is P = 0, T = the prompt; decode is
 T = 1. The past is handed to the model as a transformers DynamicCache, and positions run from P, so one graph serves
-both. Every runtime (ONNX Runtime, OpenVINO, ExecuTorch) runs the same signature (edgekit.validate.text_generation).
+both. Every runtime (ONNX Runtime, OpenVINO, ExecuTorch) runs the same signature (edgekit.validation.text_generation).
 """
 
 from __future__ import annotations

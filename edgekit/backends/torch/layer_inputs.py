@@ -1,4 +1,4 @@
-"""What a conv/linear layer's inputs look like, for data-aware weight rounding (edgekit.quantize.rounding): the second
+"""What a conv/linear layer's inputs look like, for data-aware weight rounding (edgekit.quantization.rounding): the second
 moment of its input rows (a Gemm's rows, a convolution's patches) and their mean, measured with torch's unfold on the
 activations ONNX Runtime or a PT2E model produced; and the mean output error a weight error gives (bias correction)."""
 

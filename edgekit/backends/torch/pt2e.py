@@ -94,7 +94,7 @@ def int8_keeping_sensitive(module, args, make_quantizer, batches: list, samples,
     outliers kept (with the ops that feed them: `unannotate_modules`), 600 photo crops against fp32 (x86-vnni):
     LiteRT 96.00 -> 97.17%, ExecuTorch 95.50 -> 97.67%, cosine 0.9981 -> 0.9989 (docs/int8-schemes.md)."""
     from edgekit.backends.torch.sensitivity import torch_sensitivity
-    from edgekit.quantize.sensitivity import SAMPLES, losses_by_kept, outliers, output_loss, provenance
+    from edgekit.quantization.sensitivity import SAMPLES, losses_by_kept, outliers, output_loss, provenance
 
     ranked, total = torch_sensitivity(module, samples, specs, fixed=exported_batch(module))
     candidates = outliers(ranked)

@@ -1,5 +1,5 @@
 """A converted PT2E model's weights fitted to its own activations, whatever the backend's quantizer: the weight codes
-fitted (`fit_weight_rounding`, edgekit.quantize.rounding's algorithm), then each bias moved so the layer's mean
+fitted (`fit_weight_rounding`, edgekit.quantization.rounding's algorithm), then each bias moved so the layer's mean
 output on the calibration samples is the float model's, layer by layer through the quantized model
 (`correct_biases`). Import lazily (it imports torch).
 """
@@ -12,13 +12,13 @@ from torch.fx import GraphModule, Node
 
 from edgekit.backends.torch.layer_inputs import input_moments
 from edgekit.backends.torch.pt2e_patterns import CONVS
-from edgekit.quantize import rounding
+from edgekit.quantization import rounding
 
 _aten = torch.ops.aten
 
 
 def fit_weight_rounding(model: GraphModule, batches) -> dict:
-    """edgekit.quantize.rounding on a converted PT2E model: each conv/linear weight that goes through a quantize/dequantize
+    """edgekit.quantization.rounding on a converted PT2E model: each conv/linear weight that goes through a quantize/dequantize
     pair is replaced by its fitted codes times its scale (the quantize op then reproduces those codes) and its float
     bias absorbs the mean output error. `batches`: tuples of input tensors; the statistics come from the model's own
     (quantized) activations. Returns the provenance entry."""

@@ -1,4 +1,4 @@
-"""Per-layer int8 sensitivity of a PyTorch module (edgekit.quantize.sensitivity's ranking): each Conv and Linear
+"""Per-layer int8 sensitivity of a PyTorch module (edgekit.quantization.sensitivity's ranking): each Conv and Linear
 weight fake-quantized in place in turn, the module's first output compared with its float output."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from edgekit.calibration.samples import unpadded
-from edgekit.quantize.sensitivity import SAMPLES, LayerSensitivity, WeightLayer, fake_quantize, rank
+from edgekit.quantization.sensitivity import SAMPLES, LayerSensitivity, WeightLayer, fake_quantize, rank
 
 
 def first_output(out) -> np.ndarray:

@@ -142,7 +142,7 @@ def print_tensorrt_findings(findings: list[dict], indent: str = "") -> None:
 
 def _control_text(control: dict) -> str:
     """The limit accuracy control met and what it returned to float: layers, and (ONNX Runtime) activations."""
-    from edgekit.quantize.accuracy import Limit
+    from edgekit.quantization.accuracy import Limit
 
     limit = Limit.recorded(control).text()
     limit += f", scored on {control['validated_on']}" if "validated_on" in control else ""
@@ -166,7 +166,7 @@ def _quant_detail(quant: dict) -> str:
 
 def print_fallback(provenance: dict) -> None:
     """The share of ops that ran outside the accelerated part (validate.validation.fallback_of), where one was recorded."""
-    from edgekit.validate.validation import fallback_of
+    from edgekit.validation.validate import fallback_of
 
     fallback = fallback_of(provenance)
     if fallback:

@@ -81,7 +81,7 @@ def _print_heading(report: dict, data_text: str) -> None:
 
 def _print_task_metrics(judged: dict) -> None:
     """The task metric first: against the reference, against the labels, and the samples that changed most."""
-    from edgekit.validate.validation import metric_label
+    from edgekit.validation.validate import metric_label
 
     metric, ours = judged["metric"], judged["vs_reference"]
     name = metric_label(metric)

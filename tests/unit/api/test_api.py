@@ -47,11 +47,19 @@ def test_importing_edgekit_imports_no_framework():
         assert f"'{heavy}'" not in loaded, heavy
 
 
-def test_validate_stays_the_function_after_the_validate_package_is_imported():
-    import edgekit.report.schema  # noqa: F401  (sets the package as an attribute of edgekit)
+def test_each_api_name_is_the_function_whatever_was_imported():
+    """No module of edgekit or edgekit.api is named after a command (importing it would set the name to the module)."""
+    import importlib
+    import pkgutil
 
-    assert callable(edgekit.validate) and edgekit.validate.__module__ == "edgekit.api"
-    assert {"convert", "quantize", "prune", "validate", "bench", "run", "gate"} <= set(dir(edgekit))
+    for package in (edgekit, edgekit.api):
+        named = {m.name for m in pkgutil.iter_modules(package.__path__)} & set(edgekit.API)
+        assert not named, f"{package.__name__} has modules named after API functions: {sorted(named)}"
+    for name in ("edgekit.validation.validate", "edgekit.quantization.scheme", "edgekit.api.stages", "edgekit.pruning.stages"):
+        importlib.import_module(name)
+    for name in edgekit.API:
+        assert getattr(edgekit, name).__module__ == "edgekit.api" and getattr(edgekit.api, name).__module__ == "edgekit.api", name
+    assert set(edgekit.API) <= set(dir(edgekit))
 
 
 def test_convert_a_zoo_model_to_int8_with_its_own_calibration_set(zoo_int8):

@@ -91,7 +91,7 @@ def test_int8_keeps_a_raw_head_detectors_probabilities_and_boxes(fmt, noise, tmp
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("fmt", ["openvino", "tflite", "executorch"])  # ONNX Runtime's: tests/unit/validate/test_task_validation.py
+@pytest.mark.parametrize("fmt", ["openvino", "tflite", "executorch"])  # ONNX Runtime's: tests/unit/validation/test_task_validation.py
 def test_int8_keeps_the_zoo_detectors_detections(fmt, tmp_path):
     """zoo:fashion-det in int8 from its default calibration set (64 of its canvases), judged on 100 canvases of its
     validation set: at least 0.95 mAP@0.5 against fp32's confident detections, at most 1 point of labelled mAP@0.5 lost."""

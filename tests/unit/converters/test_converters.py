@@ -5,7 +5,7 @@ import pytest
 from edgekit.conversion import CalibrationOptions, ConvertOptions, needs_calibration, plan
 from edgekit.converters.pipeline import convert
 from edgekit.errors import EdgekitError
-from edgekit.quantize.scheme import choose_scheme
+from edgekit.quantization.scheme import choose_scheme
 from edgekit.source import open_source
 
 

@@ -9,8 +9,8 @@ from edgekit.metrics.compare import accuracy_percent, compare, compare_output, p
 from edgekit.metrics.gate import DEFAULT_GATES, Thresholds, check_row, compare_latency, failures, fmt_against, with_default_gates
 from edgekit.metrics.latency import LatencyStats
 from edgekit.source import open_source
-from edgekit.validate.benchmark import BenchSettings, bench, bench_in_process
-from edgekit.validate.validation import summary_row
+from edgekit.validation.benchmark import BenchSettings, bench, bench_in_process
+from edgekit.validation.validate import summary_row
 
 
 def test_identical_outputs_are_perfect():
@@ -258,7 +258,7 @@ def _rounds(*ratios, aa=0.01):
 
 
 def test_rounds_decide_regression_same_or_inconclusive():
-    from edgekit.validate.regression import decide
+    from edgekit.validation.regression import decide
 
     assert decide(_rounds(1.0, 1.01, 0.99), 0.10)["verdict"] == "SAME"
     regression = decide(_rounds(1.30, 1.28, 1.31), 0.10)
@@ -269,7 +269,7 @@ def test_rounds_decide_regression_same_or_inconclusive():
 
 def test_a_tolerance_inside_the_aa_spread_is_refused():
     from edgekit.errors import EdgekitError
-    from edgekit.validate.regression import _refuse_small_tolerance, aa_spread
+    from edgekit.validation.regression import _refuse_small_tolerance, aa_spread
 
     spread = aa_spread(_rounds(1.0, 1.0, 1.0, aa=0.06))
     assert spread == pytest.approx(0.0618, abs=1e-3)
@@ -277,7 +277,7 @@ def test_a_tolerance_inside_the_aa_spread_is_refused():
         _refuse_small_tolerance(0.05, spread)
     assert "--tolerance 0.07" in info.value.hint
     _refuse_small_tolerance(0.07, spread)  # beyond the spread: accepted
-    from edgekit.validate.regression import _settled, decide
+    from edgekit.validation.regression import _settled, decide
 
     # retime() adds rounds until the verdict is settled, and refuses a tolerance inside the noise only at the cap
     regression = decide(_rounds(1.33, 1.35, 1.31, aa=0.06), 0.10)
@@ -295,7 +295,7 @@ def test_a_tolerance_inside_the_aa_spread_is_refused():
 def test_a_regression_needs_the_fastest_processes_to_agree():
     """Each side's per-round value (the faster of its two processes): a new artifact slower in every round's pair but
     whose fastest process matches the baseline's fastest lost a speed-mode lottery; it is not a REGRESSION yet."""
-    from edgekit.validate.regression import decide
+    from edgekit.validation.regression import decide
 
     sides = ((0.075, 0.077), (0.087, 0.122), (0.087, 0.121), (0.086, 0.122))  # (a, b): B's fast process in round 1
     lottery = [{"ratio": b / a, "a": a, "b": b, "aa": 0.01, "bb": 0.01} for a, b in sides]
@@ -307,7 +307,7 @@ def test_a_regression_needs_the_fastest_processes_to_agree():
 
 
 def test_machine_state_is_recorded_with_each_run():
-    from edgekit.validate.regression import machine_state
+    from edgekit.validation.regression import machine_state
 
     state = machine_state()
     assert set(state) == {"load1", "governor", "temperature_c", "busy"} and isinstance(state["busy"], bool)

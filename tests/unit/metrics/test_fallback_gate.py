@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from edgekit.metrics.gate import Thresholds, check_row, failures
-from edgekit.validate.validation import fallback_of, summary_row
+from edgekit.validation.validate import fallback_of, summary_row
 from tests.conftest import run_cli
 
 

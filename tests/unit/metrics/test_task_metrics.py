@@ -1,6 +1,6 @@
 """Task metrics on known cases: decoders, COCO mAP (pycocotools), maps binarized image by image, neighbours kept.
 
-The arrays here are made to known answers (the metric is the thing tested); tests/unit/validate/test_task_validation.py
+The arrays here are made to known answers (the metric is the thing tested); tests/unit/validation/test_task_validation.py
 judges real trained models with them.
 """
 

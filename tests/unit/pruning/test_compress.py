@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from edgekit.api.prune import gzip_size
+from edgekit.api.stages import gzip_size
 from edgekit.backends.torch.loader import load_torch
 from edgekit.calibration import load_samples
 from edgekit.conversion import ConvertOptions

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from edgekit.api.prune import gate_compressed
+from edgekit.api.stages import gate_compressed
 from edgekit.backends.torch.loader import load_torch
 from edgekit.backends.torch.prune import cluster_torch
 from edgekit.backends.torch.prune_methods import magnitude_prune, prunable, surgery_mask

@@ -140,7 +140,7 @@ def test_prune_recipe_gives_the_same_model_and_accuracy(workspace, small_test_np
 
 def test_a_torch_model_benched_is_its_own_matrix_row(tmp_path):
     from edgekit.recipe.write import emit, recipe_of_bench
-    from edgekit.validate.benchmark import BenchSettings
+    from edgekit.validation.benchmark import BenchSettings
 
     emit(tmp_path / "b.yaml", **recipe_of_bench(["zoo:fashion-cnn"], BenchSettings("torch:cpu[dtype=bf16]", 1, 1, 2, 7), None))
     recipe = load_recipe(tmp_path / "b.yaml")

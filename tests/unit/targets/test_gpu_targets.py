@@ -181,7 +181,7 @@ def test_torch_channels_last_gives_the_same_outputs_on_real_images(fashion_sourc
 
 
 def test_torch_compile_time_is_reported_apart_from_run_time(fashion_source):
-    from edgekit.validate.benchmark import BenchSettings, bench_in_process
+    from edgekit.validation.benchmark import BenchSettings, bench_in_process
 
     result = bench_in_process(fashion_source, BenchSettings("torch:cpu[compile=default]", 1, 1, 3, 20), list(INPUTS))
     assert result.target == "torch:cpu[compile=default]" and result.runtime_config["compile"] == "default"
@@ -203,8 +203,8 @@ def test_torch_compile_time_is_reported_apart_from_run_time(fashion_source):
     ],
 )
 def test_torch_cuda_validates_and_times_with_cuda_events(target, fashion_source, small_test_npz):
-    from edgekit.validate.benchmark import BenchSettings
-    from edgekit.validate.validation import ValidationRequest, validate
+    from edgekit.validation.benchmark import BenchSettings
+    from edgekit.validation.validate import ValidationRequest, validate
 
     request = ValidationRequest(
         fashion_source, fashion_source, target, str(small_test_npz), inputs=INPUTS, latency=BenchSettings(target, None, 1, 10, 50)

@@ -114,7 +114,7 @@ def test_accuracy_control_holds_the_probability_map_by_its_f1_and_cosine(pages):
     """A detection map has no classes: --min-agreement holds the F1 of its binarized map with fp32's, image by image (the
     argmax over pixels it took before meant nothing), and --min-cosine the map itself; a limit on a measure an output does
     not have (top-1 of a [N, 1] score) is refused in one line before calibration."""
-    from edgekit.quantize.accuracy import Limit, check_top1
+    from edgekit.quantization.accuracy import Limit, check_top1
 
     folder, calib, _ = pages
     validation = text_pages(4, 300, *CALIB)["image"]  # the page size it is converted for

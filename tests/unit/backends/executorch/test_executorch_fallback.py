@@ -36,7 +36,7 @@ def test_an_op_outside_the_delegate_is_counted(tmp_path):
     from edgekit.converters.pipeline import convert
     from edgekit.metrics.gate import Thresholds, check_row, failures
     from edgekit.source import ModelSource
-    from edgekit.validate.validation import summary_row
+    from edgekit.validation.validate import summary_row
 
     source = ModelSource(f"{__name__}:fashion_with_argmax", "torch-factory")
     artifact = convert(source, "executorch", tmp_path / "argmax.pte", ConvertOptions("fp32", INPUTS))
@@ -67,7 +67,7 @@ def test_a_middle_layer_kept_in_float_runs_in_float_inside_the_delegate(tmp_path
     from edgekit.backends.torch.pt2e import first_outputs, int8
     from edgekit.calibration import load_samples
     from edgekit.conversion import CalibrationOptions, ConvertOptions, load_for_conversion
-    from edgekit.quantize.accuracy import on_target
+    from edgekit.quantization.accuracy import on_target
     from edgekit.source import open_source
 
     module, specs = load_for_conversion(open_source("zoo:fashion-cnn"), [])

@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edgekit.backends.onnx.channel_order import _pair_ratios, pair_order, reorder
-from edgekit.quantize.channel_order import restore
+from edgekit.quantization.channel_order import restore
 
 pytest.importorskip("onnxruntime")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgekit.quantize.rounding import best_codes, output_error
+from edgekit.quantization.rounding import best_codes, output_error
 
 pytest.importorskip("onnxruntime")
 AGREEMENT, COSINE = 93.0, 0.997  # on the 120 crops below; both failed before the fitted weights and L2 ranges (see the test)

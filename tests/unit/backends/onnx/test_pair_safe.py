@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgekit.quantize import pair_safe
-from edgekit.quantize.rounding import best_codes, output_error
+from edgekit.quantization import pair_safe
+from edgekit.quantization.rounding import best_codes, output_error
 
 
 @pytest.mark.parametrize(

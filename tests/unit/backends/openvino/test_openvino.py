@@ -219,7 +219,7 @@ def test_without_vnni_int8_is_onnx_runtimes_pair_safe_qdq_run_by_openvino_as_it_
     tmp_path, fashion_source, demo_data, test2k, ir, fashion_onnx, small_test_npz
 ):
     from edgekit.backends.openvino.convert import ONNX_RUNTIME_ROUTE
-    from edgekit.quantize import pair_safe
+    from edgekit.quantization import pair_safe
 
     calib = CalibrationOptions(str(demo_data[1]), 300)
     int8 = convert(fashion_source, "openvino", tmp_path / "avx2.xml", ConvertOptions("int8", INPUTS, calib, for_target="x86-avx2"))

@@ -13,7 +13,7 @@ from edgekit.errors import EdgekitError  # noqa: E402
 from edgekit.metrics.compare import accuracy_percent, run_batches  # noqa: E402
 from edgekit.source import open_source  # noqa: E402
 from edgekit.targets import make_runner  # noqa: E402
-from edgekit.validate.validation import ValidationRequest, validate  # noqa: E402
+from edgekit.validation.validate import ValidationRequest, validate  # noqa: E402
 from edgekit.zoo.fashion_mnist import KERAS_MODEL  # noqa: E402
 from tests.conftest import INPUTS  # noqa: E402
 
@@ -107,7 +107,7 @@ def test_ethos_u55_compile_reports_vela_estimates_and_gates_fallback(tmp_path, k
     assert (tmp_path / npu["compiled_model"]).exists() and npu["estimated"]
     assert npu["inference_time_ms"] > 0 and npu["cycles_total"] > 0 and npu["sram_kib"] > 0 and npu["operators_npu"] > 0
     from edgekit.metrics.gate import Thresholds, check_row, failures
-    from edgekit.validate.validation import summary_row
+    from edgekit.validation.validate import summary_row
 
     report = {"artifact": artifact.to_dict(), "fidelity": []}
     assert failures(check_row(summary_row(report), Thresholds(max_npu_fallback=npu["cpu_fallback_percent"]))) == []

@@ -172,7 +172,7 @@ def test_litert_sensitivity_search_converts_the_trial_closest_to_fp32(tmp_path, 
     """The search's mechanics with an outlier to try (FashionCNN has none of its own, so the stem is named one): both
     prefixes are quantized and scored, the one with the least loss is written, and a stem kept runs float."""
     pytest.importorskip("litert_torch")
-    from edgekit.quantize import sensitivity
+    from edgekit.quantization import sensitivity
 
     ranked_outliers = sensitivity.outliers
     monkeypatch.setattr(sensitivity, "outliers", lambda ranked: [s for s in ranked if s.name == "features.0.0"] or ranked_outliers(ranked))

@@ -263,7 +263,7 @@ def evaluate_lm(request: LMValidationRequest) -> tuple[dict, np.ndarray]:
 
 def add_lm_latency(report: dict, request: LMValidationRequest, prompt: np.ndarray) -> dict:
     """The timing part (a fresh process on this machine), then the gate."""
-    from edgekit.validate.validation import gate_section
+    from edgekit.validation.validate import gate_section
 
     report["latency"] = bench_lm(request.artifact, replace(request.settings, target=report["target"]), prompt).to_dict()
     report["threads"] = report["latency"]["threads"]

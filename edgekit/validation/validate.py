@@ -18,7 +18,7 @@ from edgekit.provenance import report_entry
 from edgekit.report.schema import new_report
 from edgekit.source import ModelSource
 from edgekit.targets import make_runner
-from edgekit.validate.benchmark import BenchSettings, bench
+from edgekit.validation.benchmark import BenchSettings, bench
 
 log = logging.getLogger("edgekit")
 RANDOM_WARNING = "NO DATA GIVEN: inputs are uniform random. Fidelity on random inputs says little about real inputs, and there is no accuracy. Pass --data."

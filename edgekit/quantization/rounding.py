@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edgekit.quantize import pair_safe
+from edgekit.quantization import pair_safe
 
 SAMPLES = 16  # calibration samples the input statistics are measured on
 POSITIONS = 1024  # output positions (patches) sampled per sample for a convolution's G

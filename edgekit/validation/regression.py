@@ -22,7 +22,7 @@ import numpy as np
 
 from edgekit.errors import EdgekitError
 from edgekit.source import ModelSource
-from edgekit.validate.benchmark import BenchSettings, bench
+from edgekit.validation.benchmark import BenchSettings, bench
 
 # two-sided 97.5% Student t quantiles by degrees of freedom (1..12); 1.96 beyond
 _T975 = (12.71, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179)

@@ -13,8 +13,8 @@ from edgekit.converters.pipeline import convert
 from edgekit.imports import import_attr
 from edgekit.metrics.gate import check_row, failures
 from edgekit.source import ModelSource, open_source
-from edgekit.validate.benchmark import BenchSettings
-from edgekit.validate.validation import ValidationRequest, validate
+from edgekit.validation.benchmark import BenchSettings
+from edgekit.validation.validate import ValidationRequest, validate
 
 
 def gzip_size(path: Path) -> int:

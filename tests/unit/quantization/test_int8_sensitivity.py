@@ -13,8 +13,8 @@ from edgekit.converters.pipeline import convert
 from edgekit.errors import EdgekitError
 from edgekit.metrics.compare import accuracy_percent, compare_output, run_batches
 from edgekit.provenance import read_provenance
-from edgekit.quantize.accuracy import ACTIVATION
-from edgekit.quantize.sensitivity import LayerSensitivity, fake_quantize, outliers
+from edgekit.quantization.accuracy import ACTIVATION
+from edgekit.quantization.sensitivity import LayerSensitivity, fake_quantize, outliers
 from edgekit.source import open_source
 from edgekit.targets import make_runner
 from tests.conftest import INPUTS
