@@ -31,6 +31,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from edgekit.errors import EdgekitError
+
 SIDECAR_SUFFIX = ".edgekit.json"
 FAULT_ENV = "EDGEKIT_FAULT_STEP"
 FAULT_EXIT_CODE = 86
@@ -79,7 +81,6 @@ def work_folder(final: Path) -> Iterator[Path]:
 
 def check_output_path(path: Path, option: str = "the output", example: str = "model.onnx") -> None:
     """Refuse, before any work, a destination that cannot be written: a folder, a path under a file, a read-only folder."""
-    from edgekit.errors import EdgekitError
 
     path = Path(path)
     if path.is_dir():

@@ -8,13 +8,13 @@ import platform
 from functools import lru_cache
 from pathlib import Path
 
-from edgekit.isa import cpuinfo_lines
+from edgekit import __version__
+from edgekit.isa import cpuinfo_lines, host_class, host_flags
 
 
 @lru_cache(maxsize=1)
 def machine_info() -> dict:
     """CPU model, cores and ISA features that change quantized speed."""
-    from edgekit.isa import host_class, host_flags
 
     flags = host_flags()
     return {
@@ -58,8 +58,6 @@ def package_versions(*names: str) -> dict[str, str]:
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             if name == "edgekit":
-                from edgekit import __version__
-
                 versions[name] = __version__
     return versions
 

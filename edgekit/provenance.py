@@ -9,6 +9,7 @@ from pathlib import Path
 from edgekit import registry
 from edgekit.artifact import Artifact, file_size
 from edgekit.fileio import SIDECAR_SUFFIX
+from edgekit.imports import import_attr
 from edgekit.source import ModelSource
 
 DESCRIBERS = registry.describers()  # format -> "module:function" (path, precision) -> Artifact
@@ -16,7 +17,6 @@ DESCRIBERS = registry.describers()  # format -> "module:function" (path, precisi
 
 def describe(path: Path, fmt: str, precision: str | None, provenance: dict | None = None) -> Artifact:
     """An Artifact for a file just written (or found on disk)."""
-    from edgekit.imports import import_attr
 
     artifact = import_attr(DESCRIBERS[fmt])(path, precision)
     if provenance is None and path.with_name(path.name + SIDECAR_SUFFIX).exists():

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit import registry
 from edgekit.errors import ModelLoadError
+from edgekit.fileio import recover
+from edgekit.zoo.names import zoo_entry
 
 FAMILIES = registry.families()  # a source model's kind -> the format whose runtime runs it
 SUFFIX_FORMATS = registry.suffix_formats()  # from the backend registry
@@ -66,9 +69,6 @@ def open_source(spec: str, weights: str | None = None, allow_pickle: bool = Fals
 
 def _finish_interrupted_write(path: Path) -> None:
     """A write of this artifact killed after its commit point is completed before it is read."""
-    import contextlib
-
-    from edgekit.fileio import recover
 
     with contextlib.suppress(OSError, ValueError):
         recover(path)
@@ -126,7 +126,6 @@ def _zip_names(path: Path) -> list[str]:
 def zoo_model(spec: str):
     """(ModelSource, input specs, layout) of a zoo model; the trained FashionCNN comes with its weights."""
     from edgekit.zoo.fashion_mnist import DATA_DIR, GRU_WEIGHTS, VIT_WEIGHTS, WEIGHTS
-    from edgekit.zoo.names import zoo_entry
 
     entry = zoo_entry(spec)
     suffix = Path(entry.target).suffix

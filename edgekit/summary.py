@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+
 from edgekit import registry
 from edgekit.artifact import file_size
+from edgekit.errors import EdgekitError
 from edgekit.imports import import_attr
 from edgekit.source import ModelSource
 
@@ -32,7 +35,6 @@ def model_info(source: ModelSource) -> dict:
 
 def target_findings(source: ModelSource, backend: registry.Backend) -> list[dict]:
     """Will `backend` (TensorRT) take this model? Its acceptance checks, on the file it builds from."""
-    from edgekit.errors import EdgekitError
 
     if source.format != backend.via:
         raise EdgekitError(
@@ -53,7 +55,6 @@ def target_checks(source: ModelSource, target: str) -> dict:
 
 def target_coverage(source: ModelSource, target: str) -> dict:
     """How much of `source` the runtime of `target` executes in int8, read from the runtime before any timing."""
-    from edgekit.errors import EdgekitError
     from edgekit.targets import make_runner
 
     runner = make_runner(source, target, None, None)
@@ -73,7 +74,6 @@ def list_targets(probe: bool = False) -> list[dict]:
     Versions come from package metadata and devices from the package's files and the system, so no framework is
     imported; `probe` asks each runtime itself instead (seconds: it imports them all). Off Linux it always asks.
     """
-    import sys
 
     from edgekit.targets import RUNNERS, runner_class
 

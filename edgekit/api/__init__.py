@@ -21,6 +21,16 @@ from types import SimpleNamespace
 
 from edgekit import commands, registry
 from edgekit.api.results import Bench, Converted, GateCheck, Matrix, Prune, Validation
+from edgekit.errors import EdgekitError
+from edgekit.fileio import check_output_path
+from edgekit.metrics.gate import SIZE_METRICS, Thresholds
+from edgekit.pruning import PruneOptions, method_chain
+from edgekit.recipe.cache import report_folder
+from edgekit.recipe.gating import LatencyCheck, regate
+from edgekit.recipe.schema import load_recipe
+from edgekit.recipe.write import emit, recipe_of_bench, recipe_of_conversion, recipe_of_pruning, recipe_of_validation, write_text
+from edgekit.report.schema import load_json, new_report
+from edgekit.source import open_source
 
 __all__ = ["bench", "convert", "gate", "prune", "quantize", "run", "validate"]
 log = logging.getLogger("edgekit")
@@ -57,7 +67,6 @@ def convert(args) -> Converted:
     A zoo model needs no `calib` (its declared calibration set is used, and the provenance says so); a model
     that does not record its input shapes takes them from `calib`/`val` when `inputs` is not given."""
     from edgekit.api import guess
-    from edgekit.source import open_source
 
     source = open_source(args.model, args.weights, args.allow_pickle)
     if args.task is None and source.format in registry.lm_sources():
@@ -70,8 +79,6 @@ def convert(args) -> Converted:
     options = _conversion_options(commands.CONVERT, args, specs, args.calib or default, source.zoo if default else None)
     _check_choices(options)
     if args.emit_recipe:
-        from edgekit.recipe.write import emit, recipe_of_conversion
-
         emit(args.emit_recipe, **recipe_of_conversion(args.model, args.weights, args.inputs, args.to, options))
     output = Path(args.output) if args.output else _default_output(source, args.to, args.precision)
     return _convert(source, args.to, output, options)
@@ -80,15 +87,12 @@ def convert(args) -> Converted:
 def _convert_language_model(source, args) -> Converted:
     """convert --task text-generation: a causal LM with its KV cache (converters.causal_lm)."""
     from edgekit.converters.causal_lm import convert_lm
-    from edgekit.errors import EdgekitError
     from edgekit.validation.text_generation import TASK
 
     if args.task != TASK:
         raise EdgekitError(f"convert --task takes {TASK}, not '{args.task}'", hint="other tasks need no --task to convert")
     options = _conversion_options(commands.CONVERT, args, (), args.calib)  # data-free unless --calib: as NNCF and optimum
     if args.emit_recipe:
-        from edgekit.recipe.write import emit, recipe_of_conversion
-
         emit(args.emit_recipe, **recipe_of_conversion(args.model, args.weights, args.inputs, args.to, options))
     output = Path(args.output) if args.output else _default_output(source, args.to, args.precision)
     return Converted.from_artifact(convert_lm(source, args.to, output, options))
@@ -97,8 +101,6 @@ def _convert_language_model(source, args) -> Converted:
 @_takes(commands.QUANTIZE)
 def quantize(args) -> Converted:
     """`edgekit quantize`: an existing ONNX model to fp16, int8-dynamic, or static int8 (with `calib`)."""
-    from edgekit.errors import EdgekitError
-    from edgekit.source import open_source
 
     source = open_source(str(args.model))
     if not registry.backend(source.family).quantizes_in_place:
@@ -109,8 +111,6 @@ def quantize(args) -> Converted:
     options = _conversion_options(commands.QUANTIZE, args, (), args.calib)
     _check_choices(options)
     if args.emit_recipe:
-        from edgekit.recipe.write import emit, recipe_of_conversion
-
         emit(args.emit_recipe, **recipe_of_conversion(str(args.model), None, None, "onnx", options))
     return _convert(source, "onnx", Path(args.output), options)
 
@@ -120,11 +120,8 @@ def prune(args) -> Prune:
     """`edgekit prune`: compress a model, save it, compare original vs compressed (vs quantized) on `data`."""
     from edgekit.api import guess
     from edgekit.api.stages import compare_stages, fill_int8_accuracy, gate_compressed
-    from edgekit.pruning import method_chain
     from edgekit.pruning.stages import STAGE_NAMES
     from edgekit.pruning.stages import prune as run_prune
-    from edgekit.report.schema import new_report
-    from edgekit.source import open_source
 
     output, data, precision, calib, threads = Path(args.output), args.data, args.precision, args.calib, args.threads
     source = open_source(args.model, args.weights, args.allow_pickle)
@@ -132,8 +129,6 @@ def prune(args) -> Prune:
     options = _prune_options(args)
     specs = list(guess.inputs_from_data(source, _specs(args.inputs), data, args.finetune))
     if args.emit_recipe:
-        from edgekit.recipe.write import emit, recipe_of_pruning
-
         emit(
             args.emit_recipe,
             **recipe_of_pruning(args.model, args.weights, args.inputs, options, data, args.finetune, precision, calib, threads, limits),
@@ -158,7 +153,6 @@ def validate(args) -> Validation:
     Without `reference`, the model the artifact's provenance names; without `data`, a zoo reference's
     declared validation set (the report's `data.default_of` says so). Gate failures are in `.gate`, not raised."""
     from edgekit.api import guess
-    from edgekit.source import open_source
     from edgekit.validation.validate import ValidationRequest
     from edgekit.validation.validate import validate as run_validation
 
@@ -189,8 +183,6 @@ def validate(args) -> Validation:
         ignore_label=args.ignore_label,
     )
     if args.emit_recipe:
-        from edgekit.recipe.write import emit, recipe_of_validation
-
         recorded = str(ref.weights) if ref.weights and not ref.zoo else None  # a reference found in the provenance brings its weights
         emit(args.emit_recipe, **recipe_of_validation(request, reference, weights or recorded, args.inputs))
     result = run_validation(request)
@@ -238,15 +230,11 @@ def _validate_language_model(art, ref, args) -> Validation:
 def bench(args) -> Bench:
     """`edgekit bench`: load time, first inference, latency percentiles after warm-up, throughput, peak RSS, size.
     `artifacts`: one model file or several."""
-    from edgekit.report.schema import new_report
-    from edgekit.source import open_source
 
     artifacts = [args.artifacts] if isinstance(args.artifacts, str | Path) else list(args.artifacts)
     _check_destinations(args.report, args.emit_recipe)
     settings = _bench_settings(args)
     if args.emit_recipe:
-        from edgekit.recipe.write import emit, recipe_of_bench
-
         emit(args.emit_recipe, **recipe_of_bench([str(a) for a in artifacts], settings, args.inputs, args.weights))
     specs = list(_specs(args.inputs)) or None
     sources = [open_source(str(a), args.weights, args.allow_pickle) for a in artifacts]
@@ -271,10 +259,7 @@ def _bench_one(source, settings, specs, args) -> dict:
 def run(args) -> Matrix:
     """`edgekit run`: a recipe's matrix, its reports written to the recipe's report folder (`.written` lists them).
     `progress` (a callable taking a line of text) hears of each cell."""
-    from edgekit.errors import EdgekitError
-    from edgekit.recipe.cache import report_folder
     from edgekit.recipe.run import run_recipe
-    from edgekit.recipe.schema import load_recipe
     from edgekit.report.write import write_reports
 
     parsed = load_recipe(Path(args.recipe))
@@ -297,9 +282,6 @@ def run(args) -> Matrix:
 def gate(args) -> GateCheck:
     """`edgekit gate`: re-check a saved report's gates (the thresholds given replace its own) and its latency
     against a baseline report. `.passed` and `.exit_code` give the verdict."""
-    from edgekit.recipe.gating import LatencyCheck, regate
-    from edgekit.recipe.write import write_text
-    from edgekit.report.schema import load_json
     from edgekit.report.write import to_junit
 
     latency = LatencyCheck(args.tolerance, args.baseline_artifact, args.max_rounds, not args.reports_only, args.progress)
@@ -336,7 +318,6 @@ def task_settings(args):
 
 def _thresholds(command: commands.Command, args):
     """The Thresholds the command's gate options ask for (each under its recipe key in `gates:`)."""
-    from edgekit.metrics.gate import Thresholds
 
     return Thresholds(**command.recipe_values("gates", vars(args)))
 
@@ -359,7 +340,6 @@ def _conversion_options(command: commands.Command, args, specs, calib: str | Non
 
 
 def _prune_options(args):
-    from edgekit.pruning import PruneOptions
 
     return PruneOptions.from_section(commands.PRUNE.recipe_values("compress", vars(args)))
 
@@ -380,7 +360,6 @@ def _convert(source, to: str, output: Path, options) -> Converted:
 def _check_choices(options) -> None:
     """Choices the command line cannot check for us, against the lists the library declares."""
     from edgekit.conversion import CALIB_METHODS, PRECISIONS
-    from edgekit.errors import EdgekitError
 
     choices = {
         "precision": (options.precision, PRECISIONS),
@@ -403,8 +382,6 @@ def _default_output(source, to: str, precision: str) -> Path:
 
 
 def _size_gate(max_size_mb: float | None, size_metric: str):
-    from edgekit.errors import EdgekitError
-    from edgekit.metrics.gate import SIZE_METRICS, Thresholds
 
     if size_metric not in SIZE_METRICS:
         raise EdgekitError(f"unknown size metric '{size_metric}'", hint=f"choose one of: {', '.join(SIZE_METRICS)}")
@@ -413,7 +390,6 @@ def _size_gate(max_size_mb: float | None, size_metric: str):
 
 def _check_destinations(report, recipe) -> None:
     """A report or recipe path that cannot be written fails before the run, not after it."""
-    from edgekit.fileio import check_output_path
 
     if report is not None:
         check_output_path(Path(report), "--report", "report.json")

@@ -11,6 +11,7 @@ from pathlib import Path
 from edgekit.artifact import TensorSpec
 from edgekit.errors import EdgekitError
 from edgekit.source import ModelSource, open_source
+from edgekit.zoo.names import zoo_entry
 
 log = logging.getLogger("edgekit")
 # Formats that do not record input shapes: the data's shapes stand in for --input.
@@ -19,7 +20,6 @@ SHAPELESS = ("torch-factory", "torchscript", "torch-pickle")
 
 def default_calibration(source: ModelSource, precision: str, calib: str | None) -> str | None:
     """The zoo model's declared calibration set, for a static int8 conversion given no --calib."""
-    from edgekit.zoo.names import zoo_entry
 
     if calib or precision != "int8" or not source.zoo:
         return None
@@ -31,7 +31,6 @@ def default_calibration(source: ModelSource, precision: str, calib: str | None) 
 
 def default_validation(source: ModelSource) -> str | None:
     """The zoo model's declared labelled validation set."""
-    from edgekit.zoo.names import zoo_entry
 
     return zoo_entry(source.zoo).validation if source.zoo else None
 

@@ -7,12 +7,14 @@ other key of the report in `extra`, so `to_dict()` gives back exactly the report
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from edgekit.metrics.latency import BenchResult, LatencyStats
 from edgekit.record import Record
+from edgekit.report.schema import strict_json, write_json
 
 __all__ = [
     "Bench",
@@ -81,13 +83,11 @@ class Report(Record):
 
     def to_json(self) -> str:
         """The report as `--report` writes it (strict JSON: non-finite numbers become null)."""
-        from edgekit.report.schema import strict_json
 
         return strict_json(self.to_dict())
 
     def write(self, path: str | Path) -> Path:
         """Write the report atomically, as `--report PATH` does."""
-        from edgekit.report.schema import write_json
 
         write_json(self.to_dict(), Path(path))
         return Path(path)
@@ -205,7 +205,6 @@ class Converted:
         return self.artifact.to_dict()
 
     def to_json(self) -> str:
-        import json
 
         return json.dumps(self.to_dict(), indent=2, default=str)
 

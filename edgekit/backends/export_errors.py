@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import linecache
 import os
 import re
@@ -14,6 +15,8 @@ import sys
 import sysconfig
 import traceback
 from pathlib import Path
+
+from edgekit.native import stderr_silenced, verbose
 
 REASON_CHARS = 240
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
@@ -124,9 +127,6 @@ def plain(exc: BaseException | str) -> str:
 def quiet():
     """Around an exporter: what torch prints itself (torch.export's partial graph on stderr on a failure, the TorchScript
     exporter's "Torch IR graph at exception" on stdout) goes nowhere, unless --verbose."""
-    import io
-
-    from edgekit.native import stderr_silenced, verbose
 
     if verbose():
         yield

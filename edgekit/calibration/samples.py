@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -170,14 +171,12 @@ NONFINITE_POLICIES = ("error", "warn")
 def nonfinite_policy() -> str:
     """'error' (the default) or 'warn': what Inf/NaN in calibration or validation data does (`edgekit --nonfinite`,
     or EDGEKIT_NONFINITE for the API and the processes edgekit spawns)."""
-    import os
 
     return "warn" if os.environ.get("EDGEKIT_NONFINITE", "").lower() == "warn" else "error"
 
 
 def set_nonfinite_policy(policy: str) -> None:
     """Set the policy for this process and those it starts (Ray workers, timing processes)."""
-    import os
 
     if policy not in NONFINITE_POLICIES:
         raise EdgekitError(f"--nonfinite {policy}: not a policy", hint="use --nonfinite error or --nonfinite warn")

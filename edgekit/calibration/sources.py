@@ -12,6 +12,7 @@ from edgekit.artifact import TensorSpec
 from edgekit.calibration.preprocess import Preprocess
 from edgekit.calibration.samples import LABEL_KEYS, Samples, checked_labels, choose, nonfinite_policy
 from edgekit.errors import EdgekitError, InputMismatchError
+from edgekit.imports import import_attr
 from edgekit.zoo.names import zoo_data_for
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff"}
@@ -160,7 +161,6 @@ def _read_image(path: Path):
 
 def from_callable(spec: str, limit: int | None, specs: list[TensorSpec] | None) -> Samples:
     """`module:function` returning an iterable of arrays (one input) or dicts of arrays, per sample or per batch."""
-    from edgekit.imports import import_attr
 
     produced = import_attr(spec)()
     chunks: dict[str, list[np.ndarray]] = {}

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.errors import EdgekitError, InputMismatchError
+from edgekit.zoo.names import zoo_labels
 
 _ROW = re.compile(r"\[(\d+)\]$")  # an .npz sample's id ends with its row: file.npz[12]
 
@@ -143,7 +144,6 @@ def image_size(samples) -> tuple[int, int] | None:
 def task_labels(task: str, samples, path: str | None = None, map_size: tuple[int, int] | None = None):
     """What a task is scored against: `path` (boxes for detection, masks for segmentation), else the data's own (a zoo
     set's declared boxes), else the class labels (embeddings); None without any."""
-    from edgekit.zoo.names import zoo_labels
 
     path = path or zoo_labels(samples.provenance.get("source", ""))
     if task == "detection" and path:

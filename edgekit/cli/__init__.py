@@ -8,7 +8,9 @@ import sys
 
 import typer
 
+from edgekit import native
 from edgekit.errors import EdgekitError, error_lines
+from edgekit.progress import report_to  # `progress` itself would be shadowed by the edgekit.cli.progress module
 
 app = typer.Typer(
     name="edgekit",
@@ -32,7 +34,6 @@ def _options(
     ),
 ) -> None:
     """Global options, before the command: frameworks are quiet unless --verbose; edgekit's progress shows unless --quiet."""
-    from edgekit import native, progress
     from edgekit.calibration.samples import set_nonfinite_policy
 
     if nonfinite:
@@ -48,11 +49,11 @@ def _options(
     for name in () if verbose else native.CHATTY:
         logging.getLogger(name).setLevel(max(level, logging.ERROR))
     if quiet:
-        progress.report_to(None)
+        report_to(None)
     else:
         from edgekit.cli.progress import spinner
 
-        progress.report_to(spinner)
+        report_to(spinner)
 
 
 class _LevelFormatter(logging.Formatter):

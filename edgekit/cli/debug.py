@@ -7,6 +7,9 @@ from pathlib import Path
 import typer
 
 from edgekit.cli import options
+from edgekit.fileio import check_output_path
+from edgekit.report.schema import write_json
+from edgekit.source import open_source
 
 
 def register(app: typer.Typer) -> None:
@@ -34,8 +37,6 @@ def debug(
     from edgekit.cli.render.debug import print_debug
     from edgekit.debug import DebugRequest
     from edgekit.debug import debug as run_debug
-    from edgekit.fileio import check_output_path
-    from edgekit.source import open_source
 
     for path, option in ((json_out, "--json"), (html, "--html")):
         if path is not None:
@@ -45,8 +46,6 @@ def debug(
     report = run_debug(request)
     print_debug(report, rows)
     if json_out is not None:
-        from edgekit.report.schema import write_json
-
         write_json(report, json_out)
         print(f"wrote {json_out}")
     if html is not None:

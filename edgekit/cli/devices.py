@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import json
+
 import typer
+
+from edgekit.devices.inventory import Device, add_device, get_device, inventory_path, load_devices, record_facts, remove_device
+from edgekit.devices.presets import get_preset, install_hint
 
 devices_app = typer.Typer(
     help="Edge boards over SSH: add, list, remove, check. Use one as a target: onnxruntime:cpu@NAME.", no_args_is_help=True
@@ -30,8 +36,6 @@ def add(
     replace: bool = typer.Option(False, "--replace", help="Overwrite a device of the same name."),
 ) -> None:
     """Record a device (nothing is contacted: `edgekit devices check NAME` probes it)."""
-    from edgekit.devices.inventory import Device, add_device
-    from edgekit.devices.presets import get_preset
 
     known = get_preset(preset) if preset else None
     device = Device(
@@ -60,7 +64,6 @@ def list_devices() -> None:
     from rich.table import Table
 
     from edgekit.cli.render.table import console
-    from edgekit.devices.inventory import inventory_path, load_devices
 
     devices = load_devices()
     if not devices:
@@ -79,7 +82,6 @@ def list_devices() -> None:
 @devices_app.command("remove")
 def remove(name: str = typer.Argument(..., help="The device to forget (nothing on it is touched).")) -> None:
     """Remove a device from the inventory."""
-    from edgekit.devices.inventory import remove_device
 
     path = remove_device(name)
     typer.echo(f"removed device {name} from {path}")
@@ -91,11 +93,7 @@ def check(
     json_out: bool = typer.Option(False, "--json", help="Print the facts as JSON."),
 ) -> None:
     """Probe the device (OS, CPU, ISA, cores, memory, governor, Python, numpy, runtimes, accelerators) and record it."""
-    import datetime as dt
-    import json
 
-    from edgekit.devices.inventory import get_device, record_facts
-    from edgekit.devices.presets import get_preset
     from edgekit.devices.remote import probe_device
 
     device = get_device(name)
@@ -110,7 +108,6 @@ def check(
 
 
 def _print_facts(name: str, facts: dict) -> None:
-    from edgekit.devices.presets import install_hint
 
     typer.echo(f"device {name}: {facts['os']}, {facts['arch']}")
     typer.echo(

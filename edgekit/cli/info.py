@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import typer
 
 from edgekit.cli import options
+from edgekit.source import open_source
 
 
 def register(app: typer.Typer) -> None:
@@ -28,7 +31,6 @@ def info(
     """Format, inputs/outputs, parameter count, size on disk, op histogram."""
     from edgekit.cli.render.convert import print_tensorrt_findings
     from edgekit.cli.render.info import print_coverage, print_info
-    from edgekit.source import open_source
     from edgekit.summary import model_info, target_checks
 
     source = open_source(model, weights, allow_pickle)
@@ -37,8 +39,6 @@ def info(
         summary.update(target_checks(source, for_target))
     findings = summary.get("tensorrt_checks")
     if json_out:
-        import json
-
         print(json.dumps(summary, indent=2, default=str))
     else:
         print_info(summary)

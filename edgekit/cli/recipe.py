@@ -11,6 +11,12 @@ import typer
 from edgekit.cli import options
 from edgekit.cli.options import command
 from edgekit.commands import GATE, RUN
+from edgekit.errors import EdgekitError
+from edgekit.recipe.gating import regate
+from edgekit.recipe.schema import load_recipe
+from edgekit.recipe.write import write_starter, write_text
+from edgekit.report.schema import load_json
+from edgekit.source import open_source
 
 
 def register(app: typer.Typer) -> None:
@@ -37,7 +43,6 @@ def run(recipe: Path, quiet: bool, **values) -> None:
 
 
 def parse_cells(recipe: Path) -> list:
-    from edgekit.recipe.schema import load_recipe
 
     return load_recipe(recipe).matrix.cells()
 
@@ -68,8 +73,6 @@ def init(
     force: bool = typer.Option(False, "--force", help="Replace an existing file."),
 ) -> None:
     """Write a commented starter recipe for MODEL."""
-    from edgekit.recipe.write import write_starter
-    from edgekit.source import open_source
 
     open_source(model, weights)  # fail now on a model that cannot be found
     todos = write_starter(output, model, weights, inputs or [], calib, val, force)
@@ -83,10 +86,6 @@ def report(
     output: Path = typer.Option(None, "--output", "-o", help="Write here instead of standard output."),
 ) -> None:
     """Render a saved report (any kind) as Markdown, HTML or JUnit."""
-    from edgekit.errors import EdgekitError
-    from edgekit.recipe.gating import regate
-    from edgekit.recipe.write import write_text
-    from edgekit.report.schema import load_json
     from edgekit.report.write import RENDERERS, render
 
     if format not in RENDERERS:

@@ -19,6 +19,7 @@ from edgekit.artifact import Artifact
 from edgekit.errors import EdgekitError
 from edgekit.fileio import SIDECAR_SUFFIX, atomic_output, check_output_path, work_folder
 from edgekit.imports import import_attr
+from edgekit.machine import package_versions
 from edgekit.native import third_party_quiet
 from edgekit.provenance import describe, source_provenance
 from edgekit.source import ModelSource
@@ -128,7 +129,6 @@ def _verified(source: ModelSource, model, shape, to: str, final: Path, options, 
 
 
 def _provenance(source: ModelSource, options, shape, notes: dict, calibration: dict | None) -> dict:
-    from edgekit.machine import package_versions
 
     return {
         "source": source_provenance(source),

@@ -17,6 +17,7 @@ from edgekit.conversion import ConversionData, ConvertOptions, load_for_conversi
 from edgekit.errors import EdgekitError
 from edgekit.fileio import SIDECAR_SUFFIX, atomic_output, check_output_path, work_folder
 from edgekit.imports import import_attr
+from edgekit.machine import package_versions
 from edgekit.native import third_party_quiet
 from edgekit.provenance import describe, source_provenance
 from edgekit.source import ModelSource
@@ -218,7 +219,6 @@ def calibration_samples(options: ConvertOptions, specs: list[TensorSpec]) -> Sam
 def _provenance(
     source: ModelSource, specs: list[TensorSpec], options: ConvertOptions, steps, notes: dict, samples: Samples | None, artifact: Artifact
 ) -> dict:
-    from edgekit.machine import package_versions
 
     return {
         "source": source_provenance(source),

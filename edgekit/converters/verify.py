@@ -11,7 +11,7 @@ first output that differs and by how much, raised before the file is moved into 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +20,7 @@ from edgekit.artifact import TensorSpec
 from edgekit.calibration import Samples
 from edgekit.conversion import ConversionData
 from edgekit.errors import ConversionError, EdgekitError
-from edgekit.source import ModelSource
+from edgekit.source import ModelSource, open_source
 
 log = logging.getLogger("edgekit")
 VERIFY_SAMPLES = 8  # data samples run through both sides (more cost time, not coverage: validate runs the full set)
@@ -53,7 +53,6 @@ WARN_COSINE = 0.9
 def verify_against_source(source: ModelSource, path: Path, precision: str, specs: list[TensorSpec], data: ConversionData) -> dict:
     """Run what a conversion wrote (`path`, still in its staging folder) and its `source` on the same inputs; raise a
     ConversionError when an output differs past the precision's tolerance. Returns the provenance's `verified` entry."""
-    from edgekit.source import open_source
     from edgekit.targets import DEFAULT_TARGET, parse_target, runner_class
 
     written = open_source(str(path))
@@ -129,7 +128,6 @@ def _static(specs: list[TensorSpec] | None) -> list[TensorSpec] | None:
 
 def _renamed(specs: list[TensorSpec], artifact_inputs: list[TensorSpec]) -> list[TensorSpec] | None:
     """The source's specs under the artifact's input names (matched by position), where the counts agree."""
-    from dataclasses import replace
 
     if len(specs) != len(artifact_inputs):
         return None

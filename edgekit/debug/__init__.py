@@ -17,6 +17,7 @@ from edgekit.errors import EdgekitError, InputMismatchError
 from edgekit.imports import import_attr
 from edgekit.metrics.tensors import FLOOR_DB, JUMP_DB, ErrorStats, TensorRef, first_jump, table_rows, worst
 from edgekit.quantization.channel_order import orders_by_tensor, restore
+from edgekit.report.schema import new_report
 from edgekit.source import ModelSource
 
 SHOWN_UNMATCHED = 20
@@ -37,7 +38,6 @@ class DebugRequest:
 def debug(request: DebugRequest) -> dict:
     """The per-tensor comparison report: rows in graph order, the first jump, the worst rows, what was not matched."""
     from edgekit.calibration import load_samples
-    from edgekit.report.schema import new_report
     from edgekit.validation.validate import align_inputs
 
     artifact = capture(request.artifact)

@@ -23,6 +23,7 @@ from edgekit.devices.inventory import Device, get_device
 from edgekit.devices.presets import install_hint
 from edgekit.errors import EdgekitError, InputMismatchError, ModelLoadError, RuntimeMissingError
 from edgekit.fileio import sha256_of_file
+from edgekit.metrics.latency import BenchResult, LatencyStats
 from edgekit.source import ModelSource
 from edgekit.targets.base import Runner
 
@@ -228,7 +229,6 @@ def make_remote_runner(source: ModelSource, target: str, threads: int | None, in
 
 def bench_on_device(source: ModelSource, settings, inputs: list[TensorSpec] | None = None, feeds: dict[str, np.ndarray] | None = None):
     """The latency protocol run on the device in a fresh process there; percentiles computed here from its raw times."""
-    from edgekit.metrics.latency import BenchResult, LatencyStats
     from edgekit.provenance import model_size
 
     runner = make_remote_runner(source, settings.target, settings.threads, inputs)

@@ -8,7 +8,7 @@ import numpy as np
 
 from edgekit.calibration import Samples
 from edgekit.calibration.samples import labelled
-from edgekit.errors import InputMismatchError
+from edgekit.errors import EdgekitError, InputMismatchError
 
 CONFIDENT = 0.5  # a reference top-class probability at or above this makes a sample one the reference is sure of
 CHANGES_LISTED = 20  # the changed top-1 answers a report lists, the reference's surest first
@@ -236,8 +236,6 @@ def labels_in_range(labels: np.ndarray, classes: int, ignore: int | None, source
     ignored = flat == ignore if ignore is not None else np.zeros(len(flat), bool)
     wrong = bad & ~ignored
     if wrong.any():
-        from edgekit.errors import InputMismatchError
-
         values = np.unique(flat[wrong])
         shown = ", ".join(str(int(v)) for v in values[:5]) + (f" and {len(values) - 5} more" if len(values) > 5 else "")
         raise InputMismatchError(
@@ -347,7 +345,6 @@ def compare(
 ) -> list[OutputFidelity]:
     """Fidelity for each output (top-1 agreement where `classification`, None: from the shape); a different output
     count or shape is reported as an error."""
-    from edgekit.errors import EdgekitError
 
     if len(ref_outputs) != len(art_outputs):
         raise EdgekitError(

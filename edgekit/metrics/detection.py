@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgekit.errors import EdgekitError
+from edgekit.imports import import_attr
 
 SCORE_FLOOR = 0.001  # detections scored below this are dropped before NMS (the COCO-evaluation convention)
 REFERENCE_CONFIDENCE = 0.25  # the reference's detections at or above this stand for the truth it is judged against
@@ -187,7 +188,6 @@ def _area(boxes: np.ndarray) -> np.ndarray:
 
 
 def _user_decoder(spec: str) -> Callable:
-    from edgekit.imports import import_attr
 
     if ":" not in spec:
         raise EdgekitError(f"--postprocess {spec}: neither a built-in decoder nor module:function", hint=f"built in: {', '.join(DECODERS)}")

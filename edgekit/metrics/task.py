@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from edgekit.errors import EdgekitError
+
 TASKS = ("classification", "detection", "embedding", "regression", "segmentation")
 _HINTS = {  # words in output names, checked before shapes
     "embedding": ("embed", "pooler", "hidden", "sentence", "feature", "vector"),
@@ -34,8 +36,6 @@ def resolve_task(
     layout of its outputs (metrics.detection) before any shape rule could call its heads an embedding."""
     if given is not None:
         if given not in TASKS:
-            from edgekit.errors import EdgekitError
-
             raise EdgekitError(f"unknown task '{given}'", hint=f"choose one of: {', '.join(TASKS)}")
         return Task(given, False, "given")
     detector = _detector(outputs, names)

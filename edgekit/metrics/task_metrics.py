@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edgekit.errors import EdgekitError
 from edgekit.metrics.embedding import NEIGHBOURS
 
 CHANGES_LISTED = 20
@@ -80,8 +81,6 @@ def _segmentation(names: list[str], reference: list[np.ndarray], artifact: list[
 
     maps = [i for i, r in enumerate(reference) if is_map(r)]
     if not maps:
-        from edgekit.errors import EdgekitError
-
         raise EdgekitError("no output is a map [N, C, H, W] or [N, H, W]", hint="pass the model's --task (segmentation needs a map)")
     scored = {}
     for n, i in enumerate(maps):
@@ -122,7 +121,6 @@ def regression_scores(reference: np.ndarray, artifact: np.ndarray, labels: np.nd
 def _regression_vs_labels(reference: np.ndarray, artifact: np.ndarray, labels: np.ndarray) -> dict:
     """R^2 of both sides against the targets, the drop in R^2 points with a paired interval (R^2's drop is the mean over
     samples of the rise in squared error over the targets' variance), and the mean absolute error of both."""
-    from edgekit.errors import EdgekitError
     from edgekit.metrics.compare import bootstrap_ci95
 
     truth = np.asarray(labels, np.float64).reshape(len(labels), -1)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgekit.errors import EdgekitError
+from edgekit.source import open_source
 
 ACTIVATION = "activation"  # LayerSensitivity.op of an activation tensor (the weight layers carry their op type)
 MIN_COSINE_GAIN = 1e-5  # a step that brings the mean cosine with fp32 no closer than this is put back: float for nothing
@@ -147,7 +148,6 @@ def on_target(target: str | None):
 
     def logits(model, samples) -> np.ndarray:
         from edgekit.metrics.compare import run_batches
-        from edgekit.source import open_source
         from edgekit.targets import make_runner
 
         runner = make_runner(open_source(str(model)), target)

@@ -4,17 +4,24 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import logging
+import os
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgekit.conversion import SUFFIXES, CalibrationOptions, ConvertOptions
 from edgekit.errors import EdgekitError
+from edgekit.fileio import sha256_of_file
+from edgekit.machine import package_versions
+from edgekit.quantization.scheme import choose_scheme
 from edgekit.recipe.cache import cached_build
 from edgekit.recipe.schema import SOURCE_FORMATS
 from edgekit.source import ModelSource
 from edgekit.validation.benchmark import BenchSettings
+from edgekit.zoo.names import zoo_labels
 
 log = logging.getLogger("edgekit")
 
@@ -42,7 +49,6 @@ def prepare_cell(recipe, source, inputs, fmt, precision, target, validation, cal
     """The host-side work of a cell (convert or reuse, fidelity and accuracy): the part that may run anywhere."""
     from edgekit.metrics.task_metrics import TaskSettings
     from edgekit.validation.validate import ValidationRequest, evaluate
-    from edgekit.zoo.names import zoo_labels
 
     cell = PreparedCell({"format": fmt, "precision": precision, "target": target}, host_work=where_this_runs())
     try:
@@ -115,8 +121,6 @@ def timing_machine(target: str) -> str:
 
 def where_this_runs() -> dict:
     """The machine and process doing the work now (a report says where each cell ran and was timed)."""
-    import os
-    import socket
 
     return {"host": socket.gethostname(), "pid": os.getpid()}
 
@@ -162,7 +166,6 @@ def _convert_options(recipe, inputs, precision, target, calibration) -> ConvertO
 
 def cache_key(source: ModelSource, fmt: str, options: ConvertOptions) -> str:
     """Hash of the source model's content, the conversion options (with the data's content) and tool versions."""
-    from edgekit.machine import package_versions
 
     opts = {
         "format": fmt,
@@ -185,7 +188,6 @@ def cache_key(source: ModelSource, fmt: str, options: ConvertOptions) -> str:
 def _int8_for(for_target: str) -> dict:
     """The int8 scheme of the target (TensorRT's, or its CPU class's): a cache made with another scheme for the
     same class (an older edgekit's) is not reused."""
-    from edgekit.quantization.scheme import choose_scheme
 
     scheme = choose_scheme(for_target).to_dict()
     scheme.pop("isa_from")  # how the class was named (this host, --for-target) does not change the artifact
@@ -199,8 +201,6 @@ def fingerprint(data: dict) -> str:
 def source_fingerprint(source: ModelSource) -> dict:
     """What identifies a model's content: file hashes (a factory: its module file and the weights)."""
     if source.format == "torch-factory":
-        import importlib.util
-
         module = source.spec.rpartition(":")[0]
         origin = module if module.endswith(".py") else getattr(importlib.util.find_spec(module), "origin", None)
         return {"factory": source.spec, "code": file_hash(origin), "weights": file_hash(str(source.weights) if source.weights else None)}
@@ -208,7 +208,6 @@ def source_fingerprint(source: ModelSource) -> dict:
 
 
 def file_hash(path: str | None) -> str | None:
-    from edgekit.fileio import sha256_of_file
 
     if path is None or ":" in path and not Path(path).exists():
         return path

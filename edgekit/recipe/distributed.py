@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from edgekit import registry
 from edgekit.errors import EdgekitError
+from edgekit.fileio import atomic_output
 from edgekit.recipe.cells import PreparedCell, artifact_path, prepare_cell, time_cell, timing_machine
 
 POLL_SECONDS = 0.5
@@ -247,7 +249,6 @@ def host_task(job: CellJob, board, after=None) -> tuple[PreparedCell, dict, str]
 
 
 def _machine() -> dict:
-    import socket
 
     return {"host": socket.gethostname(), "pid": os.getpid()}
 
@@ -262,7 +263,6 @@ def _cached_files(path: Path | None) -> dict[str, bytes]:
 def restore_files(folder: Path, files: dict[str, bytes]) -> None:
     """Write an artifact's files into a cache folder where they are missing: side files first, the
     artifact (the file whose presence means "cached") last, each atomically."""
-    from edgekit.fileio import atomic_output
 
     for name in sorted(files, key=lambda n: n.endswith(tuple(_MAIN_SUFFIXES))):
         target = Path(folder) / name

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.errors import EdgekitError
-from edgekit.metrics.gate import GateResult, Thresholds, check_row, failures, with_default_gates
+from edgekit.metrics.gate import GateResult, Thresholds, check_row, compare_latency, failures, with_default_gates
+from edgekit.source import open_source
 
 FIDELITY_KINDS = ("validate", "matrix")  # reports with outputs compared against a reference: the default gates apply
 
@@ -129,11 +130,9 @@ def _baseline_rows(baseline: dict | None, artifact: str | None, rows: list[dict]
 
 def _latency_verdict(row: dict, before: dict, latency: LatencyCheck) -> dict | None:
     """Re-timed when both artifacts are files here; else judged from the two reports' times; None without either."""
-    from edgekit.metrics.gate import compare_latency
 
     new, old = row.get("artifact"), before.get("artifact")
     if latency.retime and new and old and Path(new).exists() and Path(old).exists():
-        from edgekit.source import open_source
         from edgekit.validation.regression import RetimeSettings, retime, with_runner
 
         settings = with_runner(RetimeSettings(latency.tolerance, max_rounds=latency.max_rounds), row.get("target"), row.get("threads"))

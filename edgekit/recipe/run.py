@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import asdict
 from pathlib import Path
 
 from edgekit import registry
@@ -12,11 +13,13 @@ from edgekit.artifact import TensorSpec, parse_input_spec
 from edgekit.isa import host_class, speedup_note
 from edgekit.metrics.coverage import why_size_only
 from edgekit.metrics.gate import check_row, failures, with_default_gates
+from edgekit.pruning import PruneOptions
 from edgekit.recipe.cache import cached_build, publish
 from edgekit.recipe.cells import artifact_path, file_hash, fingerprint, run_cell, source_fingerprint
 from edgekit.recipe.schema import Recipe
 from edgekit.report.schema import new_report
-from edgekit.source import ModelSource, open_source
+from edgekit.source import ModelSource, open_source, zoo_model
+from edgekit.zoo.names import TEXT, is_zoo, zoo_data
 
 log = logging.getLogger("edgekit")
 SCHEMA = "matrix"
@@ -97,8 +100,6 @@ def _say(progress, text: str) -> None:
 
 def model_source(recipe: Recipe) -> tuple[ModelSource, tuple[TensorSpec, ...], str]:
     """The recipe's model (a zoo: name or a path/factory), its --input specs and input layout."""
-    from edgekit.source import zoo_model
-    from edgekit.zoo.names import is_zoo
 
     if is_zoo(recipe.model.path):
         source, inputs, layout = zoo_model(recipe.model.path)
@@ -114,14 +115,12 @@ def model_source(recipe: Recipe) -> tuple[ModelSource, tuple[TensorSpec, ...], s
 def data_path(path: str | None, workdir: Path, layout: str) -> str | None:
     """A data path, with zoo:fashion-mnist-test / zoo:fashion-mnist-calib written out on first use (a language model's
     zoo token data is read where it is committed)."""
-    from edgekit.zoo.names import TEXT, is_zoo, zoo_data
 
     return str(zoo_data(path, workdir, layout)) if is_zoo(path) and path not in TEXT else path
 
 
 def apply_compression(recipe: Recipe, source: ModelSource, inputs, validation: str | None, cache: Path, progress) -> ModelSource:
     """Run the recipe's compression stages in order; each result is cached like an artifact."""
-    from edgekit.pruning import PruneOptions
     from edgekit.pruning.stages import prune
 
     for i, stage in enumerate(recipe.compress):
@@ -158,7 +157,6 @@ def _size_only(row: dict, isa_class: str) -> str | None:
 
 
 def _recipe_dict(recipe: Recipe) -> dict:
-    from dataclasses import asdict
 
     data = asdict(recipe)
     data["base_dir"] = str(recipe.base_dir)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, make_dataclass
+from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from pathlib import Path
 
 from edgekit import commands, registry
 from edgekit.errors import EdgekitError
-from edgekit.metrics.gate import Thresholds
+from edgekit.metrics.gate import SIZE_METRICS, Thresholds
+from edgekit.pruning import METHODS, method_chain
 
 VERSION = commands.recipe_option("version").default
 TODO = "TODO"  # the value `edgekit init` writes where it needs one it was not given
@@ -210,7 +211,6 @@ def _check_minimum(key: str, value, where: str) -> None:
 
 
 def _required(f) -> bool:
-    from dataclasses import MISSING
 
     return f.default is MISSING and f.default_factory is MISSING
 
@@ -268,8 +268,6 @@ def _typed(value, expected: str, where: str):
 
 def _check_choices(recipe: Recipe, top: dict, name: str) -> None:
     from edgekit.conversion import CALIB_METHODS, FORMATS, PRECISIONS
-    from edgekit.metrics.gate import SIZE_METRICS
-    from edgekit.pruning import METHODS, method_chain
 
     line = lambda key: top[key][0] + 1 if key in top else 1  # noqa: E731
     checks = [

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import fields
 from pathlib import Path
 
 from edgekit.errors import EdgekitError
 from edgekit.fileio import atomic_output
 from edgekit.recipe.schema import TODO, VERSION, CalibrationSection, ConvertSection, LatencySection, ReportSection, parse, todo_fields
+from edgekit.source import open_source
 
 STARTER = """# edgekit recipe: `edgekit run {name}` converts, validates, times and gates every cell of the matrix.
 version: {version}
@@ -158,7 +160,6 @@ def emit(
 
 def relative_to(value: str | None, folder: Path) -> str | None:
     """A path as the recipe in `folder` must write it; zoo: names, factories and callables stay as they are."""
-    import os
 
     if value is None or str(value).startswith("zoo:") or not Path(value).exists():
         return value
@@ -240,7 +241,6 @@ def recipe_of_validation(request, reference: str, weights: str | None, inputs) -
 def recipe_of_bench(artifacts: list[str], settings, inputs, weights: str | None = None) -> dict:
     """`bench`: the artifact as the model, run as it is (fp32 = no precision pass; a PyTorch or Keras model is its
     own matrix format), with these latency settings."""
-    from edgekit.source import open_source
 
     if len(artifacts) != 1:
         raise EdgekitError("--emit-recipe writes one recipe per artifact", hint="bench one artifact at a time to emit its recipe")

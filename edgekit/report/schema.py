@@ -5,9 +5,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
+from edgekit.errors import EdgekitError
 from edgekit.fileio import atomic_output
 from edgekit.machine import machine_info, package_versions
 
@@ -67,7 +69,6 @@ def _json_default(value):
 
 def load_json(path: Path) -> dict:
     """Read a saved report of any kind, checked against the report schema (report.schema.json)."""
-    from edgekit.errors import EdgekitError
 
     try:
         report = json.loads(Path(path).read_text())
@@ -85,7 +86,6 @@ def load_json(path: Path) -> dict:
 
 
 def _check_version(path: Path, version: str) -> None:
-    from edgekit.errors import EdgekitError
 
     try:
         theirs = tuple(int(x) for x in version.split("."))
@@ -139,8 +139,6 @@ def _problem(value, schema: dict, root: dict, where: str) -> str | None:
             relevant = [p for p in problems if p and not p.startswith(f"{where}.kind should be")]
             return relevant[0] if relevant else f"{where} matches several kinds"
     if "pattern" in schema and isinstance(value, str):
-        import re
-
         if not re.search(schema["pattern"], value):
             return f"{where} ({value!r}) does not match {schema['pattern']}"
     return None

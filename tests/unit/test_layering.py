@@ -7,6 +7,7 @@ runner excepted)."""
 from __future__ import annotations
 
 import ast
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -31,6 +32,11 @@ FRAMEWORKS = {
     "onnxruntime", "openvino", "nncf", "ai_edge_litert", "tflite_runtime", "litert_torch", "ai_edge_torch",
     "executorch", "tensorrt", "tensorflow", "keras", "tf2onnx", "torch", "torchao", "onnx", "transformers",
 }  # fmt: skip
+# Function-local imports are for what is slow to import: a third-party package (a framework, numpy, typer, rich, yaml:
+# 10-800 ms each here), a standard module of one platform, or one measured slow; else they go at the top of the module.
+PLATFORM_ONLY = {"resource", "fcntl", "msvcrt", "termios", "winreg", "pwd", "grp"}
+SLOW_STDLIB = {"urllib", "http", "multiprocessing", "concurrent", "asyncio", "email", "xml", "sqlite3", "ssl", "ctypes"}
+SLOW_EDGEKIT = {"edgekit.api"}  # 96 ms cumulative (python -X importtime): `import edgekit` and the CLI load it on first use
 STANDALONE = {ROOT / "devices" / "device_runner.py"}  # goes to a board alone: stdlib, numpy and its runtime
 MODEL_DEFINITIONS = ROOT / "zoo"  # the zoo's models are PyTorch code by nature
 
@@ -51,16 +57,24 @@ def module_of(path: Path, root: Path = ROOT) -> str:
 
 def imported_modules(path: Path, package: tuple[str, ...]) -> list[tuple[int, str]]:
     """(line, absolute module name) of every import in the file, at any depth (relative ones resolved in `package`)."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join(package[: len(package) - node.level + 1] + ((node.module,) if node.module else ()))
-            found += [(node.lineno, base)] + [(node.lineno, f"{base}.{alias.name}") for alias in node.names]
-    return found
+    nodes = ast.walk(ast.parse(path.read_text(), str(path)))
+    return [found for node in nodes if isinstance(node, (ast.Import, ast.ImportFrom)) for found in imported_modules_of(node, package)]
+
+
+def imported_modules_of(node, package: tuple[str, ...]) -> list[tuple[int, str]]:
+    """(line, absolute name) of what one import statement imports (`from a import b`: a and a.b)."""
+    if isinstance(node, ast.Import):
+        return [(node.lineno, alias.name) for alias in node.names]
+    base = node.module or ""
+    if node.level:
+        base = ".".join(package[: len(package) - node.level + 1] + ((node.module,) if node.module else ()))
+    return [(node.lineno, base)] + [(node.lineno, f"{base}.{alias.name}") for alias in node.names]
+
+
+def is_slow_outside(name: str) -> bool:
+    """A module outside edgekit that is slow to import: any third-party package, or a slow or one-platform stdlib one."""
+    top = name.split(".")[0]
+    return top != "__future__" and (top not in sys.stdlib_module_names or top in PLATFORM_ONLY | SLOW_STDLIB)
 
 
 def package_of(path: Path, root: Path = ROOT) -> tuple[str, ...]:
@@ -107,6 +121,56 @@ class Tree:
             if module is not None and module != source and not source.startswith(module + "."):
                 edges[source].add(module)
         return edges
+
+    def top_level_imports(self, module: str) -> list[str]:
+        """The names `module` imports at its top level (what importing it runs)."""
+        path = self.modules[module]
+        found = []
+        for node in ast.parse(path.read_text(), str(path)).body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                found += [name for _, name in imported_modules_of(node, package_of(path, self.root))]
+        return found
+
+    def slow_to_import(self, module: str) -> bool:
+        """Whether importing the edgekit `module` loads something slow, at its top level or through the modules (and
+        their packages) it imports there."""
+        seen, stack = set(), [module]
+        while stack:
+            current = stack.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            names = self.top_level_imports(current)
+            outside = [name for name in names if name.split(".")[0] != self.root.name]
+            if current in SLOW_EDGEKIT or any(is_slow_outside(name) for name in outside):
+                return True
+            parts = current.split(".")
+            stack += [t for n in names if (t := self.target(n)) and t != current]
+            stack += [p for i in range(2, len(parts)) if (p := ".".join(parts[:i])) in self.modules]
+        return False
+
+    def needless_local_imports(self) -> list[str]:
+        """Imports inside functions of what is quick to import (the standalone device runner and edgekit's own lazy
+        API excepted)."""
+        found = []
+        for path in self.files:
+            if path in STANDALONE or path == self.root / "__init__.py":
+                continue
+            tree = ast.parse(path.read_text(), str(path))
+            top = {id(node) for node in tree.body}
+            for node in ast.walk(tree):
+                if not isinstance(node, (ast.Import, ast.ImportFrom)) or id(node) in top:
+                    continue
+                names = [name for _, name in imported_modules_of(node, package_of(path, self.root))]
+                if not any(self._slow(name, path) for name in names):
+                    found.append(f"{path.relative_to(self.root.parent)}:{node.lineno} {ast.unparse(node)}")
+        return found
+
+    def _slow(self, name: str, importer: Path) -> bool:
+        if name.split(".")[0] != self.root.name:
+            return is_slow_outside(name)
+        module = self.target(name)
+        return module is not None and module != module_of(importer, self.root) and self.slow_to_import(module)
 
     def named_backend_imports(self) -> list[str]:
         """Imports of a backend's folder (backends.<format>) from outside the backends: a driver reaches a backend
@@ -202,6 +266,11 @@ def test_no_driver_imports_a_named_backend():
     assert not found, "imports of a backend's folder from outside edgekit/backends/ (use a registry capability):\n" + "\n".join(found)
 
 
+def test_function_local_imports_only_defer_what_is_slow_to_import():
+    found = Tree().needless_local_imports()
+    assert not found, "imports inside functions of modules quick to import (move them to the top):\n" + "\n".join(found)
+
+
 def test_frameworks_are_imported_only_in_their_backend_folder():
     found = framework_imports(Tree())
     assert not found, "framework imports outside edgekit/backends/:\n" + "\n".join(found)
@@ -229,7 +298,7 @@ def test_the_checks_fail_on_planted_cycles_driver_imports_and_frameworks(tmp_pat
             "backends/__init__.py": "",
             "backends/routes.py": "",
             "backends/onnx/__init__.py": "",
-            "backends/onnx/loader.py": "from edgekit.backends import routes\nfrom edgekit.backends.torch import loader\n",
+            "backends/onnx/loader.py": "import onnx\nfrom edgekit.backends import routes\nfrom edgekit.backends.torch import loader\n",
             "backends/torch/__init__.py": "",
             "backends/torch/loader.py": "from ..onnx.loader import read_onnx\n",
         },
@@ -241,6 +310,7 @@ def test_the_checks_fail_on_planted_cycles_driver_imports_and_frameworks(tmp_pat
     assert cycles(tree.part_graph()[0]) == [["backends.onnx", "backends.torch"]]
     assert tree.named_backend_imports() == ["edgekit/converters/pipeline.py:2 imports edgekit.backends.onnx.loader"]
     assert framework_imports(tree) == ["edgekit/converters/pipeline.py:3 imports onnx"]
+    assert tree.needless_local_imports() == ["edgekit/calibration/sources.py:2 from edgekit.calibration import samples"]
     assert layer_of("backends.onnx") == layer_of("backends") and layer_of("pruning") < layer_of("backends")
 
 

@@ -8,14 +8,15 @@ ExecuTorch's scheme for its LLMs; both run by XNNPACK's dynamically quantized li
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 from edgekit.errors import ConversionError
+from edgekit.native import stderr_silenced
 
 
 def convert(model, shape, final: Path, options, calibration, work: Path) -> dict:
     """Write the language model as a .pte at options.precision to `final`; the notes for the provenance."""
-    import copy
 
     import torch
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
@@ -72,7 +73,6 @@ class ExecuTorchLM:
     def __init__(self, source, threads: int | None = None) -> None:
         """`source`: the artifact's ModelSource or its path."""
         from edgekit.backends.executorch.describe import load_program
-        from edgekit.native import stderr_silenced
         from edgekit.targets.base import default_threads
 
         path = getattr(source, "path", source)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from edgekit.artifact import Artifact, TensorSpec
 from edgekit.errors import ModelLoadError
+from edgekit.native import stderr_silenced
 
 # ExecuTorch's ScalarType codes (as c10's) -> numpy dtype names
 DTYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32", 7: "float64", 11: "bool"}
@@ -14,7 +15,6 @@ DTYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16
 
 def load_program(path: Path):
     """The program in ExecuTorch's runtime, or one clear error for a file that is not a .pte it can load."""
-    from edgekit.native import stderr_silenced
 
     try:
         with stderr_silenced():  # the runtime's cpuinfo and threadpool banners
@@ -48,7 +48,6 @@ def executorch_artifact(path: Path, precision: str | None = None) -> Artifact:
 
 def read_program(path: Path):
     """The .pte's Program (the flatbuffer, its delegate payloads inline), as ExecuTorch's serializer reads it."""
-    from edgekit.native import stderr_silenced
 
     with stderr_silenced():  # torchao's notes on kernels it cannot load here
         from executorch.exir._serialize._program import deserialize_pte_binary

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from edgekit.backends.executorch.coverage import pte_coverage
 from edgekit.errors import ModelLoadError
+from edgekit.native import stderr_silenced
 from edgekit.targets.base import DeviceInfo, Runner
 
 
@@ -17,7 +19,6 @@ class ExecuTorchRunner(Runner):
 
     @classmethod
     def devices(cls) -> list[DeviceInfo]:
-        from edgekit.native import stderr_silenced
 
         with stderr_silenced():
             from executorch.runtime import Runtime
@@ -33,7 +34,6 @@ class ExecuTorchRunner(Runner):
 
     def _load_impl(self) -> None:
         from edgekit.backends.executorch.describe import load_program, tensor_specs
-        from edgekit.native import stderr_silenced
 
         with stderr_silenced():  # "Resetting threadpool to N threads."
             from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
@@ -60,7 +60,6 @@ class ExecuTorchRunner(Runner):
 
     def int8_coverage(self) -> dict:
         """What the program runs in int8: its XNNPACK partitions' node datatypes and its kernel calls."""
-        from edgekit.backends.executorch.coverage import pte_coverage
 
         return pte_coverage(self.source.path)
 

@@ -12,13 +12,14 @@ float, so every Keras converter (TFLite, ONNX) exports the folded model, and say
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 
 def with_batchnorm_folded(model):
     """(the KerasModel `model`, its foldable batch norms folded, and the provenance note {"batchnorm_folded": ...});
     (`model`, {}) when there is none or it is a SavedModel (no Keras layers to fold)."""
-    import copy
 
     if model.keras is None:
         return model, {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import zipfile
 from collections import Counter
 from pathlib import Path
 
@@ -89,7 +90,6 @@ class KerasModel:
 
 def _check_keras_archive(path: Path) -> None:
     """A .keras file is a zip (Keras says "File not found" for one that is not); an .h5 starts with the HDF5 signature."""
-    import zipfile
 
     if path.suffix == ".keras" and not zipfile.is_zipfile(path):
         raise ModelLoadError(

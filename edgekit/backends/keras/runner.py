@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from edgekit.machine import nvidia_gpus, package_versions
 from edgekit.targets.base import DeviceInfo, Runner, default_threads
 
 
@@ -27,7 +28,6 @@ class TensorFlowRunner(Runner):
 
     @classmethod
     def listed_devices(cls) -> list[DeviceInfo]:
-        from edgekit.machine import nvidia_gpus, package_versions
 
         gpus = nvidia_gpus()
         cpu_only = "tensorflow" not in package_versions("tensorflow")  # tensorflow-cpu is a separate distribution

@@ -10,9 +10,12 @@ through a Transpose) stay fp32: GatherBlockQuantized takes 4 bits only.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 from pathlib import Path
 
+from edgekit.backends.export_errors import quiet
 from edgekit.errors import ConversionError
 
 log = logging.getLogger("edgekit")
@@ -25,7 +28,6 @@ def export_onnx(model, shape, out: Path) -> None:
     """fp32 ONNX of `model` behind the KV-cache signature (weights inside the file)."""
     import torch
 
-    from edgekit.backends.export_errors import quiet
     from edgekit.backends.torch import causal_lm
 
     example, dynamic = causal_lm.export_inputs(shape)
@@ -69,8 +71,6 @@ def quantize_weights(fp32: Path, out: Path, bits: int, group_size: int) -> dict:
     """Every MatMul with a constant weight in `bits` (groups of `group_size` inputs, asymmetric), run with int8
     activations (accuracy_level 4: without it the 8-bit kernel ran 9x slower than fp32 here, the 4-bit one 1.5x
     slower than with it). The tied head reads the embedding through a Transpose, not a constant, and stays fp32."""
-    import contextlib
-    import io
 
     import onnx
     from onnxruntime.quantization import matmul_nbits_quantizer as nbits

@@ -8,11 +8,13 @@ tensor exists as written.
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import numpy as np
 
 from edgekit.errors import ModelLoadError
+from edgekit.fileio import work_folder
 from edgekit.metrics.tensors import TensorRef
 
 SAVED = "_ReshapedSavedOutput"  # the suffix qdq_loss_debug gives each saved tensor's output
@@ -25,7 +27,6 @@ class OnnxCapture:
         import onnxruntime as ort
 
         from edgekit.backends.onnx.loader import read_onnx, value_specs
-        from edgekit.fileio import work_folder
 
         model = read_onnx(path)
         self.model = model
@@ -133,7 +134,6 @@ def _layer(node) -> str:
 
 def module_scopes(node) -> list[str]:
     """The PyTorch module paths a torch.onnx (dynamo) node came from, outermost first, the op's own name dropped."""
-    import ast
 
     for prop in node.metadata_props:
         if prop.key == "pkg.torch.onnx.name_scopes":

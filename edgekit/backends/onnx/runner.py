@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgekit.artifact import TensorSpec
+from edgekit.backends.onnx.coverage import ort_coverage
 from edgekit.errors import ModelLoadError, RuntimeMissingError
 from edgekit.targets.base import DeviceInfo, Runner, package_files
 
@@ -75,7 +76,6 @@ class OnnxRuntimeRunner(Runner):
 
     def int8_coverage(self) -> dict:
         """What ONNX Runtime runs in int8: its optimized graph for this session's options and provider."""
-        from edgekit.backends.onnx.coverage import ort_coverage
 
         return ort_coverage(self.source.spec, self._options(), [self._provider()])
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from edgekit.backends.onnx.causal_lm import export_onnx
 from edgekit.errors import ConversionError
 
 CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
@@ -19,8 +20,6 @@ CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
 def convert(model, shape, final: Path, options, calibration, work: Path) -> dict:
     """Write the language model as OpenVINO IR at options.precision to `final`; the notes for the provenance."""
     import openvino as ov
-
-    from edgekit.backends.onnx.causal_lm import export_onnx
 
     onnx_path = work / "fp32.onnx"
     export_onnx(model, shape, onnx_path)

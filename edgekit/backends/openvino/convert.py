@@ -16,6 +16,7 @@ from edgekit.backends.openvino.frontends import name_tensors, to_openvino, torch
 from edgekit.backends.openvino.loader import root_logger_kept
 from edgekit.backends.openvino.nncf_int8 import detect_model_type, sensitive_layers, static_int8, weights_int8
 from edgekit.conversion import ConversionData, Converter, ConvertOptions, plan
+from edgekit.devices.isa_class import class_for
 from edgekit.errors import ConversionError, EdgekitError
 from edgekit.fileio import work_folder
 
@@ -118,7 +119,6 @@ def _onnx_runtime_route(ov_model, options: ConvertOptions) -> bool:
 def _route_allowed(options: ConvertOptions) -> bool:
     """The options leave the ONNX Runtime route open: the target's ISA class is one of ONNX_RUNTIME_CLASSES, and
     --exclude (OpenVINO's layer names) does not ask for NNCF."""
-    from edgekit.devices.isa_class import class_for
 
     return not options.exclude and class_for(options.for_target)[0].name in ONNX_RUNTIME_CLASSES
 

@@ -7,12 +7,14 @@ PyTorch source kept float, and weight-only int8.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
 from edgekit.conversion import ConversionData, ConvertOptions
+from edgekit.devices.isa_class import class_for
 from edgekit.errors import EdgekitError
 
 
@@ -27,8 +29,6 @@ def detect_model_type(ov_model) -> str | None:
 def _overflow_fix(for_target: str):
     """NNCF's overflow fix for the ISA class: 7-bit weights where u8 x s8 sums saturate (x86 without VNNI)."""
     from nncf.quantization.advanced_parameters import OverflowFix
-
-    from edgekit.devices.isa_class import class_for
 
     isa, source = class_for(for_target)
     saturates = isa.name in ("x86-avx2", "x86-avx512", "x86-sse")
@@ -296,7 +296,6 @@ def _cosine(output: np.ndarray, reference: np.ndarray) -> float:
 
 def _content_key(feeds: dict) -> bytes:
     """A digest of a sample's input arrays."""
-    import hashlib
 
     digest = hashlib.blake2b(digest_size=16)
     for value in feeds.values():

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit.machine import cpu_model
 from edgekit.targets.base import DeviceInfo, Runner
 
 KNOWN_DEVICES = ("CPU", "GPU", "NPU", "AUTO")
@@ -41,7 +42,6 @@ class OpenVinoRunner(Runner):
     @classmethod
     def listed_devices(cls) -> list[DeviceInfo]:
         """CPU and AUTO always; an Intel GPU from its DRM render node, an NPU from the accel driver (Linux)."""
-        from edgekit.machine import cpu_model
 
         gpu = any(_read(vendor) == INTEL for vendor in Path("/sys/class/drm").glob("renderD*/device/vendor"))
         npu = any(Path("/dev/accel").glob("accel*"))

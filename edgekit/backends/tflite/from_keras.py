@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 from edgekit.backends.keras.batchnorm import with_batchnorm_folded
@@ -23,7 +24,6 @@ class KerasToTflite(Converter):
     import_name = "tensorflow"
 
     def convert(self, model, specs, out: Path, options: ConvertOptions, data: ConversionData) -> dict:
-        import tempfile
 
         from edgekit.backends.keras.loader import quiet_tensorflow
 

@@ -17,6 +17,7 @@ import io
 import logging
 import re
 import shutil
+import sys
 from pathlib import Path
 
 from edgekit.backends.export_errors import ANSI, HINTS, first_line, model_code, reason
@@ -178,7 +179,6 @@ def _onnx2tf():
 def _no_download(onnx2tf):
     """onnx2tf downloads sample images from the internet to run an RGB NHWC model on: photo crops shipped with
     edgekit instead."""
-    import sys
 
     from edgekit.zoo.photos import photo_crops
 

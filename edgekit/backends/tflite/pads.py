@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit.source import open_source
+
 log = logging.getLogger("edgekit")
 TO_NCHW, TO_NHWC = [0, 3, 1, 2], [0, 2, 3, 1]
 
@@ -176,7 +178,6 @@ def _same_outputs(original: Path, rewritten: Path) -> bool:
 def _probe_outputs(path: Path) -> list[np.ndarray]:
     """The .tflite's outputs on LiteRT for one random sample, the probe pipeline.verify_written runs."""
     from edgekit.calibration import random_samples
-    from edgekit.source import open_source
     from edgekit.targets import make_runner
 
     runner = make_runner(open_source(str(path)), None, 1)

@@ -9,9 +9,12 @@ both. Every runtime (ONNX Runtime, OpenVINO, ExecuTorch) runs the same signature
 
 from __future__ import annotations
 
+import inspect
+
 from edgekit.artifact import CacheShape
 from edgekit.backends.torch.lm_files import gguf_facts
 from edgekit.errors import ModelLoadError
+from edgekit.native import stderr_silenced, third_party_quiet
 
 INPUTS = ("input_ids", "past_keys", "past_values")
 OUTPUTS = ("logits", "present_keys", "present_values")
@@ -36,7 +39,6 @@ def load_causal_lm(source):
     """The source as an eval-mode transformers causal LM: a module:factory (+ --weights), zoo:stdlib-lm, a pickled
     module (with consent), a folder written by save_pretrained or a GGUF file."""
     from edgekit.backends.torch.loader import load_torch
-    from edgekit.native import stderr_silenced, third_party_quiet
 
     with stderr_silenced(), third_party_quiet():  # transformers imports torchao, which notes kernels it cannot load
         model, _ = load_torch(source)
@@ -68,7 +70,6 @@ def head_of(model) -> str:
 
 
 def _forward_parameters(model) -> set[str]:
-    import inspect
 
     return set(inspect.signature(model.forward).parameters)
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from edgekit.artifact import TensorSpec
 from edgekit.backends.torch.lm_files import load_pretrained
-from edgekit.errors import InputMismatchError, ModelLoadError, first_line
+from edgekit.errors import EdgekitError, InputMismatchError, ModelLoadError, first_line
+from edgekit.imports import import_attr
 from edgekit.source import ModelSource
 
 log = logging.getLogger("edgekit")
@@ -155,9 +156,6 @@ def _load_pickle(source: ModelSource):
 
 def _load_factory(source: ModelSource):
     import torch
-
-    from edgekit.errors import EdgekitError
-    from edgekit.imports import import_attr
 
     try:
         factory = import_attr(source.spec, "function returning a torch.nn.Module")

@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 from edgekit.errors import ConversionError, RuntimeMissingError
+from edgekit.machine import nvidia_gpus
 from edgekit.targets.base import DeviceInfo, Runner, package_files
 
 COMPILE_MODES = ("eager", "default", "reduce-overhead", "max-autotune")
@@ -28,7 +29,6 @@ COMPILE_CALLS = 3  # reduce-overhead records its CUDA graph on the calls after t
 
 def listed_cuda(target: str) -> DeviceInfo:
     """`target` (torch:cuda, tensorrt:cuda) as told without importing torch: a CUDA (or ROCm) build of torch and a GPU the driver lists."""
-    from edgekit.machine import nvidia_gpus
 
     build = next((f.read_text() for f in package_files("torch", "version.py")), "")
     gpu_build = re.search(r"^(cuda|hip)\b.*=\s*'[^']+'", build, re.MULTILINE)

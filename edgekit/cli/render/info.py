@@ -7,6 +7,7 @@ from rich.table import Table
 
 from edgekit.cli.render.convert import print_how_made
 from edgekit.cli.render.table import console
+from edgekit.metrics.coverage import share
 from edgekit.report.schema import fmt, fmt_count, fmt_size
 
 
@@ -67,7 +68,6 @@ def print_provenance(prov: dict) -> None:
 
 def print_coverage(coverage: dict, target: str | None = None) -> None:
     """int8 coverage: the headline, then the layers left float with their MACs, and the float islands."""
-    from edgekit.metrics.coverage import share
 
     value = share(coverage)
     unit = "of its MACs" if coverage["macs_share"] is not None else "of its layers"

@@ -9,10 +9,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from edgekit.cli.render.table import console, gate_verdict, value_and_limit
+from edgekit.report.tables import cells, columns, failed_gates, machine_text, row_notes
 
 
 def print_run(result: dict, written) -> None:
-    from edgekit.report.tables import cells, columns, failed_gates, machine_text, row_notes
 
     table = Table(
         *columns(result["rows"]), title=f"{result['model']}: gates {'passed' if result['passed'] else 'FAILED'}", title_justify="left"

@@ -5,6 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
+from edgekit.metrics.gate import fmt_against
+
 __all__ = ["console", "escape", "gate_verdict", "machine_line", "value_and_limit"]  # escape: for the commands' own lines
 
 # Logs and CI are not terminals: keep tables whole rather than squeezing them to 80 columns.
@@ -27,6 +29,5 @@ def gate_verdict(passed: bool) -> str:
 
 def value_and_limit(result: dict) -> tuple[str, str]:
     """A gate's value and limit with the digits that tell them apart."""
-    from edgekit.metrics.gate import fmt_against
 
     return ("-", str(result["limit"])) if result["value"] is None else fmt_against(result["value"], result["limit"])
