@@ -36,7 +36,7 @@ _PHOTO_NOTES = (
     "int8 row is edgekit's default path (--calib-method auto: each backend's best measured range estimator). ONNX Runtime: "
     "L2-optimal activation ranges (backends.onnx.activation_ranges), outputs left float, weight codes fitted to the "
     "calibration inputs + bias correction (backends.onnx.int8_rounding), sensitivity outliers kept in float where that "
-    "helps; on x86-avx2 u8 x s8 with pair-safe weights (quantize.pair_safe). OpenVINO: on x86-amx/vnni/avx2 ONNX "
+    "helps; on x86-avx2 u8 x s8 with pair-safe weights (quantization.pair_safe). OpenVINO: on x86-amx/vnni/avx2 ONNX "
     "Runtime's QDQ for the class, which OpenVINO runs as it is; elsewhere NNCF, histogram ranges, full bias correction. "
     "LiteRT and "
     "ExecuTorch: PT2E (backends.torch.pt2e) with HistogramObserver, conv+ReLU6 observed after the clamp, int8 adds, zero pads "

@@ -65,7 +65,7 @@ def run(rounds: int = 3, emulated_crops: int = 60) -> None:
             "Emulated Arm64: ONNX Runtime's aarch64 wheel under qemu-aarch64, each CPU's /proc/cpuinfo served so that ONNX Runtime "
             "takes its kernels (edgekit.emulation): " + ", ".join(f"{c.isa_class} = -cpu {c.qemu_cpu}" for c in ARM_CPUS.values()) + ".",
             f"The scheme edgekit picks on this host: {CLASSES[ISA_CLASS].activations} activations x {CLASSES[ISA_CLASS].weights} weights"
-            + (", pair-safe (quantize.pair_safe)." if CLASSES[ISA_CLASS].pair_safe_weights else "."),
+            + (", pair-safe (quantization.pair_safe)." if CLASSES[ISA_CLASS].pair_safe_weights else "."),
         ],
     )
 

@@ -91,7 +91,7 @@ class ConvertOptions:
     device: str | None  # an NPU to compile for after conversion, e.g. ethos-u55-128
     max_batch: int  # TensorRT: the largest batch of the engine's optimisation profile
     opt_batch: int  # TensorRT: the batch the profile is tuned for
-    keep_sensitive: bool  # int8 keeps the layers whose sensitivity stands out in float (quantize.sensitivity)
+    keep_sensitive: bool  # int8 keeps the layers whose sensitivity stands out in float (quantization.sensitivity)
     verify: bool  # run the artifact and its source on the same inputs before it counts as written (converters.verify)
     task: str | None  # text-generation: a causal language model exported with its KV cache (converters.causal_lm)
     group_size: int  # int4/int8-weights of a language model: weights per quantization group (-1: per channel)
@@ -132,7 +132,7 @@ class Converter:
     precisions: ClassVar[dict[str, bool]]  # precision -> needs calibration data
     package: ClassVar[str]
     import_name: ClassVar[str]
-    # int8 that keeps sensitive layers in float to meet --max-drop, --min-agreement or --min-cosine (quantize.accuracy.Limit)
+    # int8 that keeps sensitive layers in float to meet --max-drop, --min-agreement or --min-cosine (quantization.accuracy.Limit)
     accuracy_control: ClassVar[bool] = False
     # quantization options it applies ("calib_method", "per_tensor"); asking another of it is an error. None: not declared
     honours: ClassVar[frozenset[str] | None] = None

@@ -4,7 +4,7 @@ ONNX Runtime's x86 int8 kernels multiply u8 activations by s8 weights. Without V
 VPMADDUBSW, which adds pairs of u8 x s8 products into a saturating int16: with real activations the
 sums clip and accuracy falls (FashionCNN top-1 agreement 97.4% instead of 99.9% on an AVX2 EPYC;
 EfficientNet-Lite0 73% instead of 97%). On AVX2 edgekit keeps each adjacent pair of weight codes to
-|w| + |w'| <= 128, so the sums cannot clip (quantize.pair_safe); u8 x u8 goes through a widening path
+|w| + |w'| <= 128, so the sums cannot clip (quantization.pair_safe); u8 x u8 goes through a widening path
 that cannot saturate but was 3x slower than fp32 on a Zen 3 EPYC.
 VNNI (VPDPBUSD) and AMX accumulate u8 x s8 in int32 directly: no saturation, and the fast path.
 Arm's kernels (SDOT/UDOT, I8MM, or widening multiplies) accumulate in int32 as well.
@@ -31,7 +31,7 @@ class IsaClass:
     weights: str  # weight type
     reason: str  # why this scheme on this class, with the measurement behind it
     int8_pays: bool | None  # measured: is ONNX Runtime int8 faster than fp32 here (None: not measured on this project's machines)
-    pair_safe_weights: bool = False  # u8 x s8 weights kept within VPMADDUBSW's int16 pairs (quantize.pair_safe)
+    pair_safe_weights: bool = False  # u8 x s8 weights kept within VPMADDUBSW's int16 pairs (quantization.pair_safe)
 
 
 # One row per class; docs/int8-schemes.md has the measurements behind each choice.

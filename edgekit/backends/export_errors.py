@@ -1,6 +1,7 @@
 """What a failed torch export said, told plainly: the user's file and line where it stopped, the innermost cause on one
-line (no ANSI codes, no exporter banners), and a hint only for a cause the errors showed (HINTS). Shared by the
-converters that start from torch.export (ONNX, ExecuTorch, LiteRT)."""
+line (no ANSI codes, no exporter banners), and a hint only for a cause the errors showed (HINTS). Standard library
+only: shared by the converters that start from a torch module (ONNX, OpenVINO, ExecuTorch, LiteRT) and by the routes
+they take (backends/routes.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Accuracy-aware static int8 on ONNX Runtime (and, through the same loop, LiteRT: backends.tflite.accuracy): return the most sensitive layers and activations to float until the limit holds.
 
-The candidates are ranked once on calibration samples by one measure (quantize.sensitivity): 1 - the mean
+The candidates are ranked once on calibration samples by one measure (quantization.sensitivity): 1 - the mean
 cosine of the outputs vs fp32 with only that one thing in int8: a layer's weights (on ONNX Runtime the fitted codes
 and corrected bias the all-int8 model holds), or (ONNX Runtime) an activation rounded to its int8 grid
 (backends.onnx.float_activations). The model is calibrated once (ONNX Runtime's

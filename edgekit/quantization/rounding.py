@@ -38,7 +38,7 @@ def best_codes(
 ) -> np.ndarray:
     """Codes (C x K) near `codes` that lower each channel's output error d G d^T, d = (q - zero) * scale - w,
     one code moved by one step per channel and round, while a move lowers it. `pairs`: the codes start from,
-    and every move keeps to, the pair limit of quantize.pair_safe."""
+    and every move keeps to, the pair limit of quantization.pair_safe."""
     if pairs:
         codes = pair_safe.project(codes)
     q = codes.astype(np.float64)

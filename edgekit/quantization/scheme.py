@@ -21,7 +21,7 @@ class Int8Scheme:
     quantize_bias: bool = True  # int32 bias DequantizeLinear (ONNX Runtime fuses it); TensorRT keeps float biases
     isa_class: str | None = None  # the CPU class the scheme was chosen for (None: not a CPU target)
     isa_from: str | None = None  # where that class came from: this host, --for-target, a device
-    pair_safe_weights: bool = False  # weight pairs kept within VPMADDUBSW's int16 (x86 without VNNI; quantize.pair_safe)
+    pair_safe_weights: bool = False  # weight pairs kept within VPMADDUBSW's int16 (x86 without VNNI; quantization.pair_safe)
 
     def to_dict(self) -> dict:
         return asdict(self)

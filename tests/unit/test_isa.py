@@ -55,7 +55,7 @@ def test_every_class_is_recorded_and_has_a_scheme():
         ("x86-amx", "uint8", "int8", False),  # VNNI/AMX: u8 x s8 accumulates in int32, the fast path
         ("x86-vnni", "uint8", "int8", False),
         ("x86-avx512", "uint8", "uint8", False),  # VPMADDUBSW saturates u8 x s8: u8 x u8 (not measured on such a CPU)
-        ("x86-avx2", "uint8", "int8", True),  # VPMADDUBSW: u8 x s8 with weight pairs kept within int16 (quantize.pair_safe)
+        ("x86-avx2", "uint8", "int8", True),  # VPMADDUBSW: u8 x s8 with weight pairs kept within int16 (quantization.pair_safe)
         ("x86-sse", "uint8", "uint8", False),
         ("arm64-i8mm", "int8", "int8", False),
         ("arm64-dotprod", "int8", "int8", False),

@@ -99,7 +99,7 @@ print(json.dumps(session.run(None, {"x": x})[0][0, :, 0, 0].tolist()))
 
 
 def test_vpmaddubsw_pairs_adjacent_input_channels_and_128_is_the_safe_pair_sum(tmp_path):
-    """What quantize.pair_safe rests on, on ONNX Runtime's own AVX2 kernel: a u8 x s8 1x1 QLinearConv sums
+    """What quantization.pair_safe rests on, on ONNX Runtime's own AVX2 kernel: a u8 x s8 1x1 QLinearConv sums
     a_k w_k + a_k+1 w_k+1 (k even) in int16, so a pair of codes 127 + 127 against activations of 255 clips,
     the same codes two channels apart do not, nor a pair that keeps |w| + |w'| <= 128."""
     from onnx import TensorProto, helper, numpy_helper

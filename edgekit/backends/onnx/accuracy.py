@@ -1,4 +1,4 @@
-"""The ONNX side of accuracy control (quantize.accuracy): ONNX Runtime's logits, and a top-1 limit checked against
+"""The ONNX side of accuracy control (quantization.accuracy): ONNX Runtime's logits, and a top-1 limit checked against
 the ONNX model's declared output before any calibration."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Channel orders that pair-safe int8 weights quantize finer (x86 without VNNI: quantize.pair_safe).
+"""Channel orders that pair-safe int8 weights quantize finer (x86 without VNNI: quantization.pair_safe).
 
 Pair-safe weights give each output channel of a 1x1 Conv or a Gemm the scale set by its largest sum of two adjacent
 input channels' |w|, not by its largest |w|: where a large weight sits beside another large one, every weight of that
@@ -276,7 +276,7 @@ def _vector_bias(node, weights: _Weights) -> bool:
 
 
 def _pairs_reader(node, weights: _Weights) -> bool:
-    """A reader whose input channels pair up in pair-safe weights (quantize.pair_safe.kind: a Gemm, or a 1x1 Conv)."""
+    """A reader whose input channels pair up in pair-safe weights (quantization.pair_safe.kind: a Gemm, or a 1x1 Conv)."""
     return pair_safe.kind(node.op_type, weights.get(node.input[1]).shape, node_attribute(node, "group", 1)) == "pairs"
 
 

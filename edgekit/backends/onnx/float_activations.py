@@ -2,8 +2,8 @@
 
 An activation's QuantizeLinear -> DequantizeLinear pair is replaced by a Clip to the pair's quantization range:
 the same clamp (a ReLU6 that ONNX Runtime fused into its Conv's range keeps it), without the 8-bit rounding. The
-ops either side of it then run in float. Accuracy control (quantize.accuracy) returns such activations
-to float beside weight layers, ranked by the same measure (quantize.sensitivity): 1 - the mean cosine of the
+ops either side of it then run in float. Accuracy control (quantization.accuracy) returns such activations
+to float beside weight layers, ranked by the same measure (quantization.sensitivity): 1 - the mean cosine of the
 outputs when only that one tensor is rounded to its int8 grid, everything else float, against the float model
 with that tensor clamped to the same range (the clamp stays in float, so only the rounding counts).
 """

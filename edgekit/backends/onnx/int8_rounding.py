@@ -88,7 +88,7 @@ class WeightRounding:
 
     def __init__(self, float_model: Path, samples, pair_safe: bool = False) -> None:
         self.float_model, self.samples = Path(float_model), samples
-        self.pair_safe = pair_safe  # u8 x s8 for x86 without VNNI: codes kept to quantize.pair_safe's limits
+        self.pair_safe = pair_safe  # u8 x s8 for x86 without VNNI: codes kept to quantization.pair_safe's limits
         self._stats: dict | None = None
         self._codes: dict = {}
         self.errors: dict[str, tuple[float, float]] = {}  # weight -> output error (round-to-nearest, fitted)
@@ -162,7 +162,7 @@ class _LayerEdit:
         return 1
 
     def _limits(self, dtype, weight_shape) -> tuple[bool, tuple[int, int]]:
-        """(pair limit on, code bounds) for this layer: quantize.pair_safe's where the scheme asks for it."""
+        """(pair limit on, code bounds) for this layer: quantization.pair_safe's where the scheme asks for it."""
         layer_kind = (
             pair_safe.kind(self.node.op_type, weight_shape, node_attribute(self.node, "group", 1)) if self.rounding.pair_safe else None
         )

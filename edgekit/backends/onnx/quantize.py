@@ -2,7 +2,7 @@
 
 The int8 scheme is chosen for the CPU class (edgekit.isa) or accelerator the model is meant for, and
 the reason is recorded: u8 x s8 where VNNI/AMX accumulate it in int32 (the fast path), u8 x s8 with
-pair-safe weights on AVX2 (quantize.pair_safe), u8 x u8 where u8 x s8 would saturate and that is not
+pair-safe weights on AVX2 (quantization.pair_safe), u8 x u8 where u8 x s8 would saturate and that is not
 measured (x86 with AVX-512BW or SSSE3 and no VNNI), s8 x s8 on Arm, symmetric s8 for TensorRT.
 """
 

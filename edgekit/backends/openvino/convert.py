@@ -90,9 +90,9 @@ class ToOpenVino(Converter):
 # - x86-vnni (Zen 4): 96.83 / 96.00 / 96.17% (cosine 0.9989) vs NNCF's 95.50 / 93.83 / 94.83% (0.9983), p50 0.51 / 0.37
 #   of fp32's at 1 / 2 threads vs NNCF's 0.46 / 0.33; FashionCNN 99.89% vs 99.75% of 10,000, the Keras BN CNN 99.72 vs 99.69%.
 # - x86-avx2 (Zen 3): NNCF's only guard against VPMADDUBSW's saturating int16 pair sums is 7-bit weights in every
-#   layer (OverflowFix.ENABLE): 90.2 / 88.2 / 91.0%; the pair-safe QDQ (quantize.pair_safe) 97.5 / 93.5 / 95.3%
+#   layer (OverflowFix.ENABLE): 90.2 / 88.2 / 91.0%; the pair-safe QDQ (quantization.pair_safe) 97.5 / 93.5 / 95.3%
 #   (cosine 0.9986 vs 0.994), as fast.
-# Accuracy control (--val) goes the same way: ONNX Runtime's loop (quantize.accuracy) with every step scored on
+# Accuracy control (--val) goes the same way: ONNX Runtime's loop (quantization.accuracy) with every step scored on
 # OpenVINO, and the IR validated again. Transformers keep NNCF's transformer scheme (SmoothQuant, attention-aware);
 # so does --exclude (which names OpenVINO's layers), and so do the classes where ONNX Runtime's scheme is u8 x u8
 # (x86-avx512, x86-sse: slow on OpenVINO) or unmeasured on OpenVINO (Arm).

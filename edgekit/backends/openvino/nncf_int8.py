@@ -42,7 +42,7 @@ def _overflow_fix(for_target: str):
 
 
 def sensitive_layers(model, ov_model, data: ConversionData, specs, options: ConvertOptions) -> dict:
-    """The sensitivity outliers (quantize.sensitivity), measured on a PyTorch source and named as OpenVINO
+    """The sensitivity outliers (quantization.sensitivity), measured on a PyTorch source and named as OpenVINO
     names their convolutions; other sources are not measured (the provenance says so)."""
     from edgekit.backends.torch.sensitivity import torch_sensitivity
     from edgekit.quantization.sensitivity import outliers, provenance

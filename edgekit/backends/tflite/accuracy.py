@@ -1,7 +1,7 @@
 """Accuracy-aware static int8 on LiteRT (from PyTorch): the most sensitive layers return to float until the limit holds.
 
-The same loop as ONNX Runtime's (quantize.accuracy.accuracy_aware): layers ranked once by what their
-weights alone cost in int8 (quantize.sensitivity, on the PyTorch module), then one more layer left out of
+The same loop as ONNX Runtime's (quantization.accuracy.accuracy_aware): layers ranked once by what their
+weights alone cost in int8 (quantization.sensitivity, on the PyTorch module), then one more layer left out of
 PT2E's annotation per step (pt2e_patterns.unannotate_modules: it runs in float inside the int8 graph), each
 step's .tflite run on LiteRT and scored against the fp32 PyTorch model on the labelled validation samples; the
 final artifact is validated again.

@@ -165,7 +165,7 @@ def _quant_detail(quant: dict) -> str:
 
 
 def print_fallback(provenance: dict) -> None:
-    """The share of ops that ran outside the accelerated part (validate.validation.fallback_of), where one was recorded."""
+    """The share of ops that ran outside the accelerated part (validation.validate.fallback_of), where one was recorded."""
     from edgekit.validation.validate import fallback_of
 
     fallback = fallback_of(provenance)

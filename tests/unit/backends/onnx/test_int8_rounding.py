@@ -1,5 +1,5 @@
 """Data-aware int8 weight rounding + bias correction (backends.onnx.int8_rounding) on real models and photos, and accuracy
-control on top of them (quantize.accuracy)."""
+control on top of them (quantization.accuracy)."""
 
 from __future__ import annotations
 

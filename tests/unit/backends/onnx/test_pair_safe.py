@@ -1,4 +1,4 @@
-"""Pair-safe u8 x s8 weights for x86 without VNNI (quantize.pair_safe); the kernel side of it is checked on
+"""Pair-safe u8 x s8 weights for x86 without VNNI (quantization.pair_safe); the kernel side of it is checked on
 ONNX Runtime's own AVX2 kernel in tests/unit/test_isa_emulated.py."""
 
 from __future__ import annotations

@@ -153,7 +153,7 @@ def test_pt2e_quantize_leaves_the_source_module_as_it_was(demo_data):
 
 @pytest.mark.parametrize("to", ["tflite", "executorch"])
 def test_pt2e_int8_keeps_the_best_prefix_of_the_sensitivity_outliers_in_float(tmp_path, fashion_source, demo_data, to):
-    """LiteRT's and ExecuTorch's default int8 from PyTorch rank the layers (quantize.sensitivity), try the outliers'
+    """LiteRT's and ExecuTorch's default int8 from PyTorch rank the layers (quantization.sensitivity), try the outliers'
     prefixes as ONNX Runtime's default does (one search: pt2e.int8_keeping_sensitive), keep the one closest to fp32,
     and say so; --no-keep-sensitive skips it."""
     pytest.importorskip("litert_torch" if to == "tflite" else "executorch")
