@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from edgekit.recipe.write import write_text
+
 
 def register(app: typer.Typer) -> None:
     app.command("demo")(demo)
@@ -19,6 +21,9 @@ def demo(
     ),
     threads: int = typer.Option(None, "--threads", help="Threads for every runtime (default: all usable cores)."),
     runs: int = typer.Option(200, "--runs", help="Timed latency runs per artifact."),
+    limit: int = typer.Option(
+        None, "--limit", min=1, help="Validate on a seeded subset of N samples of the recipe's validation data (default: all of it)."
+    ),
     keras: bool = typer.Option(False, "--keras", help="Start from the Keras model instead of the PyTorch one."),
     detector: bool = typer.Option(False, "--detector", help="The zoo's detector (zoo:fashion-det) instead, judged by mAP@0.5."),
     llm: bool = typer.Option(
@@ -38,9 +43,9 @@ def demo(
 
     variant = "llm" if llm else "detector" if detector else "keras" if keras else "pytorch"
     if emit_recipe:
-        from edgekit.recipe.write import write_text
-
         write_text(emit_recipe, RECIPES[variant].read_text(), force=True)
-    report, written = run_demo(workdir, threads, runs, variant, progress=lambda text: console.print(f"[dim]... {escape(text)}[/]"))
+    report, written = run_demo(
+        workdir, threads, runs, variant, limit=limit, progress=lambda text: console.print(f"[dim]... {escape(text)}[/]")
+    )
     print_run(report, written)
     raise typer.Exit(exit_code(report))

@@ -70,7 +70,8 @@ def to_html(report: dict) -> str:
 
 
 STYLE = f"""body{{font-family:{FONT};margin:2em;color:#222;max-width:1100px}} table{{border-collapse:collapse;font-size:13px}}
-td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right;white-space:nowrap}} th{{background:#f3f3f3}}
+td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right;white-space:nowrap}} th{{background:#f3f3f3;white-space:normal}}
+.rows{{overflow-x:auto}}
 tr.fail td{{background:#fde8e8}} .machine,.caption{{color:#555;font-size:13px}} .FAILED{{color:#c0392b}} .passed{{color:#2e7d32}}
 .note{{color:#8a5a00}} h3{{margin:1.6em 0 .2em}} .plot{{width:{WIDTH}px}}"""
 
@@ -92,7 +93,7 @@ def _table(rows: list[dict]) -> str:
         "<tr class='{}'>{}</tr>".format("" if r.get("passed") else "fail", "".join(f"<td>{html.escape(c)}</td>" for c in cells(r)))
         for r in rows
     )
-    return f"<table><tr>{head}</tr>{body}</table>"
+    return f"<div class='rows'><table><tr>{head}</tr>{body}</table></div>"  # a wide table scrolls in its box, not the page
 
 
 def _section(index: int, title: str, figure, caption: str, empty: str) -> str:

@@ -1,4 +1,5 @@
-"""The README's demo, end to end, on the real trained models and all 10,000 Fashion-MNIST test images."""
+"""The README's demo, end to end, on the real trained models and a seeded 2,000 of the 10,000 Fashion-MNIST test images
+(`demo --limit`: validating all 10,000 cost each test about as much as its nine conversions)."""
 
 import json
 from pathlib import Path
@@ -8,10 +9,15 @@ import pytest
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.e2e
+SAMPLES = 2000
+# Net samples lost vs the reference, at most: the limits of the 10,000 (0.02, 0.1 and 0.5 points) counted in samples of
+# the 2,000 (a sample is 0.05 points), where fp32's 0.02 is less than one: one near-tie may flip there. Counted, not
+# compared in points: two samples are 0.10000000000000853 points. (fp16 loses 1 here, x86-avx2, 2026-11-29.)
+LOST = {"fp32": 1, "fp16": 2, "int8": 10}
 
 
 def _rows(tmp_path, *extra):
-    result = run_cli("demo", "--workdir", tmp_path, "--runs", "30", *extra)
+    result = run_cli("demo", "--workdir", tmp_path, "--runs", "30", "--limit", str(SAMPLES), *extra)
     assert result.code == 0, result.stderr
     for header in (
         "format",
@@ -41,8 +47,9 @@ def _check(rows, reference_floor):
     assert all(r["status"] == "ok" and r["passed"] for r in rows.values()), [r["status"] for r in rows.values() if r["status"] != "ok"]
     for (fmt, precision), row in rows.items():
         assert row["reference_accuracy"] > reference_floor  # the committed model is really trained
-        limit = {"fp32": 0.02, "fp16": 0.1, "int8": 0.5}[precision]  # int8: within half a point on the 10k test set
-        assert row["drop_points"] <= limit, (fmt, precision, row["drop_points"])
+        assert row["samples"] == SAMPLES  # a real subset, not the whole test set
+        lost = round(row["drop_points"] * SAMPLES / 100)  # net samples the artifact gets wrong that the reference got right
+        assert lost <= LOST[precision], (fmt, precision, row["drop_points"])
         assert row["p50_ms"] > 0 and row["threads"] >= 1
         if precision == "int8":  # read from each runtime: every convolution and matrix product runs in int8
             assert row["int8_coverage"] == 1.0, (fmt, row["int8_coverage_detail"])

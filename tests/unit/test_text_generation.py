@@ -1,12 +1,15 @@
 """Language models with their KV cache on real runtimes: zoo:stdlib-lm (trained here on the Python standard library).
 
-The exports are built once for the module: fp32 on ONNX Runtime, OpenVINO and ExecuTorch, int4 weights on ONNX
-Runtime (groups of 128) and on OpenVINO (one group per channel, no data: --group-size 1024 spans every layer).
+The exports are built once for the module: fp32 on ONNX Runtime (by `edgekit run` on a language-model recipe, whose row
+one test reads), OpenVINO and ExecuTorch, int4 weights on ONNX Runtime (groups of 128) and on OpenVINO (one group per
+channel, no data: --group-size 1024 spans every layer). Each export costs 20-100 s (ExecuTorch's lowering the most: 51
+XNNPACK partitions), so none is made twice.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,14 +32,35 @@ def _convert(folder, to: str, precision: str = "fp32", **options):
 
 
 @pytest.fixture(scope="module")
-def lm(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("lm")
+def lm_recipe(tmp_path_factory):
+    """`edgekit run` on a language-model recipe (demo --llm's, cut to ONNX fp32 at MAX_SEQ and 4 held-out sequences):
+    its folder and the command's result. Its ONNX fp32 is the module's too."""
+    from edgekit.demo import RECIPES
+
+    folder = tmp_path_factory.mktemp("lm-recipe")
+    recipe = RECIPES["llm"].read_text().replace("formats: [onnx, openvino, executorch]", "formats: [onnx]")
+    recipe = recipe.replace("precisions: [fp32, int8-weights, int4-weights]", "precisions: [fp32]").replace(
+        "max_seq_len: 256", f"max_seq_len: {MAX_SEQ}"
+    )
+    recipe = recipe.replace("  task: text-generation\n\nconvert", "  task: text-generation\n  limit: 4\n\nconvert").replace(
+        "dir: edgekit-demo-llm", f"dir: {folder}"
+    )
+    (folder / "lm.yaml").write_text(recipe)
+    return folder, run_cli("run", folder / "lm.yaml", "--quiet")
+
+
+@pytest.fixture(scope="module")
+def lm(tmp_path_factory, lm_recipe):
+    folder, result = lm_recipe
+    assert result.code == 0, result.stdout + result.stderr
+    (row,) = json.loads((folder / "report.json").read_text())["rows"]
+    out = tmp_path_factory.mktemp("lm")
     return {
-        "onnx": _convert(folder, "onnx").artifact.path,
-        "openvino": _convert(folder, "openvino").artifact.path,
-        "executorch": _convert(folder, "executorch").artifact.path,
-        "onnx-int4": _convert(folder, "onnx", "int4-weights").artifact.path,
-        "openvino-int4-per-channel": _convert(folder, "openvino", "int4-weights", group_size=1024).artifact.path,
+        "onnx": Path(row["artifact"]),  # the recipe's, in its cache: `edgekit run` converts through the same convert_lm
+        "openvino": _convert(out, "openvino").artifact.path,
+        "executorch": _convert(out, "executorch").artifact.path,
+        "onnx-int4": _convert(out, "onnx", "int4-weights").artifact.path,
+        "openvino-int4-per-channel": _convert(out, "openvino", "int4-weights", group_size=1024).artifact.path,
     }
 
 
@@ -131,25 +155,15 @@ def test_bad_requests_get_one_clear_line(lm, tmp_path):
         _convert(tmp_path, "executorch", "int4-weights", group_size=96)
 
 
-def test_a_recipe_row_shows_perplexity_greedy_match_ttft_and_tokens_per_second(tmp_path):
+def test_a_recipe_row_shows_perplexity_greedy_match_ttft_and_tokens_per_second(lm_recipe):
     """`edgekit run` on a language-model recipe (demo --llm's, cut to ONNX fp32 and 4 held-out sequences)."""
-    from edgekit.demo import RECIPES
-
-    recipe = RECIPES["llm"].read_text().replace("formats: [onnx, openvino, executorch]", "formats: [onnx]")
-    recipe = recipe.replace("precisions: [fp32, int8-weights, int4-weights]", "precisions: [fp32]").replace(
-        "max_seq_len: 256", "max_seq_len: 160"
-    )
-    recipe = recipe.replace("  task: text-generation\n\nconvert", "  task: text-generation\n  limit: 4\n\nconvert").replace(
-        "dir: edgekit-demo-llm", f"dir: {tmp_path}"
-    )
-    (tmp_path / "lm.yaml").write_text(recipe)
-    result = run_cli("run", tmp_path / "lm.yaml", "--quiet")
+    folder, result = lm_recipe
     assert result.code == 0, result.stdout + result.stderr
     for header in ("perplexity", "ppl ratio [95% CI]", "greedy match", "TTFT ms", "tokens/s"):
         assert header in result.stdout
-    row = json.loads((tmp_path / "report.json").read_text())["rows"][0]
+    row = json.loads((folder / "report.json").read_text())["rows"][0]
     assert row["status"] == "ok" and row["passed"] and row["samples"] == 4
     assert row["greedy_match"] == 1.0 and row["ppl_ratio"] == pytest.approx(1.0, abs=1e-5) and row["tokens_per_s"] > 0
     assert [g["metric"] for g in row["gates"]] == ["nonfinite_values", "greedy_match"]
-    assert "| ppl ratio [95% CI] |" in (tmp_path / "report.md").read_text()
-    assert "<th>tokens/s</th>" in (tmp_path / "report.html").read_text()
+    assert "| ppl ratio [95% CI] |" in (folder / "report.md").read_text()
+    assert "<th>tokens/s</th>" in (folder / "report.html").read_text()

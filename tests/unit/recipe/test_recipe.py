@@ -278,6 +278,17 @@ def test_demo_variants_write_to_their_own_folders(tmp_path, monkeypatch):
     assert Path(demo_recipe(tmp_path / "mine", variant="keras").report.dir) == tmp_path / "mine"
 
 
+def test_demo_limit_validates_on_a_subset_and_the_default_on_all_of_it():
+    """`demo --limit N` (the e2e demo tests run on 2,000 images) sets the recipe's validation limit, the seeded subset
+    `validate --limit` takes; without it the demo validates on the whole set, as before."""
+    from edgekit.demo import RECIPES, demo_recipe
+    from edgekit.recipe.schema import load_recipe
+
+    for variant in RECIPES:
+        assert demo_recipe(None, variant=variant).validation == load_recipe(RECIPES[variant]).validation
+        assert demo_recipe(None, variant=variant, limit=50).validation.limit == 50
+
+
 def test_the_cache_key_follows_the_int8_scheme_not_how_the_class_was_named(tmp_path, monkeypatch):
     import dataclasses
 

@@ -1,4 +1,4 @@
-"""Data-aware int8 weight rounding + bias correction (backends.onnx.int8_rounding) on real models and photos, and accuracy
+"""Data-aware int8 weight rounding + bias correction (quantization.rounding) on real models and photos, and accuracy
 control on top of them (quantization.accuracy)."""
 
 from __future__ import annotations
@@ -6,12 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from edgekit.calibration import load_samples
 from edgekit.quantization.rounding import best_codes, output_error
 
 pytest.importorskip("onnxruntime")
 AGREEMENT, COSINE = 93.0, 0.997  # on the 120 crops below; both failed before the fitted weights and L2 ranges (see the test)
 LABELLED_FP32 = 70.0  # fp32's top-1 against the photos' label sets (zoo.photos.PHOTO_CLASSES): it names 5 of their 6
-LITE0_LIMIT = 97.0  # top-1 agreement asked of EfficientNet-Lite0's int8 on 100 validation crops
+LITE0_LIMIT = 97.0  # top-1 agreement asked of EfficientNet-Lite0's int8 on 100 validation crops (at least: see the test)
 
 
 def test_fitted_codes_stay_on_a_grid_neighbour_and_lower_the_output_error():
@@ -32,7 +33,6 @@ def lite0_int8(tmp_path_factory) -> dict:
     """EfficientNet-Lite0 fp32 and all-int8 ONNX (64 calibration crops), and 120 test crops disjoint from them."""
     pytest.importorskip("efficientnet_lite_pytorch")
     from edgekit.artifact import TensorSpec
-    from edgekit.calibration import load_samples
     from edgekit.conversion import CalibrationOptions, ConvertOptions
     from edgekit.converters.pipeline import convert
     from edgekit.source import ModelSource, open_source
@@ -76,7 +76,9 @@ def test_efficientnet_lite0_all_int8_agrees_with_fp32_on_photo_crops(lite0_int8)
 def test_efficientnet_lite0_accuracy_control_returns_activations_to_float(lite0_int8, tmp_path):
     """Accuracy control asked for more agreement than int8 gives on other crops. The loss of Lite0's int8 is largely
     activation rounding, so the steps kept include activations (unrounded: a Clip to their range); the written
-    artifact holds the limit on the validation crops and comes closer to fp32 than all-int8 on crops neither saw."""
+    artifact holds the limit on the validation crops and comes closer to fp32 than all-int8 on crops neither saw.
+    The limit is LITE0_LIMIT, or one crop more than all-int8 agrees on where that is more: the ISA class's scheme
+    decides int8's numbers, and on x86-avx2 (u8 x u8) all-int8 already agrees on 97 of these 100 crops (x86-vnni: fewer)."""
     from edgekit.cli.render.convert import _control_text
     from edgekit.conversion import CalibrationOptions, ConvertOptions
     from edgekit.converters.pipeline import convert
@@ -87,13 +89,13 @@ def test_efficientnet_lite0_accuracy_control_returns_activations_to_float(lite0_
 
     val = tmp_path / "val.npz"
     np.savez(val, image=photo_crops(100, seed=4))  # neither the calibration's crops nor the test's
-    options = ConvertOptions(
-        "int8", (), CalibrationOptions(str(lite0_int8["calib"]), 64), validation_data=str(val), min_agreement=LITE0_LIMIT
-    )
+    on_val = [run_batches(make_runner(open_source(str(lite0_int8[p]))), load_samples(str(val)), 40)[0] for p in ("fp32", "int8")]
+    limit = max(LITE0_LIMIT, compare_output("logits", *on_val).top1_agreement + 1)
+    options = ConvertOptions("int8", (), CalibrationOptions(str(lite0_int8["calib"]), 64), validation_data=str(val), min_agreement=limit)
     controlled = convert(open_source(str(lite0_int8["fp32"])), "onnx", tmp_path / "ac.onnx", options)
     control = controlled.meta["provenance"]["quantization"]["accuracy_control"]
     first, *tried = control["steps"]
-    assert first["agreement"] < LITE0_LIMIT <= control["final"]["agreement"]
+    assert first["agreement"] < limit <= control["final"]["agreement"]
     assert control["activations_in_float"] and all(step["kept"] == (step["cosine_gain"] > 1e-5) for step in tried)
     assert tried[-1]["kept"] and control["final"]["cosine"] == tried[-1]["cosine"]  # the artifact is the last step kept
     assert f"activation(s) in float: {', '.join(control['activations_in_float'])}" in _control_text(control)  # edgekit info's line
