@@ -95,7 +95,8 @@ class ConvertOptions:
     verify: bool  # run the artifact and its source on the same inputs before it counts as written (converters.verify)
     task: str | None  # text-generation: a causal language model exported with its KV cache (converters.causal_lm)
     group_size: int  # int4/int8-weights of a language model: weights per quantization group (-1: per channel)
-    ratio: float  # int4-weights: share of the weight layers in int4 (the rest int8)
+    ratio: float | None  # int4-weights: share of the weight layers in int4, the rest int8 (None: chosen by measurement)
+    max_ppl_ratio: float | None  # a language model's highest perplexity ratio on held-back text (None: its precision's gate)
     max_seq_len: int  # a language model's longest prompt + generated tokens
 
     @classmethod

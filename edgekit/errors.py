@@ -6,6 +6,8 @@ from __future__ import annotations
 class EdgekitError(Exception):
     """A mistake or missing piece the user can fix; the CLI prints it on one line, exit 1."""
 
+    exit_code = 1
+
     def __init__(self, message: str, hint: str = "", cause: str = "") -> None:
         super().__init__(message)
         self.message = message
@@ -47,6 +49,13 @@ class RuntimeMissingError(EdgekitError):
 
 class ConversionError(EdgekitError):
     """A converter that could not produce an artifact (an unsupported op, a failed export)."""
+
+
+class VerificationError(EdgekitError):
+    """An artifact that converted but failed its own check against the source (e.g. a perplexity above the limit):
+    not written, exit 2 (a failed gate's code)."""
+
+    exit_code = 2
 
 
 def error_lines(message: str, hint: str = "") -> list[str]:

@@ -40,7 +40,7 @@ class Backend:
     npu_compiler: str | None = None  # module whose check_device / vela_command / compile_vela compile for an NPU (--device)
     own_input_shapes: bool = False  # its runner takes the shapes the file records (a TFLite from PyTorch may be NHWC)
     lm_export: str | None = None  # "module:function" (model, cache shape, out, options, calibration ids, work) -> notes
-    lm_mixed_precision: bool = False  # its int4-weights takes --ratio < 1 (some layers int8): NNCF
+    lm_mixed_precision: bool = False  # its int4-weights takes --ratio < 1 (some layers int8, NNCF picks them by sensitivity)
     lm_session: str | None = None  # "module:Class" (ModelSource or path, threads): step(ids, keys, values) of a KV-cache LM
     lm_loader: str | None = None  # "module:function" (ModelSource, max_seq_len) -> (causal LM, CacheShape, facts): LM sources
     lm_tokenizer: str | None = None  # "module:function" (ModelSource) -> the model's tokenizer as tokenizers JSON, or None
@@ -77,6 +77,7 @@ REGISTRY = (
         coded_size="edgekit.backends.onnx.coding:coded_bytes",
         macs="edgekit.backends.onnx.macs:file_macs",
         lm_export="edgekit.backends.onnx.causal_lm:convert",
+        lm_mixed_precision=True,
         lm_session="edgekit.backends.onnx.causal_lm:OnnxLM",
     ),
     # PyTorch: the models edgekit starts from (exported programs, TorchScript, module:factory), run eagerly or compiled.

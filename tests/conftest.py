@@ -110,7 +110,8 @@ def pytest_configure(config):
 # the longest go first and the short ones even out the end: with xdist's own order (most tests first) the longest files
 # came last and one worker ran alone for minutes.
 SLOW_FILES = {
-    "tests/unit/test_text_generation.py": 140,
+    "tests/unit/test_text_generation.py": 200,
+    "tests/unit/test_lm_sources.py": 110,
     "tests/unit/backends/openvino/test_openvino.py": 120,
     "tests/unit/backends/onnx/test_int8_rounding.py": 120,
     "tests/unit/recipe/test_emit_recipe.py": 90,

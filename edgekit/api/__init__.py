@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from inspect import Signature
 from pathlib import Path
 from types import SimpleNamespace
@@ -336,7 +337,8 @@ def _conversion_options(command: commands.Command, args, specs, calib: str | Non
 
     values = vars(args)
     calibration = CalibrationOptions.from_section(command.recipe_values("calibration", values) | {"path": calib}, default_of)
-    return ConvertOptions.from_section(args.precision, specs, calibration, command.recipe_values("convert", values))
+    options = ConvertOptions.from_section(args.precision, specs, calibration, command.recipe_values("convert", values))
+    return replace(options, max_ppl_ratio=values.get("max_ppl_ratio"))  # a recipe keeps it under gates: (one limit)
 
 
 def _prune_options(args):

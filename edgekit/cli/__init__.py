@@ -78,12 +78,12 @@ def _register() -> None:
 
 
 def main() -> None:
-    """Entry point: every error is `error: WHAT` then `hint: WHAT TO DO` on stderr, exit 1 (2 is kept for a failed gate)."""
+    """Entry point: every error is `error: WHAT` then `hint: WHAT TO DO` on stderr, exit 1 (2 for a failed gate or verification)."""
     _register()
     try:
         code = app(standalone_mode=False, prog_name="edgekit")  # click returns (not raises) the code of a typer.Exit here
     except EdgekitError as exc:
-        _fail(exc.lines(), exc.cause_lines())
+        _fail(exc.lines(), exc.cause_lines(), exc.exit_code)
     except typer.Abort:
         _fail(error_lines("aborted"))
     except KeyboardInterrupt:
@@ -93,11 +93,11 @@ def main() -> None:
     sys.exit(code if isinstance(code, int) else 0)
 
 
-def _fail(lines: list[str], cause: list[str] | None = None) -> None:
+def _fail(lines: list[str], cause: list[str] | None = None, code: int = 1) -> None:
     print(*lines, sep="\n", file=sys.stderr)
     if cause:
         print("cause:", *cause, sep="\n", file=sys.stderr)
-    sys.exit(1)
+    sys.exit(code)
 
 
 def _sentence(text: str) -> str:

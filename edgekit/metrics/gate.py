@@ -52,12 +52,13 @@ DEFAULT_GATES = Thresholds(min_cosine=0.97, min_snr_db=10.0)
 # against the reference instead: mAP@0.5 of the reference's confident detections, the F1 or mIoU of its maps.
 TASK_GATES = {"detection": Thresholds(min_agreement=90.0), "segmentation": Thresholds(min_agreement=90.0)}
 # A language model by its precision: an fp32 export decodes exactly what PyTorch decodes, fp16 nearly; weight-only
-# int8 and int4 are held to their perplexity (the bars the anchors publish: int4 group 128 within a few percent).
+# int8 and int4 are held to their perplexity: int4 at 1.03, ahead of llama.cpp's Q4_K_M (1.014 on Llama-2-7B, 1.028 on
+# Llama-3-8B, 1.085 re-quantizing SmolLM2-135M); convert holds its own int4/int8 to the same limit (converters.causal_lm).
 LM_GATES = {
     "fp32": Thresholds(min_greedy_match=1.0),
     "fp16": Thresholds(min_greedy_match=0.99),
     "int8-weights": Thresholds(max_ppl_ratio=1.01),
-    "int4-weights": Thresholds(max_ppl_ratio=1.05),
+    "int4-weights": Thresholds(max_ppl_ratio=1.03),
 }
 
 

@@ -9,7 +9,7 @@ import json
 import logging
 import os
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from edgekit.conversion import SUFFIXES, CalibrationOptions, ConvertOptions
@@ -161,7 +161,8 @@ def _convert_options(recipe, inputs, precision, target, calibration) -> ConvertO
         section["per_tensor"] = False
     if precision != "int8":  # accuracy control: static int8 only
         section |= dict.fromkeys(("val", "max_drop", "min_agreement", "min_cosine"))
-    return ConvertOptions.from_section(precision, inputs, calibration_options, section)
+    options = ConvertOptions.from_section(precision, inputs, calibration_options, section)
+    return replace(options, max_ppl_ratio=recipe.gates.max_ppl_ratio)  # a language model's convert holds the recipe's gate
 
 
 def cache_key(source: ModelSource, fmt: str, options: ConvertOptions) -> str:

@@ -1,9 +1,10 @@
 """Language models with their KV cache on real runtimes: zoo:stdlib-lm (trained here on the Python standard library).
 
 The exports are built once for the module: fp32 on ONNX Runtime (by `edgekit run` on a language-model recipe, whose row
-one test reads), OpenVINO and ExecuTorch, int4 weights on ONNX Runtime (groups of 128) and on OpenVINO (one group per
-channel, no data: --group-size 1024 spans every layer). Each export costs 20-100 s (ExecuTorch's lowering the most: 51
-XNNPACK partitions), so none is made twice.
+one test reads), OpenVINO and ExecuTorch, int4 weights on ONNX Runtime (the defaults: groups of 32, calibrated on the
+text that ships with edgekit, checked on held-back sequences) and on OpenVINO (--group-size 96, which divides the 768-wide
+layers but not the 256-wide ones). Each export costs 20-100 s (ExecuTorch's lowering the most: 51 XNNPACK partitions),
+so none is made twice.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ PROMPTS, NEW = 2, 12
 
 def _convert(folder, to: str, precision: str = "fp32", **options):
     suffix = {"onnx": ".onnx", "openvino": ".xml", "executorch": ".pte", "tflite": ".tflite"}[to]
-    out = folder / f"lm.{precision}.{options.get('group_size', 128)}{suffix}"
+    out = folder / f"lm.{precision}.{options.get('group_size', 32)}{suffix}"
     return edgekit.convert(
         "zoo:stdlib-lm", to=to, output=str(out), precision=precision, task="text-generation", max_seq_len=MAX_SEQ, **options
     )
@@ -60,7 +61,7 @@ def lm(tmp_path_factory, lm_recipe):
         "openvino": _convert(out, "openvino").artifact.path,
         "executorch": _convert(out, "executorch").artifact.path,
         "onnx-int4": _convert(out, "onnx", "int4-weights").artifact.path,
-        "openvino-int4-per-channel": _convert(out, "openvino", "int4-weights", group_size=1024).artifact.path,
+        "openvino-int4-g96": _convert(out, "openvino", "int4-weights", group_size=96).artifact.path,
     }
 
 
@@ -103,7 +104,7 @@ def test_int4_is_judged_by_perplexity_and_passes_its_default_gate(lm, tmp_path):
     assert language["perplexity_reference"] == pytest.approx(12.5, abs=1.5)  # the zoo LM on its held-out files
     assert 0.5 < language["top1_agreement"] < 1.0 and language["kl"] > 0
     assert language["greedy_prompts"] == 8 and language["tokens"] == 16 * 127
-    assert result.gate.passed and result.gate.thresholds["max_ppl_ratio"] == 1.05
+    assert result.gate.passed and result.gate.thresholds["max_ppl_ratio"] == 1.03
     generation = result.latency.generation
     assert generation["ttft_ms"] > 0 and generation["tokens_per_s"] > 0 and generation["prompt_len"] == 32
     saved = json.loads((tmp_path / "r.json").read_text())
@@ -114,15 +115,55 @@ def test_int4_is_judged_by_perplexity_and_passes_its_default_gate(lm, tmp_path):
 
 
 def test_a_perplexity_gate_missed_exits_2_naming_the_ratio_and_its_interval(lm):
-    """The int4 without groups and without data (--group-size 1024 spans every layer: one group per channel), the issue's
-    damaged model, measured at a perplexity ratio of 1.008 on this well-conditioned 3.7 M-parameter model (groups of 128
-    with AWQ: 1.006; bench lm): under the 1.05 default, so a stricter gate stands for the damage here. Exit 2, the ratio
-    named."""
-    result = run_cli("validate", lm["openvino-int4-per-channel"], "--limit", "16", "--runs", "1", "--max-ppl-ratio", "1.001")
+    """OpenVINO int4 in groups of 96: the 256-wide layers fall back to the largest group that divides them (recorded),
+    the 768-wide ones take 96. Its perplexity holds the 1.03 default on this well-conditioned 3.7 M-parameter model, so
+    a stricter gate stands for the damage here: exit 2, the ratio named."""
+    provenance = _provenance(lm["openvino-int4-g96"])
+    assert provenance["group_size"] == 96 and provenance["group_fallback"]["groups"] == {"256": 256}
+    assert provenance["calibration"]["source"] == "zoo:stdlib-lm-calib"  # no --calib: the text that ships with edgekit
+    result = run_cli("validate", lm["openvino-int4-g96"], "--limit", "16", "--runs", "1", "--max-ppl-ratio", "1.0001")
     assert result.code == 2, result.stdout + result.stderr
     assert "perplexity_ratio" in result.stdout and "GATE FAILED" in result.stdout
-    provenance = json.loads(lm["openvino-int4-per-channel"].with_name(lm["openvino-int4-per-channel"].name + ".edgekit.json").read_text())
-    assert provenance["group_size"] == -1 and provenance["calibration"] is None
+
+
+def test_int4_keeps_layers_in_int8_until_its_perplexity_holds_and_refuses_to_write_what_never_does(lm, tmp_path):
+    """The default int4 held the limit with every layer in int4 (its check is in the provenance). Asked for less than
+    that ratio, convert tries smaller int4 shares (NNCF keeps the most sensitive layers in int8) and writes the first
+    that holds; with --ratio 1 fixed, nothing holds: exit 2 with the figure, nothing written."""
+    default = _provenance(lm["onnx-int4"])
+    verified = default["verified"]
+    assert default["ratio"] == 1.0 and verified["result"] == "passed" and verified["ppl_ratio"] <= verified["limit"] == 1.03
+    assert verified["sequences"] == 16 and default["calibration"]["held_back"] == 16
+    stricter = round(verified["ppl_ratio"] - 0.0005, 4)
+    searched = _convert(tmp_path, "onnx", "int4-weights", max_ppl_ratio=stricter)
+    found = _provenance(searched.artifact.path)
+    tried = found["ratio_search"]
+    assert [t["ratio"] for t in tried] == [1.0, 0.8, 0.6, 0.4, 0.2][: len(tried)] and tried[0]["ppl_ratio"] > stricter
+    assert all(t["ppl_ratio"] > stricter for t in tried[:-1]) and tried[-1]["ppl_ratio"] <= stricter
+    assert found["ratio"] == tried[-1]["ratio"] < 1.0 and found["quantized_matmuls"]["int8"] > 0
+    out = tmp_path / "refused.onnx"
+    refused = run_cli(
+        "convert", "zoo:stdlib-lm", "--task", "text-generation", "--to", "onnx", "-p", "int4-weights", "--ratio", "1",
+        "--max-ppl-ratio", str(stricter), "--max-seq-len", str(MAX_SEQ), "-o", out,
+    )  # fmt: skip
+    assert refused.code == 2, refused.stdout + refused.stderr
+    assert f"above the limit {stricter}" in refused.stderr and "not written" in refused.stderr
+    assert "Traceback" not in refused.stderr and not list(tmp_path.glob("refused*"))
+
+
+def test_a_group_that_does_not_divide_a_width_falls_back_as_nncf_does():
+    """NNCF's ADJUST, the rule every backend follows: the largest power of two that divides the width, int8 below 32."""
+    from edgekit.quantization.groups import adjusted_group, group_fallback
+
+    assert [adjusted_group(w, 128) for w in (576, 960, 1536, 2880, 256, 200)] == [64, 64, 128, 64, 128, None]
+    assert adjusted_group(256, 96) == 256  # larger than asked: a 256-wide row is one group
+    fallback = group_fallback([576, 576, 1536, 200], 128)
+    assert fallback["groups"] == {200: None, 576: 64}
+    assert group_fallback([576, 1536], 32) is None and group_fallback([576], -1) is None
+
+
+def _provenance(path: Path) -> dict:
+    return json.loads(path.with_name(path.name + ".edgekit.json").read_text())
 
 
 def test_text_is_read_with_the_models_tokenizer_and_bench_times_generation(lm, tmp_path):
@@ -151,8 +192,6 @@ def test_bad_requests_get_one_clear_line(lm, tmp_path):
     with pytest.raises(EdgekitError, match="--group-size 16, 32, 64, 128, 256, not 100"):
         _convert(tmp_path, "onnx", "int4-weights", group_size=100)
     assert not list(tmp_path.glob("lm.int4-weights.100.onnx*"))  # nothing half-written left behind
-    with pytest.raises(EdgekitError, match="--group-size 96 does not divide the linear layers' input widths \\(256, 768\\)"):
-        _convert(tmp_path, "executorch", "int4-weights", group_size=96)
 
 
 def test_a_recipe_row_shows_perplexity_greedy_match_ttft_and_tokens_per_second(lm_recipe):

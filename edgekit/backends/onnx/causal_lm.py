@@ -1,27 +1,21 @@
-"""A causal language model as ONNX with its KV cache, weight-only int4/int8 through ONNX Runtime's MatMulNBits.
+"""A causal language model as ONNX with its KV cache, weight-only int4/int8 as ONNX Runtime's MatMulNBits.
 
 The graph is torch.onnx's dynamo export of edgekit.backends.torch.causal_lm's KV-cache signature (token and past
-lengths dynamic). int8-weights and int4-weights quantize every MatMul with a constant weight group-wise along its input
-(`--group-size` 16 to 256, what MLAS takes) with ONNX Runtime's MatMulNBitsQuantizer: asymmetric, round to nearest
-(its data-aware GPTQ leaves the codes of round to nearest in onnxruntime 1.32, so `--calib` is not used here), int8
-activations as it runs (accuracy_level 4). The embedding (a Gather) and a tied head (a MatMul reading the embedding
-through a Transpose) stay fp32: GatherBlockQuantized takes 4 bits only.
+lengths dynamic). int8-weights: every MatMul with a constant weight in int8, groups of `--group-size` (16 to 256, what
+MLAS takes) along its input, asymmetric, round to nearest (ONNX Runtime's MatMulNBitsQuantizer); the embedding (a
+Gather) and a tied head stay fp32. int4-weights: NNCF's compress_weights (backends.onnx.nncf_weights): `ratio` of the
+layers in int4, the rest and the head in int8, AWQ and scale estimation on calibration tokens. Both run with int8
+activations (accuracy_level 4).
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
-import logging
 from pathlib import Path
 
 from edgekit.backends.export_errors import quiet
+from edgekit.backends.onnx.nbits import ACCURACY_LEVEL, block_size, count, nbits_quantizer
+from edgekit.backends.onnx.nncf_weights import compress_int4
 from edgekit.errors import ConversionError
-
-log = logging.getLogger("edgekit")
-BITS = {"int8-weights": 8, "int4-weights": 4}
-BLOCK_SIZES = (16, 32, 64, 128, 256)
-ACCURACY_LEVEL = 4  # MatMulNBits computes with int8 activations (quantized per block as it runs)
 
 
 def export_onnx(model, shape, out: Path) -> None:
@@ -48,14 +42,18 @@ def export_onnx(model, shape, out: Path) -> None:
 
 
 def convert(model, shape, final: Path, options, calibration, work: Path) -> dict:
-    """Write the language model as ONNX at options.precision to `final`; the notes for the provenance."""
+    """Write the language model as ONNX at options.precision to `final`; the notes for the provenance. The fp32
+    export is kept in `work` for the next call (convert tries int4 shares one after the other)."""
     fp32 = final if options.precision == "fp32" else work / "fp32.onnx"
-    export_onnx(model, shape, fp32)
+    if not fp32.exists() or fp32 == final:
+        export_onnx(model, shape, fp32)
     if options.precision == "fp16":
         _to_fp16(fp32, final)
         return {"weights": "fp16 (inputs and cache fp32)"}
-    if options.precision in BITS:
-        return quantize_weights(fp32, final, BITS[options.precision], options.group_size)
+    if options.precision == "int4-weights":
+        return compress_int4(fp32, final, block_size(options.group_size), options.ratio, shape, calibration)
+    if options.precision == "int8-weights":
+        return quantize_int8(fp32, final, block_size(options.group_size))
     return {"weights": "fp32"}
 
 
@@ -67,57 +65,25 @@ def _to_fp16(fp32: Path, out: Path) -> None:
     onnx.save(model, str(out))
 
 
-def quantize_weights(fp32: Path, out: Path, bits: int, group_size: int) -> dict:
-    """Every MatMul with a constant weight in `bits` (groups of `group_size` inputs, asymmetric), run with int8
-    activations (accuracy_level 4: without it the 8-bit kernel ran 9x slower than fp32 here, the 4-bit one 1.5x
-    slower than with it). The tied head reads the embedding through a Transpose, not a constant, and stays fp32."""
-
+def quantize_int8(fp32: Path, out: Path, block: int) -> dict:
+    """Every MatMul with a constant weight in int8 (groups of `block` inputs, asymmetric, round to nearest), run with
+    int8 activations (accuracy_level 4: without it the 8-bit kernel ran 9x slower than fp32 here). The tied head reads
+    the embedding through a Transpose, not a constant, and stays fp32."""
     import onnx
-    from onnxruntime.quantization import matmul_nbits_quantizer as nbits
 
-    for name in ("onnxruntime.quantization.matmul_nbits_quantizer", "neural_compressor"):  # it sets the root logger to INFO
-        logging.getLogger(name).setLevel(logging.ERROR)
-    block = _block_size(group_size)
-    model = onnx.load(str(fp32))
-    config = nbits.DefaultWeightOnlyQuantConfig(
-        block_size=block,
-        is_symmetric=False,
-        accuracy_level=ACCURACY_LEVEL,
-        bits=bits,
-        op_types_to_quantize=("MatMul",),
-        quant_axes=(("MatMul", 0),),
-    )
-    quantizer = nbits.MatMulNBitsQuantizer(
-        model, bits=bits, block_size=block, is_symmetric=False, accuracy_level=ACCURACY_LEVEL, algo_config=config
-    )
-    with contextlib.redirect_stdout(io.StringIO()):  # a progress bar
-        quantizer.process()
-    counts = _count(quantizer.model.model, "MatMulNBits")
-    if not counts:
+    model = nbits_quantizer(onnx.load(str(fp32)), 8, block)
+    matmuls = count(model, "MatMulNBits")
+    if not matmuls:
         raise ConversionError(
-            f"no MatMul weight could be quantized to {bits} bits", hint="the model's linear layers are not MatMuls with constant weights"
+            "no MatMul weight could be quantized to 8 bits", hint="the model's linear layers are not MatMuls with constant weights"
         )
-    quantizer.model.save_model_to_file(str(out), use_external_data_format=False)
+    onnx.save(model, str(out))
     return {
-        "weights": f"int{bits} asymmetric, groups of {block}, int8 activations as it runs (accuracy_level {ACCURACY_LEVEL}); the tied head fp32",
+        "weights": f"int8 asymmetric, groups of {block}, int8 activations as it runs (accuracy_level {ACCURACY_LEVEL}); the tied head fp32",
         "group_size": block,
-        "quantized_matmuls": counts,
+        "quantized_matmuls": {"int8": matmuls},
         "method": "RTN (MatMulNBits)",
     }
-
-
-def _block_size(group_size: int) -> int:
-    """MatMulNBits quantizes in blocks of 16, 32, 64, 128 or 256 weights along the input (ONNX Runtime's MLAS)."""
-    if group_size not in BLOCK_SIZES:
-        raise ConversionError(
-            f"ONNX Runtime's MatMulNBits takes --group-size {', '.join(map(str, BLOCK_SIZES))}, not {group_size}",
-            hint="use 128 (the usual); one group per channel (-1) or larger groups: --to openvino (NNCF)",
-        )
-    return group_size
-
-
-def _count(model, op_type: str) -> int:
-    return sum(node.op_type == op_type for node in model.graph.node)
 
 
 class OnnxLM:

@@ -2,8 +2,9 @@
 
 The IR is OpenVINO's reading of edgekit's KV-cache ONNX (backends.onnx.causal_lm), token and past lengths dynamic.
 int8-weights: INT8_ASYM per output channel, every weight layer. int4-weights: INT4_ASYM in groups of `--group-size`
-on `--ratio` of the layers (NNCF ranks them by sensitivity; the rest, the embedding and the head stay INT8_ASYM as
-optimum-intel ships them); with `--calib` text, data-aware: AWQ and scale estimation on its token sequences.
+(a layer it does not divide takes the largest group that does: NNCF's ADJUST, as optimum-intel) on `ratio` of the
+layers (NNCF ranks them by sensitivity; the rest, the embedding and the head stay INT8_ASYM as optimum-intel ships
+them); with calibration tokens, data-aware: AWQ and scale estimation.
 Run in f32 inference precision (no bf16 on AMX), so fp32 decodes as PyTorch does.
 """
 
@@ -12,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgekit.backends.onnx.causal_lm import export_onnx
-from edgekit.errors import ConversionError
+from edgekit.errors import ConversionError, first_line
+from edgekit.quantization.groups import group_fallback
 
 CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
 
@@ -22,7 +24,8 @@ def convert(model, shape, final: Path, options, calibration, work: Path) -> dict
     import openvino as ov
 
     onnx_path = work / "fp32.onnx"
-    export_onnx(model, shape, onnx_path)
+    if not onnx_path.exists():  # kept for the next call: convert tries int4 shares one after the other
+        export_onnx(model, shape, onnx_path)
     ov_model = ov.convert_model(str(onnx_path))
     notes = {"weights": options.precision}
     if options.precision.endswith("-weights"):
@@ -34,12 +37,19 @@ def convert(model, shape, final: Path, options, calibration, work: Path) -> dict
 def compress(ov_model, options, shape, calibration) -> dict:
     """NNCF weight compression in place: the mode, groups, ratio and data-aware methods used."""
     import nncf
+    from nncf.quantization.advanced_parameters import AdvancedCompressionParameters, GroupSizeFallbackMode
 
     if options.precision == "int8-weights":
         nncf.compress_weights(ov_model, mode=nncf.CompressWeightsMode.INT8_ASYM)
         return {"weights": "int8 asymmetric per channel (NNCF)", "method": "RTN"}
-    group = _group(options.group_size, _widest_input(ov_model))
-    kwargs = {"mode": nncf.CompressWeightsMode.INT4_ASYM, "group_size": group, "ratio": options.ratio}
+    widths = _input_widths(ov_model)
+    group = _group(options.group_size, max(widths, default=0))
+    kwargs = {
+        "mode": nncf.CompressWeightsMode.INT4_ASYM,
+        "group_size": group,
+        "ratio": options.ratio,
+        "advanced_parameters": AdvancedCompressionParameters(group_size_fallback_mode=GroupSizeFallbackMode.ADJUST),
+    }
     method = "RTN"
     if calibration is not None:
         feeds = list(_feeds(calibration, shape))
@@ -47,15 +57,16 @@ def compress(ov_model, options, shape, calibration) -> dict:
         method = f"AWQ + scale estimation on {len(calibration)} calibration sequences"
     try:
         nncf.compress_weights(ov_model, **kwargs)
-    except (ValueError, RuntimeError, nncf.ValidationError) as exc:
+    except Exception as exc:  # noqa: BLE001 - NNCF raises its own errors and numpy's
         raise ConversionError(
-            f"NNCF weight compression failed: {str(exc).splitlines()[0][:240]}",
+            f"NNCF weight compression failed: {first_line(exc, 240)}",
             hint="try another --group-size (a divisor of the layers' input widths) or -1",
         ) from None
     return {
         "weights": f"int4 asymmetric, {'one group per channel' if group < 0 else f'groups of {group}'}, on {options.ratio:.0%} of the "
-        "weight layers; the embedding and the head int8 (NNCF's backup mode)",
+        "weight layers; the rest, the embedding and the head int8 (NNCF's backup mode)",
         "group_size": group,
+        "group_fallback": group_fallback(widths, group),
         "ratio": options.ratio,
         "method": method,
         "calibrated": calibration is not None,
@@ -68,16 +79,17 @@ def _group(group_size: int, widest: int) -> int:
     return -1 if group_size <= 0 or group_size >= widest else group_size
 
 
-def _widest_input(ov_model) -> int:
-    """The widest input (reduction) dimension of the model's MatMuls with constant weights."""
-    widths = [0]
+def _input_widths(ov_model) -> list[int]:
+    """The input (reduction) width of each of the model's MatMuls with a constant weight."""
+    widths = []
     for op in ov_model.get_ordered_ops():
         if op.get_type_name() != "MatMul" or not op.input_value(1).get_partial_shape().is_static:
             continue
         shape = op.input_value(1).get_shape()
         transposed = op.get_attributes().get("transpose_b", False)
-        widths.append(int(shape[-1] if transposed else shape[-2]) if len(shape) >= 2 else 0)
-    return max(widths)
+        if len(shape) >= 2:
+            widths.append(int(shape[-1] if transposed else shape[-2]))
+    return widths
 
 
 def _feeds(calibration, shape):

@@ -23,9 +23,15 @@ def verified_text(verified: dict | str) -> str:
     if isinstance(verified, str):  # provenance written before verification against the source
         return verified
     if "greedy_match" in verified:  # a language model (converters.causal_lm)
+        perplexity = (
+            f"perplexity {verified['ppl_ratio']:.3f}x PyTorch's [{verified['ppl_ratio_ci95'][0]:.3f}, {verified['ppl_ratio_ci95'][1]:.3f}] "
+            f"on {verified['sequences']} held-back calibration sequences (limit {verified['limit']}); "
+            if "ppl_ratio" in verified
+            else ""
+        )
         return (
-            f"{verified['result']}: {verified['greedy_match']:.0%} of {verified['prompts']} x {verified['tokens']} greedily decoded "
-            "tokens equal PyTorch's (through the KV cache)"
+            f"{verified['result']}: {perplexity}{verified['greedy_match']:.0%} of {verified['prompts']} x {verified['tokens']} greedily "
+            "decoded tokens equal PyTorch's (through the KV cache)"
         )
     if verified["result"] != "match":
         return f"{verified['result']} ({verified.get('why')})"
@@ -50,6 +56,12 @@ def print_how_made(prov: dict) -> None:
             f"up to {cache['max_seq_len']} tokens; weights: {escape(prov.get('weights', '?'))}"
             + (f" ({escape(prov['method'])})" if prov.get("method") else "")
         )
+        if len(prov.get("ratio_search") or []) > 1:
+            tried = ", ".join(f"{t['ratio']:.0%} int4: {t['ppl_ratio']:.3f}" for t in prov["ratio_search"])
+            console.print(f"  int4 share: {prov['ratio']:.0%} of the weight layers, the largest that held (perplexity ratios {tried})")
+        if prov.get("group_fallback"):
+            taken = ", ".join(f"{w} wide: {g or 'int8'}" for w, g in prov["group_fallback"]["groups"].items())
+            console.print(f"  groups: --group-size does not divide every width; {escape(prov['group_fallback']['rule'])} ({taken})")
     if prov.get("verified"):
         console.print(f"  verified: {escape(verified_text(prov['verified']))}")
     if prov.get("exporter"):
