@@ -39,7 +39,10 @@ test-fast: setup
 fuzz: setup
 	EDGEKIT_FUZZ_EXAMPLES=$${EDGEKIT_FUZZ_EXAMPLES:-2000} $(BIN)/python -m pytest -q tests/fuzz
 
+# llama.cpp, the language-model quality anchor of `bench lm` (bench/lm_real.py), is a benchmark dependency only: built
+# from its sdist for this CPU (~5 min on 2 cores), never a runtime one.
 bench: setup
+	$(BIN)/python -c "import llama_cpp" 2>/dev/null || CMAKE_ARGS=-DGGML_NATIVE=ON $(PIP_INSTALL) llama-cpp-python==0.3.36
 	$(BIN)/python -m bench
 
 # The CI example on an emulated AVX2-only CPU (no AVX-512, no VNNI): int8 numerics of such a host from any

@@ -1,9 +1,11 @@
 """14. The zoo's language model on the device: zoo:stdlib-lm exported with its KV cache to ONNX Runtime, OpenVINO and
-ExecuTorch in fp32, int8 weights and int4 weights (group 128), each judged by perplexity on the 64 held-out sequences
-against PyTorch's (ratio with its paired 95% interval; gates int8-weights <= 1.01, int4-weights <= 1.05), greedy
+ExecuTorch in fp32, int8 weights and int4 weights (convert's defaults), each judged by perplexity on the 64 held-out
+sequences against PyTorch's (ratio with its paired 95% interval; gates int8-weights <= 1.01, int4-weights <= 1.03), greedy
 match through the cache, and timed: time to first token (32-token prompt) and decode tokens/s (32 new tokens), median
-of 5 generations in a fresh process, 1 and 2 threads; tokens/s vs the same runtime's fp32. Also the damaged int4
-(group 1024, no data) that the gate must stop.
+of 5 generations in a fresh process, 1 and 2 threads; tokens/s vs the same runtime's fp32. Also a damaged int4
+(group 1024, written unchecked) that the gate must stop.
+
+Then bench.lm_real: SmolLM2-135M's default int4 on each runtime beside llama.cpp's Q4_0 and Q4_K_M.
 
 `python -m bench lm`; EDGEKIT_LM_THREADS=1,2 EDGEKIT_LM_FORMATS=onnx,openvino,executorch.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from bench import lm_real
 from bench.common import CACHE, publish
 
 FORMATS = tuple(os.environ.get("EDGEKIT_LM_FORMATS", "onnx,openvino,executorch").split(","))
@@ -21,19 +24,17 @@ PRECISIONS = ("fp32", "int8-weights", "int4-weights")
 SUFFIX = {"onnx": ".onnx", "openvino": ".xml", "executorch": ".pte"}
 
 
-def artifact(fmt: str, precision: str, group_size: int = 128, calib: bool = True) -> Path:
-    """The zoo LM converted (cached under bench/.cache/lm)."""
+def artifact(fmt: str, precision: str, damaged: bool = False) -> Path:
+    """The zoo LM converted with convert's defaults (cached under bench/.cache/lm); `damaged`: int4 in one group per
+    channel (--group-size 1024), written unchecked (--no-verify) for the gate to stop."""
     import edgekit
 
-    name = f"stdlib_lm.{precision}.g{group_size}{'' if calib else '.nodata'}{SUFFIX[fmt]}"
+    name = f"stdlib_lm.{precision}{'.damaged' if damaged else ''}{SUFFIX[fmt]}"
     out = CACHE / "lm" / fmt / name
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
-        calib_text = "zoo:stdlib-lm-calib" if calib and precision.endswith("-weights") else None
-        edgekit.convert(
-            "zoo:stdlib-lm", to=fmt, output=str(out), precision=precision, task="text-generation",
-            group_size=group_size, max_seq_len=256, calib=calib_text,
-        )  # fmt: skip
+        extra = {"group_size": 1024, "verify": False} if damaged else {}
+        edgekit.convert("zoo:stdlib-lm", to=fmt, output=str(out), precision=precision, task="text-generation", max_seq_len=256, **extra)
     return out
 
 
@@ -77,7 +78,7 @@ def run() -> None:
                 g, base = speed[(precision, t)], speed[("fp32", t)]
                 row += [f"{g['ttft_ms']:.2f}", f"{g['tokens_per_s']:.0f}", f"{g['tokens_per_s'] / base['tokens_per_s']:.2f}x"]
             rows.append(row)
-    damaged = judged(artifact("openvino", "int4-weights", group_size=1024, calib=False))
+    damaged = judged(artifact("openvino", "int4-weights", damaged=True))
     lm = damaged["language"]
     columns = ["format", "precision", "size", "perplexity", "ppl ratio [95% CI]", "greedy match", "gate"]
     for t in THREADS:
@@ -85,12 +86,13 @@ def run() -> None:
     notes = [
         f"reference: PyTorch fp32, perplexity {lm['perplexity_reference']:.3f} on {lm['sequences']} held-out sequences "
         f"({lm['tokens']} next-token predictions)",
-        f"damaged int4 (OpenVINO NNCF, group 1024 = one group per channel, no data): perplexity ratio {lm['ppl_ratio']:.4f} "
+        f"damaged int4 (OpenVINO NNCF, group 1024 = one group per channel, unchecked): perplexity ratio {lm['ppl_ratio']:.4f} "
         f"[{lm['ppl_ratio_ci95'][0]:.4f}, {lm['ppl_ratio_ci95'][1]:.4f}], gate {'pass' if damaged['passed'] else 'FAIL'}: "
         + "; ".join(damaged["failures"]),
-        "int8-weights: ONNX MatMulNBits 8 bits g128, OpenVINO NNCF INT8_ASYM per channel, ExecuTorch torchao 8da8w (int8 dynamic activations; "
-        "its weight-only int8 lowers to wrong numbers, docs/language-models.md); "
-        "int4-weights: ONNX MatMulNBits 4 bits g128 (RTN), OpenVINO NNCF INT4_ASYM g128 with AWQ + scale estimation on "
-        "zoo:stdlib-lm-calib (embedding and head int8), ExecuTorch torchao 8da4w g128",
+        "convert's defaults: int8-weights: ONNX MatMulNBits 8 bits g32, OpenVINO NNCF INT8_ASYM per channel, ExecuTorch torchao 8da8w (int8 "
+        "dynamic activations; its weight-only int8 lowers to wrong numbers, docs/language-models.md); "
+        "int4-weights: NNCF INT4_ASYM g32 with AWQ + scale estimation on the shipped zoo:stdlib-lm-calib (ONNX written as MatMulNBits, "
+        "the embedding and head int8), ExecuTorch torchao 8da4w g32; each held to perplexity 1.03 on held-back calibration text",
     ]
     publish("lm", "The zoo LM with its KV cache: perplexity ratio, greedy match, TTFT and decode tokens/s", columns, rows, notes)
+    lm_real.run()  # a real checkpoint (SmolLM2-135M) beside llama.cpp

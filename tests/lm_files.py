@@ -98,3 +98,23 @@ def _tensor_names(layers: int) -> dict[str, str]:
 def _permuted(weight, heads: int):
     """The rows of a query/key projection in llama.cpp's RoPE order (its converter's permute; transformers undoes it)."""
     return weight.reshape(heads, 2, weight.shape[0] // heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
+
+
+def large_random_lm():
+    """A Llama of 2.3 GB in fp32 with seeded random weights, almost all of it a 270,000 x 2,048 embedding (tied to the
+    head) and one thin layer: past the 2 GB a protobuf holds, cheap to run. The factory `tests.lm_files:large_random_lm`."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=270_000, hidden_size=2048, intermediate_size=64, num_hidden_layers=1, num_attention_heads=16,
+        num_key_value_heads=1, tie_word_embeddings=True, max_position_embeddings=256,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config)
+    model = model.to_empty(device="cpu")
+    for parameter in model.parameters():  # normal(0, 0.02) as transformers initializes, without its slow per-module init
+        torch.nn.init.normal_(parameter, std=0.02) if parameter.ndim > 1 else torch.nn.init.ones_(parameter)
+    model.model.rotary_emb.__init__(config)  # its inv_freq buffer, which to_empty left unset
+    return model.eval()

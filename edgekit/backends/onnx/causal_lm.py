@@ -13,13 +13,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgekit.backends.export_errors import quiet
-from edgekit.backends.onnx.nbits import ACCURACY_LEVEL, block_size, count, nbits_quantizer
+from edgekit.backends.onnx.nbits import ACCURACY_LEVEL, PROTOBUF_LIMIT, block_size, count, nbits_quantizer, save_onnx
 from edgekit.backends.onnx.nncf_weights import compress_int4
 from edgekit.errors import ConversionError
 
 
 def export_onnx(model, shape, out: Path) -> None:
-    """fp32 ONNX of `model` behind the KV-cache signature (weights inside the file)."""
+    """fp32 ONNX of `model` behind the KV-cache signature: weights inside the file, or in `out.data` beside it where
+    they pass the 2 GB a protobuf holds (a 0.5B model is 2.5 GB in fp32)."""
     import torch
 
     from edgekit.backends.torch import causal_lm
@@ -35,7 +36,7 @@ def export_onnx(model, shape, out: Path) -> None:
                 input_names=list(causal_lm.INPUTS),
                 output_names=list(causal_lm.OUTPUTS),
                 dynamic_shapes=dynamic,
-                external_data=False,
+                external_data=sum(p.numel() * p.element_size() for p in model.parameters()) > PROTOBUF_LIMIT,
             )
         except Exception as exc:  # noqa: BLE001 - any exporter failure is reported as one line
             raise ConversionError(f"ONNX export of the language model failed: {str(exc).splitlines()[0][:240]}") from None
@@ -61,8 +62,7 @@ def _to_fp16(fp32: Path, out: Path) -> None:
     import onnx
     from onnxconverter_common import float16
 
-    model = float16.convert_float_to_float16(onnx.load(str(fp32)), keep_io_types=True)
-    onnx.save(model, str(out))
+    save_onnx(float16.convert_float_to_float16(onnx.load(str(fp32)), keep_io_types=True), out)
 
 
 def quantize_int8(fp32: Path, out: Path, block: int) -> dict:
@@ -77,7 +77,7 @@ def quantize_int8(fp32: Path, out: Path, block: int) -> dict:
         raise ConversionError(
             "no MatMul weight could be quantized to 8 bits", hint="the model's linear layers are not MatMuls with constant weights"
         )
-    onnx.save(model, str(out))
+    save_onnx(model, out)
     return {
         "weights": f"int8 asymmetric, groups of {block}, int8 activations as it runs (accuracy_level {ACCURACY_LEVEL}); the tied head fp32",
         "group_size": block,

@@ -1,15 +1,18 @@
-"""ONNX Runtime's MatMulNBits: weight-only int4/int8 of every MatMul with a constant weight, round to nearest."""
+"""ONNX Runtime's MatMulNBits: weight-only int4/int8 of every MatMul with a constant weight, round to nearest; and
+saving a language model's ONNX of any size."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import logging
+from pathlib import Path
 
 from edgekit.errors import ConversionError
 
 BLOCK_SIZES = (16, 32, 64, 128, 256)  # what MLAS takes
 ACCURACY_LEVEL = 4  # MatMulNBits computes with int8 activations (quantized per block as it runs)
+PROTOBUF_LIMIT = 2**31 - 2**26  # a file's protobuf holds at most 2 GB: weights beyond this go to external data (64 MB spare)
 
 
 def nbits_quantizer(model, bits: int, block: int, exclude: list[str] | None = None):
@@ -54,3 +57,14 @@ def block_size(group_size: int) -> int:
 
 def count(model, op_type: str) -> int:
     return sum(node.op_type == op_type for node in model.graph.node)
+
+
+def save_onnx(model, out: Path) -> None:
+    """`model` to `out`, its weights in `out.data` beside it where they pass the 2 GB a protobuf holds."""
+    import onnx
+
+    weights = sum(len(t.raw_data) for t in model.graph.initializer)
+    if weights <= PROTOBUF_LIMIT:
+        onnx.save(model, str(out))
+        return
+    onnx.save(model, str(out), save_as_external_data=True, all_tensors_to_one_file=True, location=out.name + ".data", size_threshold=1024)

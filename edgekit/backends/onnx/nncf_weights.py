@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.backends.onnx.nbits import ACCURACY_LEVEL, nbits_quantizer
+from edgekit.backends.onnx.nbits import ACCURACY_LEVEL, nbits_quantizer, save_onnx
 from edgekit.errors import ConversionError, first_line
 from edgekit.quantization.groups import group_fallback
 
@@ -50,7 +50,7 @@ def compress_int4(fp32: Path, out: Path, group: int, ratio: float, shape, calibr
         raise ConversionError(f"NNCF weight compression failed: {first_line(exc, 240)}", hint="try --group-size 32 or 64") from None
     model = _fit_for_onnxruntime(model)
     bits = [int(_attribute(n, "bits")) for n in model.graph.node if n.op_type == "MatMulNBits"]
-    onnx.save(model, str(out))
+    save_onnx(model, out)
     return {
         "weights": f"int4 asymmetric in groups of {group} on {ratio:.0%} of the weight layers, the rest int8 (NNCF picks them "
         f"by sensitivity), the embedding and the head int8 (NNCF's backup mode); int8 activations as it runs (accuracy_level "

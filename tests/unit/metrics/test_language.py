@@ -58,12 +58,12 @@ def test_kl_agreement_and_greedy_match():
 def test_default_gates_by_precision_and_the_interval_in_the_reason():
     row = {"task": "text-generation", "precision": "int4-weights", "ppl_ratio": 1.08, "ppl_ratio_ci95": [1.06, 1.10], "nonfinite": 0}
     limits = with_default_gates(Thresholds(), True, row)
-    assert limits.max_ppl_ratio == 1.05 and limits.max_nonfinite == 0
+    assert limits.max_ppl_ratio == 1.03 and limits.max_nonfinite == 0
     failed = [r for r in check_row(row, limits) if not r.passed]
     assert [r.metric for r in failed] == ["perplexity_ratio"]
     fp32 = {"task": "text-generation", "precision": "fp32", "greedy_match": 1.0, "nonfinite": 0}
     assert with_default_gates(Thresholds(), True, fp32).min_greedy_match == 1.0
     assert all(r.passed for r in check_row(fp32, with_default_gates(Thresholds(), True, fp32)))
-    straddling = dict(row, ppl_ratio=1.04, ppl_ratio_ci95=[1.02, 1.07])
+    straddling = dict(row, ppl_ratio=1.02, ppl_ratio_ci95=[1.00, 1.05])
     ratio_gate = next(r for r in check_row(straddling, limits) if r.metric == "perplexity_ratio")
     assert ratio_gate.passed and "straddles" in ratio_gate.reason

