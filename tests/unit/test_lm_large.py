@@ -15,9 +15,7 @@ pytest.importorskip("onnxruntime")
 
 def test_a_model_over_2_gb_round_trips_through_onnx_as_external_data(tmp_path):
     out = tmp_path / "large.onnx"
-    converted = edgekit.convert(
-        "tests.lm_files:large_random_lm", to="onnx", output=str(out), task="text-generation", max_seq_len=32
-    )
+    converted = edgekit.convert("tests.lm_files:large_random_lm", to="onnx", output=str(out), task="text-generation", max_seq_len=32)
     data = out.with_name("large.onnx.data")
     assert out.stat().st_size < 2**20 and data.stat().st_size > 2**31  # the graph in the file, the weights beside it
     assert converted.size_bytes >= data.stat().st_size  # counted with its side file
