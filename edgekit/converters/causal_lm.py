@@ -169,7 +169,7 @@ def _calibration(options, source: ModelSource) -> tuple[np.ndarray | None, np.nd
             raise
         log.warning("no calibration: %s (pass --calib token ids: an .npz of input_ids)", exc.message)
         return None, None, None
-    held = min(HELD_BACK, len(ids) // 3)
+    held = HELD_BACK if len(ids) >= CALIB_SEQUENCES + HELD_BACK else len(ids) // 3  # a short text: a third held back
     calibration, held_back = (ids[:-held], ids[-held:]) if held else (ids, None)
     provenance |= {"samples": len(calibration), "held_back": held, "default_of": options.calibration.default_of}
     return calibration, held_back, provenance
