@@ -132,7 +132,8 @@ def _refusal_hint(to: str, options) -> str:
     mixed = [b.format for b in registry.backends().values() if b.lm_mixed_precision]
     if options.precision == "int4-weights" and to not in mixed:
         return f"--to {' or '.join(mixed)} keeps sensitive layers in int8 until it holds; -p int8-weights; --no-verify writes it anyway"
-    return "-p int8-weights, a larger --max-ppl-ratio, or --no-verify to write it anyway"
+    lighter = "-p int8-weights, " if options.precision == "int4-weights" else ""
+    return f"{lighter}a larger --max-ppl-ratio, or --no-verify to write it anyway"
 
 
 def _nll(session, shape, ids: np.ndarray) -> np.ndarray:
