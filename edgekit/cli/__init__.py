@@ -89,6 +89,8 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     except typer.TyperException as exc:  # usage errors: typer vendors click's exceptions
+        if not exc.format_message().strip():  # `edgekit` alone: the help is the answer, already printed
+            sys.exit(0)
         _fail(error_lines(_sentence(exc.format_message()), _usage_hint(exc)))
     sys.exit(code if isinstance(code, int) else 0)
 

@@ -11,6 +11,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from edgekit import commands
+from edgekit.errors import EdgekitError
+
+CHOICES = {"scope": ("global", "layer"), "init": ("linear", "density")}  # the options that take one of a few words
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,13 @@ class PruneOptions:
     surgery: bool  # magnitude + epochs: dynamic network surgery (masks recomputed, cut weights may return)
     surgery_band: float = 0.1  # surgery: b = a * (1 + band); between a and b a weight keeps its mask
     round_to: int | None  # channels: each kept channel count a multiple of this (None: the host ISA class's; 1: none)
+
+    def __post_init__(self) -> None:
+        for name, allowed in CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise EdgekitError(
+                    f"--{name} {getattr(self, name)!r} is not one of {', '.join(allowed)}", hint=f"e.g. --{name} {allowed[0]}"
+                )
 
     @classmethod
     def from_section(cls, section: dict) -> PruneOptions:

@@ -34,6 +34,11 @@ def test_help_imports_no_framework():
     assert imported.isdisjoint({*FRAMEWORKS, "onnx", "plotly"}), sorted(imported & {*FRAMEWORKS, "onnx", "plotly"})
 
 
+def test_edgekit_alone_shows_its_help_without_an_empty_error():
+    result = run_cli()
+    assert result.code == 0 and "Usage: edgekit" in result.stdout and "error:" not in result.stderr, result.stderr
+
+
 def test_targets_imports_no_framework():
     result, imported = imported_packages("targets")
     assert result.code == 0 and "onnxruntime:cpu" in result.stdout, result.stderr

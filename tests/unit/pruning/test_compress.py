@@ -144,3 +144,13 @@ def test_bad_method_and_finetune_without_labels(tmp_path, fashion_source, demo_d
             fashion_source, PruneOptions("magnitude", epochs=1), tmp_path / "x.pt2", list(INPUTS), finetune_data=str(tmp_path / "sets.npz")
         )
     assert not (tmp_path / "x.pt2").exists()
+
+
+def test_a_scope_or_init_that_is_not_a_choice_is_refused_before_any_work():
+    from edgekit.errors import EdgekitError
+
+    with pytest.raises(EdgekitError, match="--scope 'bogus' is not one of global, layer"):
+        PruneOptions("magnitude", scope="bogus")
+    with pytest.raises(EdgekitError, match="--init 'kmeans' is not one of linear, density"):
+        PruneOptions("cluster", init="kmeans")
+    assert PruneOptions("magnitude", scope="layer").scope == "layer"
