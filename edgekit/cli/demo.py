@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from edgekit.errors import EdgekitError
 from edgekit.recipe.write import write_text
 
 
@@ -20,7 +21,7 @@ def demo(
         help="Where artifacts and reports go (default: edgekit-demo, edgekit-demo-keras with --keras, edgekit-demo-detector with --detector, edgekit-demo-llm with --llm).",
     ),
     threads: int = typer.Option(None, "--threads", help="Threads for every runtime (default: all usable cores)."),
-    runs: int = typer.Option(200, "--runs", help="Timed latency runs per artifact."),
+    runs: int = typer.Option(200, "--runs", min=1, help="Timed latency runs per artifact."),
     limit: int = typer.Option(
         None, "--limit", min=1, help="Validate on a seeded subset of N samples of the recipe's validation data (default: all of it)."
     ),
@@ -42,6 +43,8 @@ def demo(
     from edgekit.demo import RECIPES, run_demo
 
     variant = "llm" if llm else "detector" if detector else "keras" if keras else "pytorch"
+    if workdir is not None and workdir.exists() and not workdir.is_dir():
+        raise EdgekitError(f"--workdir {workdir} is a file, not a folder", hint="name a folder (it is created if missing)")
     if emit_recipe:
         write_text(emit_recipe, RECIPES[variant].read_text(), force=True)
     report, written = run_demo(

@@ -39,6 +39,14 @@ def test_edgekit_alone_shows_its_help_without_an_empty_error():
     assert result.code == 0 and "Usage: edgekit" in result.stdout and "error:" not in result.stderr, result.stderr
 
 
+def test_demo_refuses_a_file_for_its_folder_and_zero_runs_before_any_work(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    assert_clean_error(run_cli("demo", "--workdir", afile), "--workdir", "is a file")
+    assert afile.read_text() == "mine"
+    assert_clean_error(run_cli("demo", "--runs", "0"), "--runs")
+
+
 def test_targets_imports_no_framework():
     result, imported = imported_packages("targets")
     assert result.code == 0 and "onnxruntime:cpu" in result.stdout, result.stderr
