@@ -102,12 +102,13 @@ def _export_within_limit(source, model, shape, to: str, final: Path, options, ca
         label = f" at {share:.0%} int4" if options.precision == "int4-weights" else ""
         with progress.step(f"{source.name}: exporting to {to} ({options.precision}{label})"), third_party_quiet():
             notes = import_attr(registry.backend(to).lm_export)(model, shape, final, trial, calibration, work)
-        held = _perplexity(to, final, shape, held_back, reference, limit) if judged else {}
+        session = import_attr(registry.backend(to).lm_session)(final) if options.verify else None  # both checks read it
+        held = _perplexity(to, session, shape, held_back, reference, limit) if judged else {}
         if held:
             tried.append({"ratio": share, "ppl_ratio": held["ppl_ratio"]})
             if held["ppl_ratio"] > limit:
                 continue
-        notes["verified"] = _verified(source, model, shape, to, final, options, calibration) | held
+        notes["verified"] = _verified(source, model, shape, to, session, options, calibration) | held
         if held:  # held its perplexity: the greedy tokens' share is recorded, not judged
             notes["verified"]["result"] = "passed"
         return notes | ({"ratio_search": tried} if len(shares) > 1 else {})
@@ -141,10 +142,10 @@ def _nll(session, shape, ids: np.ndarray) -> np.ndarray:
     return np.concatenate([token_nll(sequence_logits(session, shape, row[None]), row[None]) for row in ids])
 
 
-def _perplexity(to: str, final: Path, shape, held_back: np.ndarray, reference: np.ndarray, limit: float) -> dict:
+def _perplexity(to: str, session, shape, held_back: np.ndarray, reference: np.ndarray, limit: float) -> dict:
     """The written artifact's perplexity over the reference's on the held-back sequences, with its 95% interval."""
     with progress.step(f"perplexity of the written {to} on {len(held_back)} held-back sequences"):
-        ours = _nll(import_attr(registry.backend(to).lm_session)(final), shape, held_back)
+        ours = _nll(session, shape, held_back)
     ratio, interval = perplexity_ratio(reference, ours)
     return {"ppl_ratio": round(ratio, 4), "ppl_ratio_ci95": [round(v, 4) for v in interval], "sequences": len(held_back), "limit": limit}
 
@@ -188,7 +189,7 @@ def _source_backend(source: ModelSource) -> registry.Backend:
     return backend
 
 
-def _verified(source: ModelSource, model, shape, to: str, final: Path, options, calibration) -> dict:
+def _verified(source: ModelSource, model, shape, to: str, session, options, calibration) -> dict:
     """Greedy decoding of the written artifact against PyTorch's from the same prompts (fp32 must match token for
     token; a quantized model's share is recorded, `validate` judges it). Prompts: calibration text, else fixed tokens."""
     if not options.verify:
@@ -201,7 +202,6 @@ def _verified(source: ModelSource, model, shape, to: str, final: Path, options, 
     )
     tokens = min(VERIFY_TOKENS, shape.max_seq_len - prompts.shape[1])
     with progress.step(f"decoding {len(prompts)} prompts with the written {to} and with PyTorch"):
-        session = import_attr(registry.backend(to).lm_session)(final)
         reference = import_attr(_source_backend(source).lm_session)(model)
         ours = np.stack([generate(session, shape, p, tokens)[0] for p in prompts])
         theirs = np.stack([generate(reference, shape, p, tokens)[0] for p in prompts])

@@ -28,26 +28,11 @@ INT8_BLOCK = 32  # the 8-bit layers' groups
 def compress_int4(fp32: Path, out: Path, group: int, ratio: float, shape, calibration) -> dict:
     """`fp32` (a KV-cache ONNX) with `ratio` of its weight layers in int4 (groups of `group`, asymmetric) and the rest
     in int8, written to `out`; the notes for the provenance."""
-    import nncf
     import onnx
-    from nncf.quantization.advanced_parameters import AdvancedCompressionParameters, GroupSizeFallbackMode
 
-    logging.getLogger("nncf").setLevel(logging.ERROR)
     model = fold_tied_head(onnx.load(str(fp32)))
     widths = _input_widths(model)
-    kwargs = {
-        "mode": nncf.CompressWeightsMode.INT4_ASYM,
-        "group_size": group,
-        "ratio": ratio,
-        "advanced_parameters": AdvancedCompressionParameters(group_size_fallback_mode=GroupSizeFallbackMode.ADJUST),
-    }
-    if calibration is not None:  # only the flags that are on: NNCF's ONNX backend refuses gptq=False
-        feeds = [{"input_ids": row[None], "past_keys": shape.empty(), "past_values": shape.empty()} for row in calibration]
-        kwargs |= {"dataset": nncf.Dataset(feeds), "subset_size": len(feeds), "awq": True, "scale_estimation": True}
-    try:
-        model = nncf.compress_weights(model, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - NNCF raises its own errors and numpy's
-        raise ConversionError(f"NNCF weight compression failed: {first_line(exc, 240)}", hint="try --group-size 32 or 64") from None
+    model = nncf_int4(model, group, ratio, shape, calibration, hint="try --group-size 32 or 64")
     model = _fit_for_onnxruntime(model)
     bits = [int(_attribute(n, "bits")) for n in model.graph.node if n.op_type == "MatMulNBits"]
     save_onnx(model, out)
@@ -62,6 +47,29 @@ def compress_int4(fp32: Path, out: Path, group: int, ratio: float, shape, calibr
         "method": "AWQ + scale estimation (NNCF)" if calibration is not None else "RTN (NNCF)",
         "calibrated": calibration is not None,
     }
+
+
+def nncf_int4(model, group: int, ratio: float, shape, calibration, hint: str):
+    """NNCF's compress_weights of `model` (an ONNX ModelProto or an OpenVINO Model, the KV-cache signature): INT4_ASYM
+    in groups of `group` (NNCF's ADJUST where a width is not a multiple) on `ratio` of the weight layers, the rest
+    int8; with calibration token sequences, AWQ and scale estimation. The compressed model; one line if NNCF fails."""
+    import nncf
+    from nncf.quantization.advanced_parameters import AdvancedCompressionParameters, GroupSizeFallbackMode
+
+    logging.getLogger("nncf").setLevel(logging.ERROR)
+    kwargs = {
+        "mode": nncf.CompressWeightsMode.INT4_ASYM,
+        "group_size": group,
+        "ratio": ratio,
+        "advanced_parameters": AdvancedCompressionParameters(group_size_fallback_mode=GroupSizeFallbackMode.ADJUST),
+    }
+    if calibration is not None:  # only the flags that are on: NNCF's ONNX backend refuses gptq=False
+        feeds = [{"input_ids": row[None], "past_keys": shape.empty(), "past_values": shape.empty()} for row in calibration]
+        kwargs |= {"dataset": nncf.Dataset(feeds), "subset_size": len(feeds), "awq": True, "scale_estimation": True}
+    try:
+        return nncf.compress_weights(model, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - NNCF raises its own errors and numpy's
+        raise ConversionError(f"NNCF weight compression failed: {first_line(exc, 240)}", hint=hint) from None
 
 
 def fold_tied_head(model):

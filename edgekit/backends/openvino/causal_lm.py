@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgekit.backends.onnx.causal_lm import export_onnx
-from edgekit.errors import ConversionError, first_line
+from edgekit.backends.onnx.nncf_weights import nncf_int4
 from edgekit.quantization.groups import group_fallback
 
 CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
@@ -37,31 +37,16 @@ def convert(model, shape, final: Path, options, calibration, work: Path) -> dict
 def compress(ov_model, options, shape, calibration) -> dict:
     """NNCF weight compression in place: the mode, groups, ratio and data-aware methods used."""
     import nncf
-    from nncf.quantization.advanced_parameters import AdvancedCompressionParameters, GroupSizeFallbackMode
 
     if options.precision == "int8-weights":
         nncf.compress_weights(ov_model, mode=nncf.CompressWeightsMode.INT8_ASYM)
         return {"weights": "int8 asymmetric per channel (NNCF)", "method": "RTN"}
     widths = _input_widths(ov_model)
     group = _group(options.group_size, max(widths, default=0))
-    kwargs = {
-        "mode": nncf.CompressWeightsMode.INT4_ASYM,
-        "group_size": group,
-        "ratio": options.ratio,
-        "advanced_parameters": AdvancedCompressionParameters(group_size_fallback_mode=GroupSizeFallbackMode.ADJUST),
-    }
-    method = "RTN"
-    if calibration is not None:
-        feeds = list(_feeds(calibration, shape))
-        kwargs |= {"dataset": nncf.Dataset(feeds), "subset_size": len(feeds), "awq": True, "scale_estimation": True}
-        method = f"AWQ + scale estimation on {len(calibration)} calibration sequences"
-    try:
-        nncf.compress_weights(ov_model, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - NNCF raises its own errors and numpy's
-        raise ConversionError(
-            f"NNCF weight compression failed: {first_line(exc, 240)}",
-            hint="try another --group-size (a divisor of the layers' input widths) or -1",
-        ) from None
+    nncf_int4(
+        ov_model, group, options.ratio, shape, calibration, hint="try another --group-size (a divisor of the layers' input widths) or -1"
+    )
+    method = "RTN" if calibration is None else f"AWQ + scale estimation on {len(calibration)} calibration sequences"
     return {
         "weights": f"int4 asymmetric, {'one group per channel' if group < 0 else f'groups of {group}'}, on {options.ratio:.0%} of the "
         "weight layers; the rest, the embedding and the head int8 (NNCF's backup mode)",
@@ -90,11 +75,6 @@ def _input_widths(ov_model) -> list[int]:
         if len(shape) >= 2:
             widths.append(int(shape[-1] if transposed else shape[-2]))
     return widths
-
-
-def _feeds(calibration, shape):
-    for row in calibration:
-        yield {"input_ids": row[None], "past_keys": shape.empty(), "past_values": shape.empty()}
 
 
 class OpenVinoLM:
