@@ -23,11 +23,54 @@ class CliResult:
     stderr: str
 
 
-def run_cli(*args: str, cwd: Path | None = None) -> CliResult:
-    """Run the real `edgekit` command in a fresh interpreter."""
+def run_cli(*args: str, cwd: Path | None = None, fresh: bool = False) -> CliResult:
+    """Run the real `edgekit` command in a process of its own: forked from a warm interpreter that has imported
+    edgekit and the frameworks (tests/warm_cli.py), or with `fresh` a new interpreter, for tests of what happens
+    while frameworks are imported."""
     env = {**os.environ, "COLUMNS": "200"}
-    proc = subprocess.run([sys.executable, "-m", "edgekit", *map(str, args)], capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
-    return CliResult(proc.returncode, proc.stdout, proc.stderr)
+    argv = [str(arg) for arg in args]
+    if fresh:
+        proc = subprocess.run([sys.executable, "-m", "edgekit", *argv], capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
+        return CliResult(proc.returncode, proc.stdout, proc.stderr)
+    return _warm_cli().run(argv, Path(cwd or os.getcwd()), env, timeout=600)
+
+
+class _WarmCli:
+    """The client of tests/warm_cli.py's server, started on first use, one per pytest process."""
+
+    def __init__(self) -> None:
+        root = Path(__file__).resolve().parent.parent
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.warm_cli"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=root
+        )
+
+    def run(self, argv: list[str], cwd: Path, env: dict, timeout: int) -> CliResult:
+        import json
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as folder:
+            out, err = Path(folder) / "stdout", Path(folder) / "stderr"
+            out.touch()
+            err.touch()
+            request = {"args": argv, "cwd": str(cwd), "env": env, "stdout": str(out), "stderr": str(err), "timeout": timeout}
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+            reply = self.proc.stdout.readline()
+            if not reply:
+                raise RuntimeError(f"tests/warm_cli.py stopped (exit {self.proc.wait()})")
+            reply = json.loads(reply)
+            if reply["timed_out"]:
+                raise subprocess.TimeoutExpired(["edgekit", *argv], timeout, out.read_text(), err.read_text())
+            return CliResult(reply["code"], out.read_text(), err.read_text())
+
+
+_WARM: list[_WarmCli] = []
+
+
+def _warm_cli() -> _WarmCli:
+    if not _WARM:
+        _WARM.append(_WarmCli())
+    return _WARM[0]
 
 
 def assert_clean_error(result: CliResult, *needles: str) -> None:

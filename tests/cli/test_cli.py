@@ -408,10 +408,10 @@ def test_frameworks_are_quiet_unless_verbose(tmp_path):
     loud_lines = {"x86-avx512": "Statistics collection", "x86-avx2": "Axis 1 is out-of-range for weight 'w'"}
     for target, (model, *calib) in runs.items():
         convert = ("convert", model, "--to", "openvino", "-p", "int8", *calib, "--for-target", target)
-        quiet = run_cli(*convert, "-o", tmp_path / f"quiet-{target}.xml")
+        quiet = run_cli(*convert, "-o", tmp_path / f"quiet-{target}.xml", fresh=True)  # what imports print too
         assert quiet.code == 0, quiet.stderr
         assert quiet.stderr == "", quiet.stderr
         lines = quiet.stdout.splitlines()
         assert lines[0].startswith("wrote ") and all(ln.startswith("  ") for ln in lines[1:]), quiet.stdout
-        loud = run_cli("--verbose", *convert, "-o", tmp_path / f"loud-{target}.xml")
+        loud = run_cli("--verbose", *convert, "-o", tmp_path / f"loud-{target}.xml", fresh=True)
         assert loud.code == 0 and loud_lines[target] in loud.stdout + loud.stderr, loud.stdout + loud.stderr

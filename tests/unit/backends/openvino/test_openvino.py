@@ -96,13 +96,29 @@ def test_an_int8_onnx_on_openvino_runs_as_the_ir_it_converts_to(tmp_path, fashio
         ("x86-avx2", {"max_drop": 0.5}),
     ],
 )
-def test_accuracy_control_reverts_layers_until_the_limit_holds(tmp_path, fashion_source, garbage_calib, small_test_npz, test2k, isa, limit):
+@pytest.fixture(scope="module")
+def plain_int8(tmp_path_factory, fashion_source, garbage_calib, test2k):
+    """The int8 IR without accuracy control for an ISA class, converted once for the module: (its path, its accuracy on test2k)."""
+    folder, made = tmp_path_factory.mktemp("plain-int8"), {}
+
+    def plain(isa: str) -> tuple:
+        if isa not in made:
+            ir = convert(fashion_source, "openvino", folder / f"{isa}.xml", ConvertOptions("int8", INPUTS, garbage_calib, for_target=isa))
+            made[isa] = (ir.path, _accuracy(ir.path, test2k))
+        return made[isa]
+
+    return plain
+
+
+def test_accuracy_control_reverts_layers_until_the_limit_holds(
+    tmp_path, fashion_source, garbage_calib, small_test_npz, test2k, plain_int8, isa, limit
+):
     """NNCF's accuracy control where NNCF quantizes (x86-avx512), on top-1 accuracy, on agreement with fp32 or on the
     cosine with fp32's outputs (NNCF validates single items too); for x86-avx2 (as for VNNI and AMX) ONNX Runtime's
     loop, each step and the IR itself scored on OpenVINO."""
     from edgekit.backends.openvino.convert import ONNX_RUNTIME_ROUTE
 
-    plain = convert(fashion_source, "openvino", tmp_path / "plain.xml", ConvertOptions("int8", INPUTS, garbage_calib, for_target=isa))
+    plain, plain_accuracy = plain_int8(isa)
     controlled = convert(
         fashion_source,
         "openvino",
@@ -116,27 +132,27 @@ def test_accuracy_control_reverts_layers_until_the_limit_holds(tmp_path, fashion
     final = control["final"]  # the written IR, scored again on OpenVINO on either route
     assert final["drop_points"] <= limit.get("max_drop", 100) and final["agreement"] >= limit.get("min_agreement", 0)
     assert final["cosine"] >= limit.get("min_cosine", 0)
-    assert _accuracy(controlled.path, test2k) - _accuracy(plain.path, test2k) > 2.0
+    assert _accuracy(controlled.path, test2k) - plain_accuracy > 2.0
     if "min_agreement" in limit:
         fp32 = convert(fashion_source, "openvino", tmp_path / "fp32.xml", ConvertOptions("fp32", INPUTS))
-        assert _agreement(controlled.path, fp32.path, test2k) > _agreement(plain.path, fp32.path, test2k) + 2.0
+        assert _agreement(controlled.path, fp32.path, test2k) > _agreement(plain, fp32.path, test2k) + 2.0
     if isa == "x86-avx2":
         assert notes["openvino"]["int8"] == ONNX_RUNTIME_ROUTE and control["validated_on"] == "openvino:cpu"
         assert final["drop_points"] < control["steps"][0]["drop_points"]
 
 
-def test_an_ir_that_misses_the_limit_is_refused(tmp_path, fashion_source, garbage_calib, small_test_npz):
+def test_an_ir_that_misses_the_limit_is_refused(tmp_path, fashion_source, small_test_npz, garbage_calib, plain_int8):
     """The written IR is scored again on OpenVINO (NNCF hands back its best model whether or not the limit holds)."""
     from edgekit.backends.openvino.convert import NNCF_MISSED, _validated_ir
     from edgekit.conversion import ConversionData
     from edgekit.errors import ConversionError
 
-    ir = convert(fashion_source, "openvino", tmp_path / "int8.xml", ConvertOptions("int8", INPUTS, garbage_calib, for_target="x86-avx512"))
+    ir, _ = plain_int8("x86-avx512")
     fp32 = convert(fashion_source, "openvino", tmp_path / "fp32.xml", ConvertOptions("fp32", INPUTS)).path
     data = ConversionData(None, load_samples(str(small_test_npz), specs=list(INPUTS), limit=300))
     options = ConvertOptions("int8", INPUTS, garbage_calib, min_agreement=100.0)
     with pytest.raises(ConversionError, match=r"misses the limit \(agreement >= 100.0%\) after NNCF's accuracy control: agreement"):
-        _validated_ir(fp32, ir.path, data, options, NNCF_MISSED)
+        _validated_ir(fp32, ir, data, options, NNCF_MISSED)
     assert _validated_ir(fp32, fp32, data, options, NNCF_MISSED)["agreement"] == 100.0
 
 
