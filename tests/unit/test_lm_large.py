@@ -13,7 +13,16 @@ import edgekit
 pytest.importorskip("onnxruntime")
 
 
-def test_a_model_over_2_gb_round_trips_through_onnx_as_external_data(tmp_path):
+@pytest.fixture
+def built_once():
+    """The 2.3 GB model's build is kept for the test only (tests.lm_files.large_random_lm), then freed."""
+    from tests.lm_files import large_random_lm
+
+    yield
+    large_random_lm.cache_clear()
+
+
+def test_a_model_over_2_gb_round_trips_through_onnx_as_external_data(tmp_path, built_once):
     out = tmp_path / "large.onnx"
     converted = edgekit.convert("tests.lm_files:large_random_lm", to="onnx", output=str(out), task="text-generation", max_seq_len=32)
     data = out.with_name("large.onnx.data")
