@@ -87,15 +87,6 @@ def test_an_int8_onnx_on_openvino_runs_as_the_ir_it_converts_to(tmp_path, fashio
     np.testing.assert_array_equal(*outputs)
 
 
-@pytest.mark.parametrize(
-    ("isa", "limit"),
-    [
-        ("x86-avx512", {"max_drop": 0.5}),
-        ("x86-avx512", {"min_agreement": 99.0}),
-        ("x86-avx512", {"min_cosine": 0.99}),
-        ("x86-avx2", {"max_drop": 0.5}),
-    ],
-)
 @pytest.fixture(scope="module")
 def plain_int8(tmp_path_factory, fashion_source, garbage_calib, test2k):
     """The int8 IR without accuracy control for an ISA class, converted once for the module: (its path, its accuracy on test2k)."""
@@ -110,6 +101,15 @@ def plain_int8(tmp_path_factory, fashion_source, garbage_calib, test2k):
     return plain
 
 
+@pytest.mark.parametrize(
+    ("isa", "limit"),
+    [
+        ("x86-avx512", {"max_drop": 0.5}),
+        ("x86-avx512", {"min_agreement": 99.0}),
+        ("x86-avx512", {"min_cosine": 0.99}),
+        ("x86-avx2", {"max_drop": 0.5}),
+    ],
+)
 def test_accuracy_control_reverts_layers_until_the_limit_holds(
     tmp_path, fashion_source, garbage_calib, small_test_npz, test2k, plain_int8, isa, limit
 ):
