@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -64,13 +65,9 @@ class _WarmCli:
             return CliResult(reply["code"], out.read_text(), err.read_text())
 
 
-_WARM: list[_WarmCli] = []
-
-
+@functools.cache
 def _warm_cli() -> _WarmCli:
-    if not _WARM:
-        _WARM.append(_WarmCli())
-    return _WARM[0]
+    return _WarmCli()
 
 
 def assert_clean_error(result: CliResult, *needles: str) -> None:
