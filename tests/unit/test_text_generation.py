@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 
 import edgekit
@@ -132,6 +133,8 @@ def test_int4_keeps_layers_in_int8_until_its_perplexity_holds_and_refuses_to_wri
     that holds; with --ratio 1 fixed, nothing holds: exit 2 with the figure, nothing written."""
     default = _provenance(lm["onnx-int4"])
     verified = default["verified"]
+    graph = onnx.load(str(lm["onnx-int4"]), load_external_data=False).graph
+    assert "DequantizeLinear" not in {n.op_type for n in graph.node}  # the int8 embedding read by row, not whole per step
     assert default["ratio"] == 1.0 and verified["result"] == "passed" and verified["ppl_ratio"] <= verified["limit"] == 1.03
     assert verified["sequences"] == 16 and default["calibration"]["held_back"] == 16
     stricter = round(verified["ppl_ratio"] - 0.0005, 4)
