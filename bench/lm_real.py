@@ -9,6 +9,11 @@ edgekit calibrates on standard-library source, so neither was seen). Needs llama
 built from the registry's sdist: `pip install llama-cpp-python==0.3.36`, ~5 min on 2 cores); without it the llama.cpp
 rows say so.
 
+Then the speed of the same artifacts and files, side by side at the same threads (EDGEKIT_LM_SPEED_THREADS, 2) on the
+same 128-token prompt of the held-out text: time to first token and decode tokens/s over 32 new tokens (median of 5
+generations after one untimed, greedy), each edgekit artifact in a fresh process, llama.cpp in this one; the ratio to
+llama.cpp Q4_0's tokens/s.
+
 `python -m bench lm_real`; EDGEKIT_LM_FORMATS=onnx,openvino,executorch.
 """
 
@@ -19,6 +24,7 @@ import os
 import subprocess
 import sys
 import sysconfig
+import time
 import zipfile
 from pathlib import Path
 
@@ -33,6 +39,8 @@ SUFFIX = {"onnx": ".onnx", "openvino": ".xml", "executorch": ".pte"}
 SEQUENCES, SEQ_LEN = 32, 128
 HELD_OUT = (Path(sysconfig.get_paths()["stdlib"]) / "LICENSE.txt", Path("/usr/share/common-licenses/Apache-2.0"))
 LLAMA_TYPES = ("Q4_0", "Q4_K_M")
+SPEED_THREADS = int(os.environ.get("EDGEKIT_LM_SPEED_THREADS", "2"))
+PROMPT, NEW_TOKENS, RUNS = 128, 32, 5
 
 
 def fetch_gguf() -> Path:
@@ -151,6 +159,66 @@ def _llama_nll(llama_cpp, path: Path, ids: np.ndarray) -> np.ndarray:
     return np.stack(rows)
 
 
+def edgekit_speed(path: Path, prompt: np.ndarray) -> dict:
+    """TTFT and decode tokens/s of an edgekit artifact (edgekit bench's protocol, in a fresh process)."""
+    from edgekit.source import open_source
+    from edgekit.validation.text_generation import GenerationSettings, bench_lm
+
+    settings = GenerationSettings(prompt_len=PROMPT, new_tokens=NEW_TOKENS, runs=RUNS, warmup=1, threads=SPEED_THREADS)
+    result = bench_lm(open_source(str(path)), settings, prompt)
+    return result.generation | {"peak_rss_mb": result.peak_rss_mb}
+
+
+def llama_speed(llama_cpp, path: Path, prompt: np.ndarray) -> dict:
+    """The same protocol on llama.cpp: prefill of the prompt, then greedy steps one token at a time. The logits are
+    read as llama-cpp-python's numpy scores (its `eval_logits` copies every logit into Python lists: 40 ms a step)."""
+    llm = llama_cpp.Llama(str(path), n_ctx=PROMPT + NEW_TOKENS, n_batch=PROMPT + NEW_TOKENS, n_threads=SPEED_THREADS,
+                          n_threads_batch=SPEED_THREADS, verbose=False)  # fmt: skip
+    ttfts, rates = [], []
+    for run in range(RUNS + 1):  # the first untimed
+        llm.reset()
+        start = time.perf_counter()
+        llm.eval(prompt.tolist())
+        token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        ttft = time.perf_counter() - start
+        start = time.perf_counter()
+        for _ in range(NEW_TOKENS - 1):
+            llm.eval([token])
+            token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        if run:
+            ttfts.append(ttft * 1000)
+            rates.append((NEW_TOKENS - 1) / (time.perf_counter() - start))
+    return {"ttft_ms": float(np.median(ttfts)), "tokens_per_s": float(np.median(rates))}
+
+
+def speed_rows(gguf: Path, tokens: Path) -> list[list]:
+    """Decode tokens/s and TTFT of every edgekit artifact written and of llama.cpp's files, with the ratio to Q4_0's."""
+    with np.load(tokens) as npz:
+        prompt = npz["input_ids"].reshape(-1)[:PROMPT]
+    measured = []
+    for fmt in FORMATS:
+        path, _ = converted(gguf, fmt)
+        if path is not None:
+            measured.append((f"edgekit {fmt}", "int4-weights (default)", edgekit_speed(path, prompt)))
+    try:
+        import llama_cpp
+    except ImportError:
+        llama_cpp = None
+    if llama_cpp is not None:
+        for name in ("Q4_1 (the file)", *LLAMA_TYPES):
+            path = gguf if name.startswith("Q4_1") else _requantized(llama_cpp, gguf, name)
+            measured.append(("llama.cpp", name, llama_speed(llama_cpp, path, prompt)))
+    anchor = next((m[2]["tokens_per_s"] for m in measured if m[1] == "Q4_0"), None)
+    rows = []
+    for runtime, weights, g in measured:
+        ratio = f"{g['tokens_per_s'] / anchor:.2f}x" if anchor else "-"
+        rss = f"{g['peak_rss_mb']:.0f} MB" if "peak_rss_mb" in g else "-"
+        rows.append([runtime, weights, f"{g['tokens_per_s']:.1f}", ratio, f"{g['ttft_ms']:.0f}", rss])
+    if llama_cpp is None:
+        rows.append(["llama.cpp", "-", "-", "-", "-", "not measured: pip install llama-cpp-python==0.3.36 (builds from source)"])
+    return rows
+
+
 def run() -> None:
     gguf = fetch_gguf()
     for fmt in FORMATS:  # converted first: the tokenizer that reads the held-out text is written beside them
@@ -172,6 +240,15 @@ def run() -> None:
     ]
     columns = ["runtime", "weights", "size", "perplexity", "ppl ratio", "note"]
     publish("lm_real", "SmolLM2-135M: edgekit's default int4 beside llama.cpp's Q4_0 and Q4_K_M", columns, rows, notes)
+    speed_notes = [
+        f"{SPEED_THREADS} threads, prompt {PROMPT} held-out tokens, {NEW_TOKENS} new tokens greedy; median of {RUNS} generations "
+        "after one untimed; edgekit: `edgekit bench`'s protocol in a fresh process (peak RSS: that process's); llama.cpp: "
+        "llama-cpp-python in the benchmark's process",
+        "vs Q4_0: decode tokens/s over llama.cpp Q4_0's (re-quantized from the same reference), measured in this run",
+    ]
+    speed_columns = ["runtime", "weights", "decode tokens/s", "vs llama.cpp Q4_0", f"TTFT ms ({PROMPT} tokens)", "peak RSS"]
+    title = "SmolLM2-135M: decode speed beside llama.cpp, same threads, same prompt"
+    publish("lm_real_speed", title, speed_columns, speed_rows(gguf, tokens), speed_notes)
 
 
 def _tokenizer(gguf: Path) -> Path:

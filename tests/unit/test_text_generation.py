@@ -97,6 +97,27 @@ def test_fp32_decodes_through_its_cache_exactly_what_transformers_generate_decod
     assert provenance["kv_cache"] == {"layers": 4, "kv_heads": 2, "head_dim": 64, "vocab": 2048, "max_seq_len": MAX_SEQ}
 
 
+def test_openvino_keeps_the_cache_in_its_state_and_an_ir_without_state_still_decodes_the_same(lm, held_out, tmp_path):
+    """The IR is stateful (the cache a state variable: only input_ids in, logits out); an IR read straight from the
+    KV-cache ONNX, stateless as edgekit wrote them before, takes the cache as inputs and decodes the same tokens."""
+    import shutil
+
+    import openvino as ov
+
+    stateful = ov.Core().read_model(str(lm["openvino"]))
+    assert [i.get_any_name() for i in stateful.inputs] == ["input_ids"] and len(stateful.get_sinks()) == 2
+    assert _provenance(lm["openvino"])["kv_cache_held"].startswith("in OpenVINO's state")
+    plain = tmp_path / "stateless.xml"
+    ov.save_model(ov.convert_model(str(lm["onnx"])), str(plain))
+    shutil.copy(lm["openvino"].with_name(lm["openvino"].name + ".edgekit.json"), plain.with_name(plain.name + ".edgekit.json"))
+    sessions = [tg.open_session(open_source(str(path))) for path in (lm["openvino"], plain)]
+    assert [s.stateful for s in sessions] == [True, False]
+    shape = tg.cache_of(open_source(str(plain)))
+    for prompt in held_out[:PROMPTS, :16]:  # twice on the stateful one: a new prompt resets its state
+        ours, theirs = (tg.generate(s, shape, prompt, NEW)[0].tolist() for s in sessions)
+        assert ours == theirs
+
+
 def test_int4_is_judged_by_perplexity_and_passes_its_default_gate(lm, tmp_path):
     result = edgekit.validate(str(lm["onnx-int4"]), limit=16, runs=2, warmup=0, report=str(tmp_path / "r.json"))
     language = result.language

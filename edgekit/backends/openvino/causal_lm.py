@@ -6,17 +6,24 @@ int8-weights: INT8_ASYM per output channel, every weight layer. int4-weights: IN
 layers (NNCF ranks them by sensitivity; the rest, the embedding and the head stay INT8_ASYM as optimum-intel ships
 them); with calibration tokens, data-aware: AWQ and scale estimation.
 Run in f32 inference precision (no bf16 on AMX), so fp32 decodes as PyTorch does.
+
+The IR is written stateful, as optimum-intel writes its LLMs: the cache is an OpenVINO state variable (MakeStateful
+pairs past_keys/past_values with present_keys/present_values), so it stays inside the runtime between steps instead of
+being copied out and back in at every token; the IR takes input_ids and gives logits. Same tokens as the stateless IR.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from edgekit.backends.onnx.causal_lm import export_onnx
 from edgekit.backends.onnx.nncf_weights import nncf_int4
 from edgekit.quantization.groups import group_fallback
 
 CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
+STATE = {"past_keys": "present_keys", "past_values": "present_values"}  # the cache's inputs -> the outputs that update them
 
 
 def convert(model, shape, final: Path, options, calibration, work: Path) -> dict:
@@ -30,8 +37,16 @@ def convert(model, shape, final: Path, options, calibration, work: Path) -> dict
     notes = {"weights": options.precision}
     if options.precision.endswith("-weights"):
         notes = compress(ov_model, options, shape, calibration)
+    _make_stateful(ov_model)
     ov.save_model(ov_model, str(final), compress_to_fp16=options.precision == "fp16")
-    return notes
+    return notes | {"kv_cache_held": "in OpenVINO's state between steps (a stateful IR)"}
+
+
+def _make_stateful(ov_model) -> None:
+    """The cache's inputs and outputs become state variables (after compression: NNCF feeds the cache as inputs)."""
+    from openvino._offline_transformations import apply_make_stateful_transformation
+
+    apply_make_stateful_transformation(ov_model, STATE)
 
 
 def compress(ov_model, options, shape, calibration) -> dict:
@@ -78,7 +93,11 @@ def _input_widths(ov_model) -> list[int]:
 
 
 class OpenVinoLM:
-    """One compiled OpenVINO model stepping the KV-cache graph (dynamic shapes: one compilation for every length)."""
+    """One compiled OpenVINO model stepping the KV-cache graph (dynamic shapes: one compilation for every length).
+
+    A stateful IR keeps the cache in its infer request: step() takes and gives back zero-byte stand-ins of the cache's
+    shape (their length axis counts the tokens held), a past of length 0 resets the state. A stateless IR (written
+    before edgekit kept the cache in the runtime) takes and gives the cache itself."""
 
     def __init__(self, source, threads: int | None = None) -> None:
         """`source`: the artifact's ModelSource or its path."""
@@ -88,8 +107,15 @@ class OpenVinoLM:
         config = dict(CONFIG) | ({"INFERENCE_NUM_THREADS": str(threads)} if threads else {})
         self.compiled = ov.Core().compile_model(str(path), "CPU", config)
         self.request = self.compiled.create_infer_request()
+        self.stateful = not any("past_keys" in i.get_names() for i in self.compiled.inputs)
         self.name = "openvino:cpu"
 
     def step(self, ids, keys, values):
-        result = self.request.infer({"input_ids": ids, "past_keys": keys, "past_values": values})
-        return tuple(result[out] for out in self.compiled.outputs)
+        if not self.stateful:
+            result = self.request.infer({"input_ids": ids, "past_keys": keys, "past_values": values})
+            return tuple(result[out] for out in self.compiled.outputs)
+        if keys.shape[3] == 0:
+            self.request.reset_state()
+        logits = self.request.infer({"input_ids": ids})[self.compiled.outputs[0]]
+        held = np.empty((*keys.shape[:3], keys.shape[3] + ids.shape[1], 0), np.float32)  # the length the state holds
+        return logits, held, held

@@ -52,7 +52,8 @@ def print_how_made(prov: dict) -> None:
     if prov.get("kv_cache"):  # a language model (converters.causal_lm)
         cache = prov["kv_cache"]
         console.print(
-            f"  {prov['task']}: KV cache [{cache['layers']}, 1, {cache['kv_heads']}, tokens, {cache['head_dim']}] as inputs and outputs, "
+            f"  {prov['task']}: KV cache [{cache['layers']}, 1, {cache['kv_heads']}, tokens, {cache['head_dim']}] "
+            f"{prov.get('kv_cache_held', 'as inputs and outputs')}, "
             f"up to {cache['max_seq_len']} tokens; weights: {escape(prov.get('weights', '?'))}"
             + (f" ({escape(prov['method'])})" if prov.get("method") else "")
         )
