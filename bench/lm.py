@@ -5,7 +5,7 @@ match through the cache, and timed: time to first token (32-token prompt) and de
 of 5 generations in a fresh process, 1 and 2 threads; tokens/s vs the same runtime's fp32. Also a damaged int4
 (group 1024, written unchecked) that the gate must stop.
 
-Then bench.lm_real: SmolLM2-135M's default int4 on each runtime beside llama.cpp's Q4_0 and Q4_K_M.
+Then bench.lm_real: SmolLM2-135M's default int4 on each runtime beside llama.cpp's Q4_0 and Q4_K_M, perplexity and decode speed.
 
 `python -m bench lm`; EDGEKIT_LM_THREADS=1,2 EDGEKIT_LM_FORMATS=onnx,openvino,executorch.
 """
