@@ -66,6 +66,7 @@ class BenchResult(Record):
     device: dict | None = None  # on a board (target RUNTIME:DEVICE@NAME): its name, probed facts, thermal state
     peak_gpu_memory_mb: float | None = None  # torch.cuda.max_memory_allocated over load and runs on a CUDA target; else None
     generation: dict | None = None  # a language model: time to first token, decode tokens/s (validate.text_generation)
+    int8_coverage: dict | None = None  # an int8 model's share run in int8, read from its runtime (metrics.coverage)
 
 
 def tail_note(runs: int) -> str | None:

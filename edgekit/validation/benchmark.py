@@ -20,7 +20,7 @@ from edgekit.artifact import TensorSpec
 from edgekit.errors import EdgekitError
 from edgekit.machine import peak_rss_mb
 from edgekit.metrics.latency import BenchResult, LatencyStats
-from edgekit.provenance import model_size
+from edgekit.provenance import model_size, report_entry
 from edgekit.source import ModelSource
 
 log = logging.getLogger("edgekit")
@@ -86,6 +86,7 @@ def bench_in_process(
     elif fixed:
         feeds = _sized(feeds, runner.inputs, fixed)
     first, times, reported = measure(runner, feeds, settings.warmup, settings.runs)
+    coverage = int8_coverage(runner, report_entry(source, runner.target).get("precision"))  # after the timed runs
     return BenchResult(
         source.spec,
         runner.target,
@@ -101,7 +102,21 @@ def bench_in_process(
         runner.config(),
         None if runner.compile_seconds is None else runner.compile_seconds * 1000,
         peak_gpu_memory_mb=runner.peak_gpu_memory_mb(),
+        int8_coverage=coverage,
     )
+
+
+def int8_coverage(runner, precision: str | None) -> dict | None:
+    """What the runtime executes in int8 of an int8 artifact (its provenance says so), or of a model without provenance
+    that runs any layer in int8; None for a float model or where the runtime cannot say."""
+    if precision and not precision.startswith("int8"):
+        return None
+    try:
+        coverage = runner.int8_coverage()
+    except Exception as exc:  # noqa: BLE001 - the runtime's own error types; coverage is a finding, never a failure
+        log.warning("int8 coverage not read from %s: %s", runner.target, str(exc).splitlines()[0][:200])
+        return None
+    return coverage if coverage and (precision or coverage["int8_layers"]) else None
 
 
 def _sized(feeds: dict[str, np.ndarray], specs: list[TensorSpec], batch: int) -> dict[str, np.ndarray]:

@@ -20,7 +20,7 @@ from edgekit.provenance import report_entry
 from edgekit.report.schema import new_report
 from edgekit.source import ModelSource
 from edgekit.targets import make_runner
-from edgekit.validation.benchmark import BenchSettings, bench
+from edgekit.validation.benchmark import BenchSettings, bench, int8_coverage
 
 log = logging.getLogger("edgekit")
 RANDOM_WARNING = "NO DATA GIVEN: inputs are uniform random. Fidelity on random inputs says little about real inputs, and there is no accuracy. Pass --data."
@@ -72,7 +72,7 @@ def evaluate(request: ValidationRequest) -> tuple[dict, dict[str, np.ndarray] | 
         batch = _accuracy_batch(artifact.inputs, request.batch)
         ref_out, art_out = run_batches(reference, ref_samples, batch), run_batches(artifact, samples, batch)
     described = report_entry(request.artifact, artifact.target)
-    coverage = int8_coverage(artifact) if str(described.get("precision") or "").startswith("int8") else None
+    coverage = int8_coverage(artifact, described.get("precision"))
     if hasattr(artifact, "close"):  # a board's session ends before its timed runs start
         artifact.close()
     ref_out, pairing = paired_reference(ref_out, artifact.output_names, reference.output_names)
@@ -104,15 +104,6 @@ def evaluate(request: ValidationRequest) -> tuple[dict, dict[str, np.ndarray] | 
         report["warnings"].append(f"the data holds {samples.provenance['nonfinite_values']} non-finite values (NaN/Inf), used as asked")
     feeds = next(samples.batches(request.latency.batch)) if len(samples) >= request.latency.batch else None
     return report, feeds
-
-
-def int8_coverage(runner) -> dict | None:
-    """What the runtime executes of an int8 artifact in int8 (None where it cannot say)."""
-    try:
-        return runner.int8_coverage()
-    except Exception as exc:  # noqa: BLE001 - the runtime's own error types; coverage is a finding, never a failure
-        log.warning("int8 coverage not read from %s: %s", runner.target, str(exc).splitlines()[0][:200])
-        return None
 
 
 def add_latency(report: dict, request: ValidationRequest, feeds: dict[str, np.ndarray] | None) -> dict:

@@ -249,15 +249,26 @@ def test_gate_fails_with_exit_2_on_a_damaged_int8_model(tmp_path, fashion_onnx, 
     assert "GATE FAILED" in result.stdout and "accuracy_drop" in result.stdout
 
 
-def test_bench_reports_every_artifact(tmp_path, fashion_onnx):
-    report = tmp_path / "b.json"
+def test_bench_reports_every_artifact_and_what_an_int8_one_runs_in_int8(tmp_path, fashion_onnx):
+    """An int8 artifact's row carries its int8 coverage read from the runtime, as validate's does; so does an int8 model
+    without edgekit's provenance (a copy without its sidecar); a float model has none."""
+    report, foreign = tmp_path / "b.json", tmp_path / "foreign-int8.onnx"
+    foreign.write_bytes(fashion_onnx["int8"].read_bytes())
     result = run_cli(
-        "bench", fashion_onnx["fp32"], fashion_onnx["int8"], "--threads", "1", "--runs", "10", "--warmup", "2", "--report", report
-    )
+        "bench", fashion_onnx["fp32"], fashion_onnx["int8"], foreign, "--threads", "1", "--runs", "10", "--warmup", "2",
+        "--report", report,
+    )  # fmt: skip
     assert result.code == 0, result.stderr
     rows = json.loads(report.read_text())["results"]
-    assert [r["threads"] for r in rows] == [1, 1] and rows[1]["size_bytes"] < rows[0]["size_bytes"] / 2
+    assert [r["threads"] for r in rows] == [1, 1, 1] and rows[1]["size_bytes"] < rows[0]["size_bytes"] / 2
     assert all(r["load_ms"] > 0 and r["first_inference_ms"] > 0 and r["peak_rss_mb"] > 0 for r in rows)
+    assert rows[0]["int8_coverage"] is None and "int8 coverage" in result.stdout
+    for row in rows[1:]:
+        coverage = row["int8_coverage"]
+        assert coverage["int8_layers"] == coverage["layers"] > 0 and coverage["read_from"].startswith("ONNX Runtime")
+    from edgekit.report.schema import load_json
+
+    load_json(report)  # against report.schema.json
 
 
 # --- bad input: one line, a hint, exit 1, no traceback, nothing written ---

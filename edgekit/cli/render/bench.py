@@ -7,6 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from edgekit.cli.render.table import console, machine_line
+from edgekit.metrics.coverage import coverage_text, share
 from edgekit.report.schema import fmt, fmt_size
 
 
@@ -83,6 +84,9 @@ def print_latency_rows(results: list[dict], report: dict) -> None:
     gpu = any(r.get("peak_gpu_memory_mb") is not None for r in results)
     if gpu:  # CUDA targets: torch's peak allocation in the timed process
         table.add_column("peak GPU")
+    covered = any(r.get("int8_coverage") for r in results)
+    if covered:  # int8 models: the share their runtime runs in int8, as validate and info --for-target read it
+        table.add_column("int8 coverage")
     for r in results:
         lat = r["latency"]
         table.add_row(
@@ -101,8 +105,12 @@ def print_latency_rows(results: list[dict], report: dict) -> None:
             f"{r['peak_rss_mb']:.0f} MB",
             fmt_size(r["size_bytes"]),
             *([fmt(r.get("peak_gpu_memory_mb"), ".0f") + (" MB" if r.get("peak_gpu_memory_mb") is not None else "")] if gpu else []),
+            *([_coverage_cell(r.get("int8_coverage"))] if covered else []),
         )
     console.print(table)
+    for r in results:
+        if r.get("int8_coverage") and r["int8_coverage"]["float_layers"]:
+            console.print(f"{r['artifact']}: {escape(coverage_text(r['int8_coverage']))}")
     for r in results:
         if r.get("compile_ms") is not None:
             console.print(f"{r['artifact']} on {escape(r['target'])}: compiled in {r['compile_ms'] / 1000:.1f} s (not in any time above)")
@@ -127,6 +135,11 @@ def print_latency_rows(results: list[dict], report: dict) -> None:
     note = next((r["latency"].get("tail_note") for r in results if r["latency"].get("tail_note")), None)
     if note:
         console.print(f"[dim]* {note}[/]")
+
+
+def _coverage_cell(coverage: dict | None) -> str:
+    value = share(coverage)
+    return "-" if value is None else f"{100 * value:.1f}%"
 
 
 def device_line(device: dict, threads: int | None = None) -> str:
