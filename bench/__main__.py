@@ -16,6 +16,7 @@ ALL = (
     "overhead",
     "scaling",
     "gate",
+    "gate_interference",
     "gpu",
     "deep_compression",
     "families",

@@ -9,12 +9,19 @@ repeats (`python -m bench gate`, docs/ci.md). The verdict rests on the spread be
 inside one process: REGRESSION when B is slower than A beyond the tolerance and the rounds agree
 (95% interval above 1), SAME when the interval excludes a regression of the tolerance, else more rounds up to
 a cap, then INCONCLUSIVE (as Chromium's Pinpoint answers DIFFERENT / SAME / UNKNOWN and adds runs while unknown).
+
+Interference: each process's window records the CPU time other processes took (/proc/stat's busy time minus this
+process's and its children's) and the hypervisor's steal. A neighbour that holds the cores alike through a round
+slows A and B alike; one that starts or stops inside a round, steal, or a round whose A/A spread jumps beyond the
+others' does not: such a round is set aside and timed again, never counted, and a gate that cannot get enough quiet
+rounds refuses instead of deciding.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import resource
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -67,10 +74,39 @@ def _temperature() -> float | None:
 STATISTICS = ("min", "p50")
 
 
+INTERFERENCE = {"others_change": 0.15, "steal": 0.05, "spread_factor": 3.0}  # what sets a round aside (see the module doc)
+
+
+def _cpu_jiffies() -> tuple[int, int, int] | None:
+    """/proc/stat's counters over all CPUs: total, idle (idle + iowait) and steal jiffies; None where there is none."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return sum(fields), fields[3] + fields[4], fields[7] if len(fields) > 7 else 0
+
+
+def _own_cpu_seconds() -> float:
+    """CPU seconds of this process and its finished children (the timing process, once bench returns)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _neighbours(before: tuple | None, after: tuple | None, own_seconds: float) -> dict:
+    """The shares of the machine's CPU time that other processes took and that the hypervisor stole in a window."""
+    if before is None or after is None or after[0] <= before[0]:
+        return {}
+    total, idle, steal = (a - b for a, b in zip(after, before, strict=True))
+    ours = own_seconds * os.sysconf("SC_CLK_TCK")
+    return {"others": round(max(0.0, total - idle - steal - ours) / total, 4), "steal": round(steal / total, 4)}
+
+
 def _timed(source: ModelSource, settings: BenchSettings) -> dict:
     state = machine_state()
+    before, own = _cpu_jiffies(), _own_cpu_seconds()
     result = bench(source, settings)
-    return {"p50_ms": result.latency.p50, "min_ms": min(result.times_ms), **state}
+    window = _neighbours(before, _cpu_jiffies(), _own_cpu_seconds() - own)
+    return {"p50_ms": result.latency.p50, "min_ms": min(result.times_ms), **state, **window}
 
 
 def timing_round(old: ModelSource, new: ModelSource, settings: BenchSettings, statistic: str = "min") -> dict:
@@ -88,7 +124,30 @@ def timing_round(old: ModelSource, new: ModelSource, settings: BenchSettings, st
         "bb": abs(math.log(b1[key] / b2[key])),
         "runs": {"A1": a1, "B1": b1, "B2": b2, "A2": a2},
         "busy": any(r["busy"] for r in (a1, b1, b2, a2)),
+        **_round_neighbours((a1, b1, b2, a2)),
     }
+
+
+def _round_neighbours(runs: tuple[dict, ...]) -> dict:
+    """How much the others' CPU share changed between the round's four processes, and the most steal any saw."""
+    others = [r["others"] for r in runs if "others" in r]
+    return {"others_change": max(others) - min(others), "steal": max(r["steal"] for r in runs)} if len(others) == len(runs) else {}
+
+
+def interference(candidate: dict, counted: list[dict], tolerance: float) -> str | None:
+    """Why `candidate` was timed under interference (it is set aside), or None: the others' load changed inside it,
+    the hypervisor stole time, or its A/A or B/B spread is beyond both half the tolerance and SPREAD_FACTOR times the
+    typical spread of the rounds counted so far."""
+    if candidate.get("others_change", 0) > INTERFERENCE["others_change"]:
+        return f"other processes' CPU share moved by {candidate['others_change']:.0%} inside the round"
+    if candidate.get("steal", 0) > INTERFERENCE["steal"]:
+        return f"the hypervisor stole {candidate['steal']:.0%} of the CPU time"
+    if len(counted) >= 2:
+        spread = max(candidate["aa"], candidate["bb"])
+        typical = float(np.median([x for r in counted for x in (r["aa"], r["bb"])]))
+        if spread > tolerance / 2 and spread > INTERFERENCE["spread_factor"] * typical:
+            return f"its A/A spread {math.exp(spread) - 1:.0%} against the other rounds' {math.exp(typical) - 1:.1%}"
+    return None
 
 
 def decide(rounds: list[dict], tolerance: float) -> dict:
@@ -127,8 +186,19 @@ def aa_spread(rounds: list[dict]) -> float:
 def retime(old: ModelSource, new: ModelSource, settings: RetimeSettings, progress=None) -> dict:
     """Re-time the baseline (`old`) and `new` in A B B A rounds until the verdict is clear or the cap is reached."""
     rounds: list[dict] = []
-    while len(rounds) < max(settings.max_rounds, settings.min_rounds, 2):
-        rounds.append(timing_round(old, new, settings.latency, settings.statistic))
+    set_aside: list[dict] = []
+    cap = max(settings.max_rounds, settings.min_rounds, 2)
+    while len(rounds) < cap:
+        if len(set_aside) >= cap:
+            _refuse_interference(rounds, set_aside)
+        candidate = timing_round(old, new, settings.latency, settings.statistic)
+        why = interference(candidate, rounds, settings.tolerance)
+        if why:
+            set_aside.append({**candidate, "interference": why})
+            if progress:
+                progress(f"round set aside (timed again): {why}")
+            continue
+        rounds.append(candidate)
         if progress:
             progress(f"round {len(rounds)}: new/old x{rounds[-1]['ratio']:.3f}")
         if len(rounds) < max(settings.min_rounds, 2):
@@ -138,7 +208,15 @@ def retime(old: ModelSource, new: ModelSource, settings: RetimeSettings, progres
             break
     if not _settled(verdict, settings.tolerance, aa_spread(rounds)):  # still open at the cap: a tolerance inside the noise says so
         _refuse_small_tolerance(settings.tolerance, aa_spread(rounds))
-    return _result(verdict, rounds, settings)
+    return _result(verdict, rounds, settings, set_aside)
+
+
+def _refuse_interference(rounds: list[dict], set_aside: list[dict]) -> None:
+    raise EdgekitError(
+        f"the machine was not quiet enough to time on: {len(set_aside)} of {len(rounds) + len(set_aside)} A-B-B-A rounds "
+        f"were timed under interference (last: {set_aside[-1]['interference']}), so no verdict is given",
+        hint="gate on a machine no other job shares (a dedicated CI runner), or re-run when it is quiet",
+    )
 
 
 def _settled(verdict: dict, tolerance: float, spread: float) -> bool:
@@ -168,13 +246,14 @@ def _refuse_small_tolerance(tolerance: float, spread: float) -> None:
 STAT_WORDS = {"min": "fastest run", "p50": "median"}
 
 
-def _result(verdict: dict, rounds: list[dict], settings: RetimeSettings) -> dict:
+def _result(verdict: dict, rounds: list[dict], settings: RetimeSettings, set_aside: list[dict]) -> dict:
     busy = sum(r["busy"] for r in rounds)
     low, high = verdict["ci95"]
     reason = (
         f"{verdict['verdict']}: new/old x{verdict['ratio']:.3f} (95% CI {low:.3f}-{high:.3f}) over {verdict['rounds']} "
         f"A-B-B-A rounds in fresh processes (each process's {STAT_WORDS[settings.statistic]}); A/A spread {aa_spread(rounds):.1%}, tolerance {settings.tolerance:.0%}"
         + (f"; {busy} round(s) on a busy machine" if busy else "")
+        + (f"; {len(set_aside)} round(s) under interference set aside and timed again" if set_aside else "")
     )
     return {
         "method": "retimed",
@@ -184,6 +263,7 @@ def _result(verdict: dict, rounds: list[dict], settings: RetimeSettings) -> dict
         "aa_spread": aa_spread(rounds),
         "regressed": verdict["verdict"] == "REGRESSION",
         "busy_rounds": busy,
+        "interfered_rounds": [{"interference": r["interference"], "ratio": r["ratio"]} for r in set_aside],
         "round_details": rounds,
         "reason": reason,
     }

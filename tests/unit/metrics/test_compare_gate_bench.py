@@ -311,3 +311,36 @@ def test_machine_state_is_recorded_with_each_run():
 
     state = machine_state()
     assert set(state) == {"load1", "governor", "temperature_c", "busy"} and isinstance(state["busy"], bool)
+
+
+def test_a_round_timed_under_interference_is_set_aside():
+    """A neighbour whose load changes inside a round, steal, or an A/A spread far beyond the counted rounds' sets the
+    round aside; a neighbour that holds the cores alike through the round (a constant hog) does not."""
+    import os
+
+    from edgekit.validation.regression import _neighbours, interference
+
+    quiet = _rounds(1.0, 1.01, 0.99)
+    assert interference({**_rounds(1.0)[0], "others_change": 0.02, "steal": 0.0}, quiet, 0.10) is None  # constant hog
+    assert "moved by 40%" in interference({**_rounds(1.3)[0], "others_change": 0.40, "steal": 0.0}, quiet, 0.10)
+    assert "stole 8%" in interference({**_rounds(1.0)[0], "others_change": 0.0, "steal": 0.08}, quiet, 0.10)
+    jumped = {"ratio": 1.2, "aa": 0.18, "bb": 0.01}
+    assert "A/A spread 20%" in interference(jumped, quiet, 0.10)
+    assert interference(jumped, quiet[:1], 0.10) is None  # too few counted rounds to know what is typical
+    assert interference({**jumped, "aa": 0.04}, quiet, 0.10) is None  # within half the tolerance
+    # /proc/stat deltas: 1000 jiffies, 200 idle, 50 stolen, this process 3 s at 100 jiffies/s -> others 450
+    window = _neighbours((10_000, 5_000, 100), (11_000, 5_200, 150), 300 / os.sysconf("SC_CLK_TCK"))
+    assert window == {"others": 0.45, "steal": 0.05}
+    assert _neighbours(None, (1, 1, 0), 0.0) == {}
+
+
+def test_a_gate_that_cannot_get_quiet_rounds_refuses(monkeypatch):
+    """Every round under interference: no verdict, one line saying why (the rounds themselves are recorded numbers)."""
+    from edgekit.errors import EdgekitError
+    from edgekit.validation import regression
+
+    noisy = {"ratio": 1.4, "a": 1.0, "b": 1.4, "aa": 0.01, "bb": 0.01, "busy": False, "others_change": 0.5, "steal": 0.0}
+    monkeypatch.setattr(regression, "timing_round", lambda *args: dict(noisy))
+    with pytest.raises(EdgekitError, match="not quiet enough to time on: 3 of 3 A-B-B-A rounds") as info:
+        regression.retime(None, None, regression.RetimeSettings(min_rounds=2, max_rounds=3))
+    assert "moved by 50%" in info.value.message and "dedicated" in info.value.hint
