@@ -78,12 +78,17 @@ INTERFERENCE = {"others_change": 0.15, "steal": 0.05, "spread_factor": 3.0}  # w
 
 
 def _cpu_jiffies() -> tuple[int, int, int] | None:
-    """/proc/stat's counters over all CPUs: total, idle (idle + iowait) and steal jiffies; None where there is none."""
+    """/proc/stat's counters summed over the CPUs this process may run on (a neighbour pinned elsewhere does not
+    compete for them): total, idle (idle + iowait) and steal jiffies; None where there is no /proc/stat."""
+    cores = {f"cpu{c}" for c in os.sched_getaffinity(0)} if hasattr(os, "sched_getaffinity") else None
     try:
-        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+        lines = [line.split() for line in Path("/proc/stat").read_text().splitlines() if line.startswith("cpu")]
+        rows = [[int(x) for x in line[1:9]] for line in lines if (line[0] in cores if cores else line[0] == "cpu")]
     except (OSError, ValueError):
         return None
-    return sum(fields), fields[3] + fields[4], fields[7] if len(fields) > 7 else 0
+    if not rows or len(rows[0]) < 8:
+        return None
+    return sum(sum(r) for r in rows), sum(r[3] + r[4] for r in rows), sum(r[7] for r in rows)
 
 
 def _own_cpu_seconds() -> float:
@@ -190,7 +195,7 @@ def retime(old: ModelSource, new: ModelSource, settings: RetimeSettings, progres
     cap = max(settings.max_rounds, settings.min_rounds, 2)
     while len(rounds) < cap:
         if len(set_aside) >= cap:
-            _refuse_interference(rounds, set_aside)
+            _refuse_interference(rounds, set_aside, settings.tolerance)
         candidate = timing_round(old, new, settings.latency, settings.statistic)
         why = interference(candidate, rounds, settings.tolerance)
         if why:
@@ -211,7 +216,11 @@ def retime(old: ModelSource, new: ModelSource, settings: RetimeSettings, progres
     return _result(verdict, rounds, settings, set_aside)
 
 
-def _refuse_interference(rounds: list[dict], set_aside: list[dict]) -> None:
+def _refuse_interference(rounds: list[dict], set_aside: list[dict], tolerance: float) -> None:
+    """No verdict: too many rounds under interference. A tolerance inside the counted rounds' own noise is the first
+    thing to say."""
+    if len(rounds) >= 2:
+        _refuse_small_tolerance(tolerance, aa_spread(rounds))
     raise EdgekitError(
         f"the machine was not quiet enough to time on: {len(set_aside)} of {len(rounds) + len(set_aside)} A-B-B-A rounds "
         f"were timed under interference (last: {set_aside[-1]['interference']}), so no verdict is given",

@@ -344,3 +344,8 @@ def test_a_gate_that_cannot_get_quiet_rounds_refuses(monkeypatch):
     with pytest.raises(EdgekitError, match="not quiet enough to time on: 3 of 3 A-B-B-A rounds") as info:
         regression.retime(None, None, regression.RetimeSettings(min_rounds=2, max_rounds=3))
     assert "moved by 50%" in info.value.message and "dedicated" in info.value.hint
+    quiet = {**noisy, "ratio": 1.0, "b": 1.0, "aa": 0.06, "bb": 0.06, "others_change": 0.0}
+    sequence = iter([dict(quiet), dict(quiet)] + [dict(noisy)] * 10)
+    monkeypatch.setattr(regression, "timing_round", lambda *args: next(sequence))
+    with pytest.raises(EdgekitError, match="below the A/A spread"):  # the tolerance inside the counted rounds' noise, first
+        regression.retime(None, None, regression.RetimeSettings(tolerance=0.01, min_rounds=3, max_rounds=4))
