@@ -14,7 +14,7 @@ same 128-token prompt of the held-out text: time to first token and decode token
 generations after one untimed, greedy), each edgekit artifact in a fresh process, llama.cpp in this one; the ratio to
 llama.cpp Q4_0's tokens/s.
 
-`python -m bench lm_real`; EDGEKIT_LM_FORMATS=onnx,openvino,executorch.
+`python -m bench lm` runs it after the zoo model's table; EDGEKIT_LM_FORMATS=onnx,openvino,executorch.
 """
 
 from __future__ import annotations
