@@ -107,16 +107,15 @@ def bench_in_process(
 
 
 def int8_coverage(runner, precision: str | None) -> dict | None:
-    """What the runtime executes in int8 of an int8 artifact (its provenance says so), or of a model without provenance
-    that runs any layer in int8; None for a float model or where the runtime cannot say."""
-    if precision and not precision.startswith("int8"):
+    """What the runtime executes in int8 of an int8 model (`precision` as report_entry describes it: the provenance's,
+    else read from the graph); None for a float model or where the runtime cannot say."""
+    if not (precision or "").startswith("int8"):
         return None
     try:
-        coverage = runner.int8_coverage()
+        return runner.int8_coverage()
     except Exception as exc:  # noqa: BLE001 - the runtime's own error types; coverage is a finding, never a failure
         log.warning("int8 coverage not read from %s: %s", runner.target, str(exc).splitlines()[0][:200])
         return None
-    return coverage if coverage and (precision or coverage["int8_layers"]) else None
 
 
 def _sized(feeds: dict[str, np.ndarray], specs: list[TensorSpec], batch: int) -> dict[str, np.ndarray]:
