@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -19,16 +20,15 @@ from bench.common import publish
 from bench.gate import models
 from edgekit.errors import EdgekitError
 from edgekit.source import open_source
-from edgekit.validation import regression
 from edgekit.validation.benchmark import BenchSettings
-from edgekit.validation.regression import RetimeSettings, retime
+from edgekit.validation.regression import Interference, RetimeSettings, retime
 
 TRIALS = int(os.environ.get("EDGEKIT_GATE_TRIALS", "6"))
 THREADS = int(os.environ.get("EDGEKIT_GATE_THREADS", "2"))
 MODEL = os.environ.get("EDGEKIT_GATE_MODELS", "ResNet-18 shape")
 BURST_MB = 256
-DETECTION = dict(regression.INTERFERENCE)
-OFF = {key: float("inf") for key in DETECTION}
+DETECTION = Interference()
+OFF = Interference(others_change=float("inf"), steal=float("inf"), spread_factor=float("inf"))
 
 
 def neighbour(stop, seed: int) -> None:
@@ -46,15 +46,12 @@ def neighbour(stop, seed: int) -> None:
 
 def trial(path, settings: RetimeSettings, detect: bool) -> tuple[str, int]:
     """One gate of `path` against itself: its verdict (REFUSED when it declined) and the rounds it set aside."""
-    regression.INTERFERENCE.update(DETECTION if detect else OFF)
     source = open_source(str(path))
     try:
-        result = retime(source, source, settings)
+        result = retime(source, source, replace(settings, interference=DETECTION if detect else OFF))
     except EdgekitError as exc:
         print(f"  detection {'on' if detect else 'off'}: REFUSED: {exc.one_line()}", flush=True)
         return "REFUSED", 0
-    finally:
-        regression.INTERFERENCE.update(DETECTION)
     print(f"  detection {'on' if detect else 'off'}: {result['reason']}", flush=True)
     return result["verdict"], len(result["interfered_rounds"])
 
@@ -98,9 +95,9 @@ def run() -> None:
         [
             "The neighbour copies a 256 MB array back and forth in bursts of 0.3-3 s with pauses of 0.3-3 s (one process, "
             "seeded), through every trial; trials alternate detection on / off.",
-            f"Detection sets a round aside when other processes' CPU share moves by more than {DETECTION['others_change']:.0%} "
-            f"inside it, steal exceeds {DETECTION['steal']:.0%}, or its A/A spread is beyond half the tolerance and "
-            f"{DETECTION['spread_factor']:.0f}x the counted rounds' typical spread; after as many set aside as the round cap it refuses.",
+            f"Detection sets a round aside when other processes' CPU share moves by more than {DETECTION.others_change:.0%} "
+            f"inside it, steal exceeds {DETECTION.steal:.0%}, or its A/A spread is beyond half the tolerance and "
+            f"{DETECTION.spread_factor:.0f}x the counted rounds' typical spread; after as many set aside as the round cap it refuses.",
             f"Tolerance 10%, 3-12 A-B-B-A rounds, 10 warm-up + 50 timed runs per process. Took {time.time() - start:.0f} s.",
         ],
     )

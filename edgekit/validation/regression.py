@@ -36,6 +36,17 @@ _T975 = (12.71, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2
 
 
 @dataclass(frozen=True)
+class Interference:
+    """When a round counts as timed under interference (see the module doc): others' CPU share moving by more than
+    `others_change` between its processes, steal above `steal`, or an A/A spread beyond `spread_factor` times the
+    counted rounds' typical spread (and half the tolerance)."""
+
+    others_change: float = 0.15
+    steal: float = 0.05
+    spread_factor: float = 3.0
+
+
+@dataclass(frozen=True)
 class RetimeSettings:
     """How to re-time: the decision's tolerance, rounds (each A B B A) and each process's timed runs."""
 
@@ -44,6 +55,7 @@ class RetimeSettings:
     max_rounds: int = 12
     latency: BenchSettings = BenchSettings(warmup=10, runs=50)
     statistic: str = "min"  # of each process's timed runs: "min" (each side its faster process) or "p50" (their mean)
+    interference: Interference = Interference()  # what sets a round aside
 
 
 def machine_state() -> dict:
@@ -72,9 +84,6 @@ def _temperature() -> float | None:
 
 
 STATISTICS = ("min", "p50")
-
-
-INTERFERENCE = {"others_change": 0.15, "steal": 0.05, "spread_factor": 3.0}  # what sets a round aside (see the module doc)
 
 
 def _cpu_jiffies() -> tuple[int, int, int] | None:
@@ -139,18 +148,18 @@ def _round_neighbours(runs: tuple[dict, ...]) -> dict:
     return {"others_change": max(others) - min(others), "steal": max(r["steal"] for r in runs)} if len(others) == len(runs) else {}
 
 
-def interference(candidate: dict, counted: list[dict], tolerance: float) -> str | None:
+def interference(candidate: dict, counted: list[dict], tolerance: float, limits: Interference = Interference()) -> str | None:
     """Why `candidate` was timed under interference (it is set aside), or None: the others' load changed inside it,
-    the hypervisor stole time, or its A/A or B/B spread is beyond both half the tolerance and SPREAD_FACTOR times the
-    typical spread of the rounds counted so far."""
-    if candidate.get("others_change", 0) > INTERFERENCE["others_change"]:
+    the hypervisor stole time, or its A/A or B/B spread is beyond both half the tolerance and `limits.spread_factor`
+    times the typical spread of the rounds counted so far."""
+    if candidate.get("others_change", 0) > limits.others_change:
         return f"other processes' CPU share moved by {candidate['others_change']:.0%} inside the round"
-    if candidate.get("steal", 0) > INTERFERENCE["steal"]:
+    if candidate.get("steal", 0) > limits.steal:
         return f"the hypervisor stole {candidate['steal']:.0%} of the CPU time"
     if len(counted) >= 2:
         spread = max(candidate["aa"], candidate["bb"])
         typical = float(np.median([x for r in counted for x in (r["aa"], r["bb"])]))
-        if spread > tolerance / 2 and spread > INTERFERENCE["spread_factor"] * typical:
+        if spread > tolerance / 2 and spread > limits.spread_factor * typical:
             return f"its A/A spread {math.exp(spread) - 1:.0%} against the other rounds' {math.exp(typical) - 1:.1%}"
     return None
 
@@ -197,7 +206,7 @@ def retime(old: ModelSource, new: ModelSource, settings: RetimeSettings, progres
         if len(set_aside) >= cap:
             _refuse_interference(rounds, set_aside, settings.tolerance)
         candidate = timing_round(old, new, settings.latency, settings.statistic)
-        why = interference(candidate, rounds, settings.tolerance)
+        why = interference(candidate, rounds, settings.tolerance, settings.interference)
         if why:
             set_aside.append({**candidate, "interference": why})
             if progress:
