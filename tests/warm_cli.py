@@ -27,15 +27,16 @@ PRELOAD = ("edgekit.cli", "numpy", "torch", "torch._dynamo", "onnx", "onnxruntim
 
 
 def serve() -> None:
-    quiet = os.dup(2)
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # what imports print is not any command's output
+    null, stderr = os.open(os.devnull, os.O_RDWR), os.dup(2)
+    os.dup2(null, 2)  # what imports print is not any command's output
     for name in PRELOAD:
         __import__(name)
-    os.dup2(quiet, 2)
+    os.dup2(stderr, 2)
+    os.close(stderr)
     channel_in, channel_out = os.fdopen(os.dup(0), "r"), os.fdopen(os.dup(1), "w")
-    null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)  # nothing the server itself prints can break the protocol
+    os.close(null)
     for line in channel_in:
         request = json.loads(line)
         code = _run(request)
