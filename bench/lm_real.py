@@ -125,14 +125,18 @@ def llama_rows(gguf: Path, tokens: Path, reference_nll: float) -> list[list]:
     with np.load(tokens) as npz:
         ids = npz["input_ids"]
     rows = []
-    for name in ("Q4_1 (the file)", *LLAMA_TYPES):
-        path = gguf if name.startswith("Q4_1") else _requantized(llama_cpp, gguf, name)
+    for name, path in _llama_files(llama_cpp, gguf):
         nll = _llama_nll(llama_cpp, path, ids)
         ppl = float(np.exp(nll.mean()))
         ratio = float(np.exp(nll.mean() - reference_nll))
         note = "the reference's own grid" if name.startswith("Q4_1") else "re-quantized from the reference"
         rows.append(["llama.cpp", name, f"{path.stat().st_size / 1e6:.1f} MB", f"{ppl:.3f}", f"{ratio:.4f}", note])
     return rows
+
+
+def _llama_files(llama_cpp, gguf: Path) -> list[tuple[str, Path]]:
+    """llama.cpp's rows: the GGUF itself, then each of LLAMA_TYPES re-quantized from it (cached)."""
+    return [("Q4_1 (the file)", gguf)] + [(name, _requantized(llama_cpp, gguf, name)) for name in LLAMA_TYPES]
 
 
 def _requantized(llama_cpp, gguf: Path, name: str) -> Path:
@@ -205,9 +209,7 @@ def speed_rows(gguf: Path, tokens: Path) -> list[list]:
     except ImportError:
         llama_cpp = None
     if llama_cpp is not None:
-        for name in ("Q4_1 (the file)", *LLAMA_TYPES):
-            path = gguf if name.startswith("Q4_1") else _requantized(llama_cpp, gguf, name)
-            measured.append(("llama.cpp", name, llama_speed(llama_cpp, path, prompt)))
+        measured += [("llama.cpp", name, llama_speed(llama_cpp, path, prompt)) for name, path in _llama_files(llama_cpp, gguf)]
     anchor = next((m[2]["tokens_per_s"] for m in measured if m[1] == "Q4_0"), None)
     rows = []
     for runtime, weights, g in measured:
