@@ -39,6 +39,7 @@ SUFFIX = {"onnx": ".onnx", "openvino": ".xml", "executorch": ".pte"}
 SEQUENCES, SEQ_LEN = 32, 128
 HELD_OUT = (Path(sysconfig.get_paths()["stdlib"]) / "LICENSE.txt", Path("/usr/share/common-licenses/Apache-2.0"))
 LLAMA_TYPES = ("Q4_0", "Q4_K_M")
+NOT_BUILT = "not measured: pip install llama-cpp-python==0.3.36 (builds from source)"  # the llama.cpp rows without llama-cpp-python
 SPEED_THREADS = int(os.environ.get("EDGEKIT_LM_SPEED_THREADS", "2"))
 PROMPT, NEW_TOKENS, RUNS = 128, 32, 5
 
@@ -121,7 +122,7 @@ def llama_rows(gguf: Path, tokens: Path, reference_nll: float) -> list[list]:
     try:
         import llama_cpp
     except ImportError:
-        return [["llama.cpp", "-", "-", "-", "-", "not measured: pip install llama-cpp-python==0.3.36 (builds from source)"]]
+        return [["llama.cpp", "-", "-", "-", "-", NOT_BUILT]]
     with np.load(tokens) as npz:
         ids = npz["input_ids"]
     rows = []
@@ -217,7 +218,7 @@ def speed_rows(gguf: Path, tokens: Path) -> list[list]:
         rss = f"{g['peak_rss_mb']:.0f} MB" if "peak_rss_mb" in g else "-"
         rows.append([runtime, weights, f"{g['tokens_per_s']:.1f}", ratio, f"{g['ttft_ms']:.0f}", rss])
     if llama_cpp is None:
-        rows.append(["llama.cpp", "-", "-", "-", "-", "not measured: pip install llama-cpp-python==0.3.36 (builds from source)"])
+        rows.append(["llama.cpp", "-", "-", "-", "-", NOT_BUILT])
     return rows
 
 
