@@ -233,6 +233,21 @@ QUANTIZATION = (
         recipe="calibration.random",
     ),
 )
+POSTPROCESS = Option(
+    "postprocess",
+    None,
+    "--postprocess",
+    "How a detector's outputs become boxes: detections, yolov5, yolov8, or module:function (outputs dict -> per sample "
+    "{{boxes, scores, classes}}); default: read from the outputs' layout.",
+    recipe="validation.postprocess",
+)
+MASK_THRESHOLD = Option(
+    "mask_threshold",
+    0.5,
+    "--mask-threshold",
+    "Segmentation: the probability at which a single-channel map counts as foreground.",
+    recipe="validation.mask_threshold",
+)
 ACCURACY_CONTROL = (
     Option(
         "val",
@@ -269,6 +284,18 @@ ACCURACY_CONTROL = (
         float,
         "convert.min_cosine",
     ),
+    Option(
+        "min_map_kept",
+        None,
+        "--min-map-kept",
+        "Accuracy control in the task's metric: keep layers in float until the int8 model keeps at least this fraction of "
+        "the fp32 model's own results: a detector's mAP@0.5 of fp32's detections (decoded by --postprocess), a map's F1 (one "
+        "channel, at --mask-threshold) or mIoU. No labels needed; without --val, a quarter of the calibration samples is held back.",
+        float,
+        "convert.min_map_kept",
+    ),
+    POSTPROCESS.at("convert.postprocess"),
+    MASK_THRESHOLD.at("convert.mask_threshold"),
 )
 LANGUAGE_MODEL = (
     Option(
@@ -276,7 +303,8 @@ LANGUAGE_MODEL = (
         None,
         "--task",
         "text-generation: a causal language model (transformers *ForCausalLM) exported with its KV cache; precisions fp32, "
-        "fp16, int8-weights, int4-weights.",
+        "fp16, int8-weights, int4-weights. classification, detection, segmentation, embedding or regression: the metric int8's "
+        "accuracy control reads (default: inferred from the outputs; detection with --postprocess).",
         recipe="convert.task",
     ),
     Option(
@@ -517,21 +545,8 @@ TASK_OPTIONS = (
         "default: the zoo data's own.",
         recipe="validation.labels",
     ),
-    Option(
-        "postprocess",
-        None,
-        "--postprocess",
-        "How a detector's outputs become boxes: detections, yolov5, yolov8, or module:function (outputs dict -> per sample "
-        "{{boxes, scores, classes}}); default: read from the outputs' layout.",
-        recipe="validation.postprocess",
-    ),
-    Option(
-        "mask_threshold",
-        0.5,
-        "--mask-threshold",
-        "Segmentation: the probability at which a single-channel map counts as foreground.",
-        recipe="validation.mask_threshold",
-    ),
+    POSTPROCESS,
+    MASK_THRESHOLD,
     Option(
         "ignore_label",
         None,
@@ -680,7 +695,7 @@ RECIPE_SECTIONS = {
     "compress": ("method", "sparsity", "scope", "channels", "energy", "keep", "epochs", "finetune", "clusters", "init", "surgery", "lr", "round_to"),
     "convert": (
         "for_target", "per_tensor", "exclude", "keep_sensitive", "verify", "model_type", "val", "val_samples", "max_drop", "min_agreement",
-        "min_cosine", "io_dtype", "layout", "device", "max_batch", "opt_batch", "task", "group_size", "ratio", "max_seq_len",
+        "min_cosine", "min_map_kept", "postprocess", "mask_threshold", "io_dtype", "layout", "device", "max_batch", "opt_batch", "task", "group_size", "ratio", "max_seq_len",
     ),
     "matrix": ("formats", "precisions", "targets"),
     "latency": ("threads", "batch", "warmup", "runs", "prompt_len", "new_tokens"),

@@ -34,6 +34,7 @@ FORMATS = registry.written_formats()
 SUFFIXES = {b.format: b.suffix for b in registry.backends().values()}
 PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic", "int8-weights", "int4-weights")
 # auto: the quantizing backend's default_calib_method, the one measured best on it (docs/int8-schemes.md)
+TEXT_GENERATION = "text-generation"  # convert --task of a causal language model
 CALIB_METHODS = ("auto", "minmax", "entropy", "percentile", "histogram")
 
 
@@ -85,6 +86,9 @@ class ConvertOptions:
     max_drop: float | None  # accuracy points; with validation_data turns on accuracy control
     min_agreement: float | None  # top-1 agreement with fp32 (%); with validation_data, accuracy control too
     min_cosine: float | None  # mean cosine of the first output with fp32's; with validation_data, accuracy control too
+    min_map_kept: float | None  # the fraction of fp32's own task metric (mAP@0.5, map F1/mIoU) int8 keeps: accuracy control
+    postprocess: str | None  # how accuracy control decodes a detector's outputs (metrics.detection.decode)
+    mask_threshold: float  # where accuracy control binarizes a one-channel map
     validate_on: str | None = None  # the target accuracy control scores its steps on (None: the written format's runtime)
     io_dtype: str = "float32"  # TFLite full int8: float32, int8 or uint8 model inputs/outputs
     layout: str  # PyTorch -> TFLite: nhwc makes the model take channels-last inputs
@@ -93,7 +97,7 @@ class ConvertOptions:
     opt_batch: int  # TensorRT: the batch the profile is tuned for
     keep_sensitive: bool  # int8 keeps the layers whose sensitivity stands out in float (quantization.sensitivity)
     verify: bool  # run the artifact and its source on the same inputs before it counts as written (converters.verify)
-    task: str | None  # text-generation: a causal language model exported with its KV cache (converters.causal_lm)
+    task: str | None  # text-generation: a causal LM with its KV cache (converters.causal_lm); else what accuracy control reads
     group_size: int  # int4/int8-weights of a language model: weights per quantization group (-1: per channel)
     ratio: float | None  # int4-weights: share of the weight layers in int4, the rest int8 (None: chosen by measurement)
     max_ppl_ratio: float | None  # a language model's highest perplexity ratio on held-back text (None: its precision's gate)
@@ -111,6 +115,11 @@ class ConvertOptions:
     def section(self) -> dict:
         """The `convert:` section of these options, by its keys (val, val_samples, ...)."""
         return commands.section_of(self)
+
+    @property
+    def language_model(self) -> bool:
+        """A causal language model's conversion (--task text-generation: converters.causal_lm)."""
+        return self.task == TEXT_GENERATION
 
 
 @dataclass(frozen=True)

@@ -68,13 +68,15 @@ def convert(args) -> Converted:
     A zoo model needs no `calib` (its declared calibration set is used, and the provenance says so); a model
     that does not record its input shapes takes them from `calib`/`val` when `inputs` is not given."""
     from edgekit.api import guess
+    from edgekit.conversion import TEXT_GENERATION
 
     source = open_source(args.model, args.weights, args.allow_pickle)
     if args.task is None and source.format in registry.lm_sources():
-        log.warning("%s holds a causal language model (%s): converting it with --task text-generation", source.spec, source.format)
-        args.task = "text-generation"
-    if args.task:
+        log.warning("%s holds a causal language model (%s): converting it with --task %s", source.spec, source.format, TEXT_GENERATION)
+        args.task = TEXT_GENERATION
+    if args.task == TEXT_GENERATION:
         return _convert_language_model(source, args)
+    _check_task(args.task)
     default = guess.default_calibration(source, args.precision, args.calib)
     specs = guess.inputs_from_data(source, _specs(args.inputs), args.calib or default, args.val)
     options = _conversion_options(commands.CONVERT, args, specs, args.calib or default, source.zoo if default else None)
@@ -85,13 +87,21 @@ def convert(args) -> Converted:
     return _convert(source, args.to, output, options)
 
 
+def _check_task(task: str | None) -> None:
+    """convert --task: text-generation, or a task whose metric accuracy control reads."""
+    from edgekit.conversion import TEXT_GENERATION
+    from edgekit.quantization.accuracy import VISION_TASKS
+
+    if task is not None and task not in VISION_TASKS:
+        raise EdgekitError(
+            f"convert --task takes {', '.join((*VISION_TASKS, TEXT_GENERATION))}, not '{task}'", hint="or leave it out: it is inferred"
+        )
+
+
 def _convert_language_model(source, args) -> Converted:
     """convert --task text-generation: a causal LM with its KV cache (converters.causal_lm)."""
     from edgekit.converters.causal_lm import convert_lm
-    from edgekit.validation.text_generation import TASK
 
-    if args.task != TASK:
-        raise EdgekitError(f"convert --task takes {TASK}, not '{args.task}'", hint="other tasks need no --task to convert")
     options = _conversion_options(commands.CONVERT, args, (), args.calib)  # data-free unless --calib: as NNCF and optimum
     if args.emit_recipe:
         emit(args.emit_recipe, **recipe_of_conversion(args.model, args.weights, args.inputs, args.to, options))

@@ -22,6 +22,9 @@ from edgekit.native import third_party_quiet
 from edgekit.provenance import describe, source_provenance
 from edgekit.source import ModelSource
 
+HELD_BACK = 4  # accuracy control without --val validates on every 4th calibration sample (a quarter), calibrating on the rest
+MIN_HELD_BACK = 8
+
 log = logging.getLogger("edgekit")
 
 
@@ -47,7 +50,7 @@ def convert(source: ModelSource, to: str, out: Path, options: ConvertOptions) ->
     _check_device(to, options)
     with progress.step(f"loading {source.spec} and its data"):
         model, specs = load_for_conversion(source, list(options.inputs))
-        data = ConversionData(calibration_samples(options, specs) if calibrate else None, validation_samples(options, specs))
+        data = conversion_data(options, specs, calibrate)
     with atomic_output(Path(out)) as final, work_folder(Path(out)) as work:
         notes = run_steps(steps, model, specs, final, Path(work), options, data, source.name)
         if options.device:
@@ -163,13 +166,24 @@ def _check_accuracy_control(steps, options: ConvertOptions) -> None:
     last, precision = steps[-1]
     if not (last.accuracy_control and precision == "int8"):
         raise EdgekitError(
-            f"accuracy-controlled quantization (--val with --max-drop) is not available for {precision} from {last.__name__}",
+            f"accuracy-controlled quantization (a limit such as --max-drop or --min-map-kept) is not available for {precision} from {last.__name__}",
             hint="use --precision int8 with --to onnx, --to openvino, or --to tflite from PyTorch",
         )
-    if options.validation_data is None or not limits:
+    if not limits:
         raise EdgekitError(
-            "accuracy control needs both --val DATA and a limit: --max-drop POINTS (labels), --min-agreement PERCENT or --min-cosine C",
-            hint="pass both, or neither",
+            "--val is the data of accuracy control, which needs a limit: --max-drop POINTS (labels), --min-agreement PERCENT, "
+            "--min-map-kept FRACTION or --min-cosine C",
+            hint="pass a limit, or leave out --val",
+        )
+    if options.validation_data is None and options.max_drop is not None:
+        raise EdgekitError(
+            "--max-drop measures accuracy against labels, which calibration data does not hold",
+            hint="pass labelled validation data with --val, or hold fp32's own results with --min-map-kept / --min-agreement",
+        )
+    if options.min_map_kept is not None and not 0 < options.min_map_kept <= 1:
+        raise EdgekitError(
+            f"--min-map-kept {options.min_map_kept:g} is not a fraction: the share of fp32's mAP@0.5 or F1 kept lies in (0, 1]",
+            hint="e.g. --min-map-kept 0.97",
         )
     if options.min_agreement is not None and not 0 < options.min_agreement <= 100:
         raise EdgekitError(
@@ -185,6 +199,35 @@ def _check_accuracy_control(steps, options: ConvertOptions) -> None:
         raise EdgekitError(
             f"--max-drop {options.max_drop:g} is negative: it is the top-1 accuracy (points) int8 may lose", hint="e.g. --max-drop 1"
         )
+
+
+def conversion_data(options: ConvertOptions, specs: list[TensorSpec], calibrate: bool) -> ConversionData:
+    """The calibration and validation samples; under a limit without --val, the validation samples are held back from
+    the calibration samples (every HELD_BACK-th, never calibrated on)."""
+    from edgekit.quantization.accuracy import Limit
+
+    calibration = calibration_samples(options, specs) if calibrate else None
+    validation = validation_samples(options, specs)
+    if validation is None and calibration is not None and Limit.of(options).count():
+        calibration, validation = held_back(calibration)
+    return ConversionData(calibration, validation)
+
+
+def held_back(samples: Samples) -> tuple[Samples, Samples]:
+    """(the samples calibrated on, the samples held back to validate on): every HELD_BACK-th sample is held back."""
+    import numpy as np
+
+    held = np.arange(len(samples)) % HELD_BACK == HELD_BACK - 1
+    if held.sum() < MIN_HELD_BACK:
+        raise EdgekitError(
+            f"accuracy control without --val holds back every {HELD_BACK}th calibration sample, and {len(samples)} samples "
+            f"leave {int(held.sum())} (at least {MIN_HELD_BACK} are needed)",
+            hint="pass more calibration samples (--calib-samples), or validation data with --val",
+        )
+    calibration, validation = samples.subset(~held), samples.subset(held)
+    calibration.provenance = {**samples.provenance, "held_back_for_validation": int(held.sum())}
+    validation.provenance = {**samples.provenance, "held_back_from": f"the calibration samples (every {HELD_BACK}th)"}
+    return calibration, validation
 
 
 def validation_samples(options: ConvertOptions, specs: list[TensorSpec]) -> Samples | None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgekit.errors import EdgekitError
+from edgekit.metrics.task_metrics import MASK_THRESHOLD
 from edgekit.source import open_source
 
 ACTIVATION = "activation"  # LayerSensitivity.op of an activation tensor (the weight layers carry their op type)
@@ -26,68 +27,108 @@ MAX_STEPS = 12  # layers and activations returned to float before giving up: bey
 
 @dataclass(frozen=True)
 class Limit:
-    """--max-drop (top-1 points vs fp32 on the labels), --min-agreement (top-1 agreement with fp32, %) and/or
-    --min-cosine (the mean cosine of the first output with fp32's: the limit for a model whose output is not a class)."""
+    """--max-drop (top-1 points vs fp32 on the labels), --min-agreement (top-1 agreement with fp32, %), --min-map-kept
+    (the task's metric of fp32's own outputs kept, a fraction: a detector's mAP@0.5 of fp32's detections, a map's F1 or
+    mIoU) and/or --min-cosine (the mean cosine of the first output with fp32's: the limit for a model whose output is not
+    a class)."""
 
     max_drop: float | None
     min_agreement: float | None
     min_cosine: float | None = None
+    min_kept: float | None = None
 
     @classmethod
     def of(cls, options) -> Limit:
         """The limit a ConvertOptions asks for."""
-        return cls(options.max_drop, options.min_agreement, options.min_cosine)
+        return cls(options.max_drop, options.min_agreement, options.min_cosine, options.min_map_kept)
 
     @classmethod
     def recorded(cls, control: dict) -> Limit:
         """The limit an accuracy_control provenance entry records."""
-        return cls(control.get("max_drop_points"), control.get("min_agreement"), control.get("min_cosine"))
+        return cls(control.get("max_drop_points"), control.get("min_agreement"), control.get("min_cosine"), control.get("min_map_kept"))
 
     def count(self) -> int:
         """How many of the limits are set."""
-        return sum(limit is not None for limit in (self.max_drop, self.min_agreement, self.min_cosine))
+        return sum(limit is not None for limit in (self.max_drop, self.min_agreement, self.min_cosine, self.min_kept))
+
+    def on_task_metric(self) -> bool:
+        """Whether a limit reads the task's measure (top-1, mAP, F1/mIoU), which a first output with none cannot hold."""
+        return self.max_drop is not None or self.min_agreement is not None or self.min_kept is not None
 
     def holds(self, score: dict) -> bool:
         drop_ok = self.max_drop is None or score["drop_points"] <= self.max_drop
         agree_ok = self.min_agreement is None or score["agreement"] >= self.min_agreement
+        kept_ok = self.min_kept is None or score["agreement"] >= 100 * self.min_kept
         cosine_ok = self.min_cosine is None or score["cosine"] >= self.min_cosine
-        return drop_ok and agree_ok and cosine_ok
+        return drop_ok and agree_ok and kept_ok and cosine_ok
 
     def text(self) -> str:
         drop = f"drop <= {self.max_drop} pts" if self.max_drop is not None else None
         agreement = f"agreement >= {self.min_agreement}%" if self.min_agreement is not None else None
+        kept = f"kept >= {self.min_kept:g} of fp32's" if self.min_kept is not None else None
         cosine = f"cosine >= {self.min_cosine}" if self.min_cosine is not None else None
-        return " and ".join(filter(None, (drop, agreement, cosine)))
+        return " and ".join(filter(None, (drop, agreement, kept, cosine)))
 
     def notes(self) -> dict:
         """What the provenance records of the limit (read back by `recorded`)."""
-        return {"max_drop_points": self.max_drop, "min_agreement": self.min_agreement, "min_cosine": self.min_cosine}
+        return {
+            "max_drop_points": self.max_drop,
+            "min_agreement": self.min_agreement,
+            "min_map_kept": self.min_kept,
+            "min_cosine": self.min_cosine,
+        }
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How accuracy control reads the outputs: the task (None: inferred from the first output) and its settings (the
+    detector's decoder --postprocess, the map's --mask-threshold)."""
+
+    task: str | None = None
+    postprocess: str | None = None
+    mask_threshold: float = MASK_THRESHOLD
+
+    @classmethod
+    def of(cls, options) -> Reading:
+        """The reading a ConvertOptions asks for (its task, unless a language model's)."""
+        task = options.task if options.task in VISION_TASKS else None
+        return cls("detection" if options.postprocess and task is None else task, options.postprocess, options.mask_threshold)
+
+
+VISION_TASKS = ("classification", "detection", "segmentation", "embedding", "regression")
 
 
 class Validator:
-    """A model's first output against the fp32 model's on the validation samples: the mean cosine, and the task's own
-    measure where it has one: top-1 agreement (and, with labels, accuracy) for class scores ([N, classes]), mAP@0.5
-    of fp32's detections (and, with the data's box labels, its drop in mAP points) for a detector, F1 or mIoU of fp32's
-    maps for a map. `logits(model, samples)` runs either on the target's runtime (ONNX Runtime:
-    backends.onnx.accuracy.ort_logits)."""
+    """A model's outputs against the fp32 model's on the validation samples: the mean cosine of the first output, and
+    the task's own measure where it has one: top-1 agreement (and, with labels, accuracy) for class scores ([N, classes]),
+    mAP@0.5 of fp32's detections (decoded by `reading.postprocess`, or by the layout of the first output; with the data's
+    box labels, its drop in mAP points) for a detector, F1 or mIoU of fp32's maps for a map. `logits(model, samples)`
+    returns every output by name, in order, on the target's runtime (ONNX Runtime: backends.onnx.accuracy.ort_logits); an
+    artifact's outputs pair with the reference's in that order, under the reference's names."""
 
-    def __init__(self, reference_model, samples, logits) -> None:
+    def __init__(self, reference_model, samples, logits, reading: Reading = Reading()) -> None:
         from edgekit.calibration.task_labels import task_labels
         from edgekit.metrics.compare import is_classifier_output, labels_in_range
 
-        self.logits = logits
-        reference = self.logits(reference_model, samples)
+        self.logits, self.reading = logits, reading
+        named = self.logits(reference_model, samples)
+        self.names, outputs = list(named), list(named.values())
+        reference = outputs[0]
         self.shape = reference.shape
-        self.classes = is_classifier_output(reference)  # top-1 means something only for class scores
+        self.task = reading.task or (None if is_classifier_output(reference) else map_task(reference))
+        self.classes = self.task in (None, "classification") and is_classifier_output(
+            reference
+        )  # top-1 means something only for class scores
+        if self.task == "classification":
+            self.task = None  # its top-1 is read below
         if self.classes and samples.labels is not None:  # labels outside the classes are an error, never scored as wrong
             samples.labels = labels_in_range(samples.labels, reference.shape[-1], None, samples.provenance.get("source", "--val"))
         self.samples = samples
-        self.task = None if self.classes else map_task(reference)
-        self.output = reference
+        self.outputs = outputs
         self.reference = reference.reshape(len(samples), -1)
         self.labels = task_labels(self.task, samples) if self.task == "detection" else None  # a zoo set's boxes
         if self.task:
-            labelled = self._judge(reference)["vs_labels"]
+            labelled = self._judge(outputs)["vs_labels"]
             self.reference_accuracy = round(100 * labelled["reference"], 3) if labelled else None
         else:
             self.reference_accuracy = _accuracy(self.reference, samples.labels) if self.classes else None
@@ -96,25 +137,31 @@ class Validator:
         check_top1(limit, self.shape, self.classes or self.task is not None)
 
     def score(self, model) -> dict:
-        output = self.logits(model, self.samples)
-        logits = output.reshape(len(self.samples), -1)
+        outputs = list(self.logits(model, self.samples).values())
+        logits = outputs[0].reshape(len(self.samples), -1)
         cosine = _cosine(self.reference, logits)
         if self.task:
-            judged = self._judge(output)
+            judged = self._judge(outputs)
             labelled = judged["vs_labels"]
             accuracy, drop = (round(100 * labelled["artifact"], 3), round(labelled["drop_points"], 3)) if labelled else (None, None)
-            return {"accuracy": accuracy, "drop_points": drop, "agreement": round(judged["agreement"], 3), "cosine": cosine}
+            agreement = None if judged["agreement"] is None else round(judged["agreement"], 3)
+            return {"accuracy": accuracy, "drop_points": drop, "agreement": agreement, "cosine": cosine}
         accuracy = _accuracy(logits, self.samples.labels) if self.classes else None
         agreement = round(float((logits.argmax(1) == self.reference.argmax(1)).mean() * 100), 3) if self.classes else None
         drop = None if accuracy is None else round(self.reference_accuracy - accuracy, 3)
         return {"accuracy": accuracy, "drop_points": drop, "agreement": agreement, "cosine": cosine}
 
-    def _judge(self, output: np.ndarray) -> dict:
+    def _judge(self, outputs: list[np.ndarray]) -> dict:
         from edgekit.calibration.task_labels import image_size
         from edgekit.metrics.task_metrics import TaskSettings, task_metrics
 
-        size = image_size(self.samples)
-        return task_metrics(self.task, ["output"], [self.output], [output], self.labels, TaskSettings(intervals=False), size)
+        if len(outputs) != len(self.outputs):
+            raise EdgekitError(
+                f"the int8 model has {len(outputs)} outputs and the fp32 model {len(self.outputs)}: accuracy control pairs them in order",
+                hint="report this with the model; meanwhile hold the first output with --min-cosine",
+            )
+        settings = TaskSettings(self.reading.postprocess, self.reading.mask_threshold, intervals=False)
+        return task_metrics(self.task, self.names, self.outputs, outputs, self.labels, settings, image_size(self.samples))
 
 
 def map_task(output: np.ndarray) -> str | None:
@@ -135,24 +182,25 @@ def check_top1(limit: Limit, shape, measured: bool | None = None) -> None:
 
     if measured is None:
         measured = is_classifier_shape(shape) or len(shape) in (3, 4)
-    if not measured and (limit.max_drop is not None or limit.min_agreement is not None):
+    if not measured and limit.on_task_metric():
         raise EdgekitError(
-            f"--max-drop and --min-agreement measure top-1 classes, detections (mAP) or maps (F1, mIoU), and the model's first "
+            f"--max-drop, --min-agreement and --min-map-kept measure top-1 classes, detections (mAP) or maps (F1, mIoU), and the model's first "
             f"output ({'x'.join(map(str, shape))}) is none of them",
             hint="hold it to the fp32 model's outputs with --min-cosine instead, e.g. --min-cosine 0.999",
         )
 
 
 def on_target(target: str | None):
-    """Validator's `logits`: a model file run on `target` (None: its format's own runtime), one sample at a time."""
+    """Validator's `logits`: a model file run on `target` (None: its format's own runtime), one sample at a time; every
+    output by name, in order."""
 
-    def logits(model, samples) -> np.ndarray:
+    def logits(model, samples) -> dict[str, np.ndarray]:
         from edgekit.metrics.compare import run_batches
         from edgekit.targets import make_runner
 
         runner = make_runner(open_source(str(model)), target)
         runner.load()
-        return run_batches(runner, samples.bind(runner.inputs), 1)[0]
+        return dict(zip(runner.output_names, run_batches(runner, samples.bind(runner.inputs), 1), strict=True))
 
     return logits
 
@@ -169,14 +217,14 @@ def _accuracy(logits: np.ndarray, labels) -> float | None:
     return None if labels is None else round(accuracy_percent(logits, np.asarray(labels)), 3)
 
 
-def accuracy_aware(quantizer, out, validation, limit: Limit, logits) -> dict:
+def accuracy_aware(quantizer, out, validation, limit: Limit, logits, reading: Reading = Reading()) -> dict:
     """Quantize into `out`, returning ranked layers and activations to float one at a time until `limit` holds on
     `validation`.
 
     `quantizer`: `pre` (the fp32 reference), `ranked(out)` (the weight layers of the int8 model `out`, ranked),
     `activations(out)` (its activations, ranked) and `quantize(float_layers, out, float_activations)`; `logits`: how to run the
     reference and the artifact."""
-    validator = Validator(quantizer.pre, validation, logits)
+    validator = Validator(quantizer.pre, validation, logits, reading)
     validator.check(limit)
     kept: dict[bool, list[str]] = {False: [], True: []}  # is an activation -> names in float
     quantizer.quantize([], out, [])

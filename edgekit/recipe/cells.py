@@ -12,7 +12,7 @@ import socket
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from edgekit.conversion import SUFFIXES, CalibrationOptions, ConvertOptions
+from edgekit.conversion import SUFFIXES, TEXT_GENERATION, CalibrationOptions, ConvertOptions
 from edgekit.errors import EdgekitError
 from edgekit.fileio import sha256_of_file
 from edgekit.machine import package_versions
@@ -54,7 +54,7 @@ def prepare_cell(recipe, source, inputs, fmt, precision, target, validation, cal
     try:
         artifact, cell.cached = _artifact(recipe, source, inputs, fmt, precision, target, calibration, cache, use_cache)
         lat = recipe.latency
-        if recipe.convert.task:
+        if recipe.convert.task == TEXT_GENERATION:
             return _prepare_language_model(cell, recipe, artifact, source, target, validation)
         cell.request = ValidationRequest(
             artifact,
@@ -138,7 +138,7 @@ def _artifact(recipe, source, inputs, fmt, precision, target, calibration, cache
         return source, False
     options = _convert_options(recipe, inputs, precision, target, calibration)
     out = artifact_path(recipe, source, inputs, fmt, precision, target, calibration, cache)
-    if options.task:
+    if options.language_model:
         from edgekit.converters.causal_lm import convert_lm as convert
     cached = cached_build(out, lambda: convert(source, fmt, out, options), use_cache)
     artifact = describe(out, fmt, None)

@@ -21,6 +21,7 @@ import numpy as np
 
 from edgekit import progress, registry
 from edgekit.artifact import CacheShape
+from edgekit.conversion import TEXT_GENERATION
 from edgekit.errors import EdgekitError, ModelLoadError, first_line
 from edgekit.fileio import sha256_of_file
 from edgekit.imports import import_attr
@@ -35,7 +36,7 @@ from edgekit.targets.base import default_threads
 from edgekit.zoo.names import zoo_text, zoo_tokenizer
 
 log = logging.getLogger("edgekit")
-TASK = "text-generation"
+TASK = TEXT_GENERATION
 PRECISIONS = ("fp32", "fp16", "int8-weights", "int4-weights")
 SEQUENCE_LEN = 128  # tokens per sequence when the data is text
 TOKENIZER_SUFFIX = ".tokenizer.json"  # the source's tokenizer, written beside a language-model artifact

@@ -24,5 +24,9 @@ def check_declared_top1(limit: Limit, model: Path) -> None:
         check_top1(limit, shape)
 
 
-def ort_logits(model, samples) -> np.ndarray:
-    return outputs(model, samples)[0]
+def ort_logits(model, samples) -> dict[str, np.ndarray]:
+    """Every output of the ONNX `model` over `samples` on ONNX Runtime, by name (quantization.accuracy.Validator's logits)."""
+    import onnx
+
+    names = [o.name for o in onnx.load(str(model), load_external_data=False).graph.output]
+    return dict(zip(names, outputs(model, samples), strict=True))

@@ -150,7 +150,7 @@ def _int8_dynamic(model: Path, out: Path, options: ConvertOptions, samples, spec
 
 def _int8_static(model: Path, out: Path, options: ConvertOptions, data: ConversionData, specs) -> dict:
     from edgekit.backends.onnx.accuracy import check_declared_top1, ort_logits
-    from edgekit.quantization.accuracy import Limit, accuracy_aware, on_target
+    from edgekit.quantization.accuracy import Limit, Reading, accuracy_aware, on_target
 
     scheme = choose_scheme(options.for_target)
     control = None
@@ -162,7 +162,7 @@ def _int8_static(model: Path, out: Path, options: ConvertOptions, data: Conversi
         quantizer = StaticQuantizer(pre, data.calibration, specs, options, scheme, Path(tmp))
         if data.validation is not None:
             logits = on_target(options.validate_on) if options.validate_on else ort_logits  # ONNX Runtime, in process
-            control = accuracy_aware(quantizer, out, data.validation, Limit.of(options), logits)
+            control = accuracy_aware(quantizer, out, data.validation, Limit.of(options), logits, Reading.of(options))
             control["validated_on"] = options.validate_on or "onnxruntime:cpu"
             sensitivity = {"kept_in_float": [], "note": "accuracy control chose the float layers (accuracy_control)"}
         elif options.keep_sensitive:

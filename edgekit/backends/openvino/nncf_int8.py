@@ -224,6 +224,11 @@ def _check_nncf_limit(ov_model, limit) -> None:
             "OpenVINO's accuracy control holds one limit: --max-drop, --min-agreement or --min-cosine, not two",
             hint="keep one of them, or use --to onnx, which checks them all",
         )
+    if limit.min_kept is not None:
+        raise EdgekitError(
+            "OpenVINO's accuracy control through NNCF (transformers, or --exclude) holds top-1 and cosine limits, not --min-map-kept",
+            hint="use --to onnx, whose accuracy control reads the task's metric, or hold the outputs with --min-cosine",
+        )
     check_top1(limit, [d.get_length() if d.is_static else -1 for d in ov_model.output(0).get_partial_shape()])
 
 

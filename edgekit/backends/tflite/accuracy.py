@@ -41,8 +41,8 @@ class LiteRTQuantization:
     def quantize(self, keep_float: list[str], out: Path, float_activations: list[str] = ()) -> None:
         self.build(tuple(keep_float), out)
 
-    def logits(self, model, samples) -> np.ndarray:
-        """The first output over `samples`: of the PyTorch reference, or of a .tflite on LiteRT."""
+    def logits(self, model, samples) -> dict[str, np.ndarray]:
+        """The outputs over `samples` by name: the PyTorch reference's first (`output`), or a .tflite's on LiteRT."""
         if isinstance(model, (str, Path)):
             from edgekit.quantization.accuracy import on_target
 
@@ -57,12 +57,12 @@ class LiteRTQuantization:
         counted = list(samples.counted_batches(64, fixed))
         batches = [tuple(torch.from_numpy(feeds[s.name]) for s in self.specs) for feeds, _ in counted]
         outputs = first_outputs(model, batches)
-        return np.concatenate([unpadded([out], fixed, real)[0] for out, (_, real) in zip(outputs, counted, strict=True)])
+        return {"output": np.concatenate([unpadded([out], fixed, real)[0] for out, (_, real) in zip(outputs, counted, strict=True)])}
 
 
 def accuracy_controlled(module, specs, data: ConversionData, options: ConvertOptions, build: Callable, out: Path) -> dict:
     """Write the int8 .tflite with as few float layers as meet --max-drop / --min-agreement / --min-cosine; the provenance of the steps."""
-    from edgekit.quantization.accuracy import Limit, accuracy_aware
+    from edgekit.quantization.accuracy import Limit, Reading, accuracy_aware
 
     quantization = LiteRTQuantization(module, specs, data, build)
-    return accuracy_aware(quantization, out, data.validation, Limit.of(options), quantization.logits)
+    return accuracy_aware(quantization, out, data.validation, Limit.of(options), quantization.logits, Reading.of(options))

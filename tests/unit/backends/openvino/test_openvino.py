@@ -163,8 +163,10 @@ def _agreement(path, reference, samples) -> float:
 
 def test_accuracy_control_needs_labels_both_flags_and_openvino(tmp_path, fashion_source, demo_data, fashion_onnx):
     calib = CalibrationOptions(str(demo_data[1]), 50)
-    with pytest.raises(EdgekitError, match="needs both --val"):
+    with pytest.raises(EdgekitError, match="--max-drop measures accuracy against labels, which calibration data does not hold"):
         convert(fashion_source, "openvino", tmp_path / "a.xml", ConvertOptions("int8", INPUTS, calib, max_drop=0.5))
+    with pytest.raises(EdgekitError, match="--val is the data of accuracy control, which needs a limit"):
+        convert(fashion_source, "openvino", tmp_path / "a.xml", ConvertOptions("int8", INPUTS, calib, validation_data=str(demo_data[0])))
     with pytest.raises(EdgekitError, match="not available"):
         convert(
             open_source(str(fashion_onnx["fp32"])),
