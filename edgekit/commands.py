@@ -237,7 +237,8 @@ POSTPROCESS = Option(
     "postprocess",
     None,
     "--postprocess",
-    "How a detector's outputs become boxes: detections, yolov5, yolov8, or module:function (outputs dict -> per sample "
+    "How a detector's outputs become boxes: detections, yolov5, yolov8, picodet (raw per-stride heads), or module:function "
+    "(outputs dict -> per sample "
     "{{boxes, scores, classes}}); default: read from the outputs' layout.",
     recipe="validation.postprocess",
 )

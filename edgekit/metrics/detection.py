@@ -21,11 +21,12 @@ from edgekit.imports import import_attr
 SCORE_FLOOR = 0.001  # detections scored below this are dropped before NMS (the COCO-evaluation convention)
 REFERENCE_CONFIDENCE = 0.25  # the reference's detections at or above this stand for the truth it is judged against
 NMS_IOU = 0.7
+PICODET_NMS_IOU = 0.6  # PaddleDetection's PicoDet configs (MultiClassNMS nms_threshold)
 MAX_DETECTIONS = 100  # per image, COCO's maxDets
 MATCH_IOU = 0.5  # two detections are the same object (for the changed-images list) at this IoU and the same class
 BOOTSTRAP_RESAMPLES = 100  # each re-runs COCOeval.accumulate (about 10 ms for 200 images): a second or two per interval
 CHANGES_LISTED = 20
-DECODERS = ("detections", "yolov5", "yolov8")
+DECODERS = ("detections", "yolov5", "yolov8", "picodet")
 NAMED = {"boxes": ("box",), "scores": ("score", "conf"), "classes": ("class", "label", "cls")}
 
 
@@ -42,10 +43,12 @@ class Decoded:
 
 def detector_layout(outputs: dict[str, np.ndarray]) -> str | None:
     """The built-in decoder that reads these outputs (one of DECODERS), or None: named boxes/scores/classes, a single
-    [N, K, 6] of finished detections, YOLOv5's [N, A, 5+C] or YOLOv8's [N, 4+C, A] (judged on the values too, so a
-    transformer's hidden states [N, T, D] are never read as boxes)."""
+    [N, K, 6] of finished detections, YOLOv5's [N, A, 5+C], YOLOv8's [N, 4+C, A] or PicoDet's raw heads (judged on the
+    values too, so a transformer's hidden states [N, T, D] are never read as boxes)."""
     if _named_outputs(outputs):
         return "detections"
+    if _gfl_heads(outputs):
+        return "picodet"
     if len(outputs) != 1:
         return None
     (out,) = outputs.values()
@@ -104,7 +107,7 @@ def decode(outputs: dict[str, np.ndarray], postprocess: str | None, image_size: 
             "dict per sample with boxes [K, 4] (x1, y1, x2, y2 in input pixels), scores [K] and classes [K]",
         )
     if name in DECODERS:
-        detections = _BUILT_IN[name](outputs)
+        detections = _BUILT_IN[name](outputs, image_size)
     else:
         detections = _user_decoder(name)(outputs)
     checked = [_checked(d, i, name) for i, d in enumerate(detections)]
@@ -115,7 +118,7 @@ def decode(outputs: dict[str, np.ndarray], postprocess: str | None, image_size: 
     return Decoded(checked, how)
 
 
-def _from_detections(outputs: dict[str, np.ndarray]) -> list[dict]:
+def _from_detections(outputs: dict[str, np.ndarray], image_size=None) -> list[dict]:
     named = _named_outputs(outputs)
     if named is None:
         (out,) = outputs.values()
@@ -130,19 +133,80 @@ def _kept(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray) -> dict:
     return {"boxes": boxes[keep], "scores": scores[keep], "classes": classes[keep]}
 
 
-def _from_yolov5(outputs: dict[str, np.ndarray]) -> list[dict]:
+def _from_yolov5(outputs: dict[str, np.ndarray], image_size=None) -> list[dict]:
     """[N, A, 5+C]: cx cy w h, objectness, class probabilities (score = objectness x class probability)."""
     (out,) = outputs.values()
     return [_nms(_xyxy(rows[:, :4]), rows[:, 4:5] * rows[:, 5:]) for rows in out.astype(np.float64)]
 
 
-def _from_yolov8(outputs: dict[str, np.ndarray]) -> list[dict]:
+def _from_yolov8(outputs: dict[str, np.ndarray], image_size=None) -> list[dict]:
     """[N, 4+C, A]: cx cy w h, then class probabilities (no objectness)."""
     (out,) = outputs.values()
     return [_nms(_xyxy(rows[:4].T), rows[4:].T) for rows in out.astype(np.float64)]
 
 
-_BUILT_IN: dict[str, Callable] = {"detections": _from_detections, "yolov5": _from_yolov5, "yolov8": _from_yolov8}
+def _gfl_heads(outputs: dict[str, np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
+    """PicoDet's (and NanoDet's: Generalized Focal Loss) raw heads, one pair per stride: class probabilities [N, A, C]
+    (values in [0, 1]) and box distributions [N, A, 4 (R + 1)] (logits over R + 1 distance bins per side), the levels
+    sharing anchor counts; (scores, distributions) by level, finest first, or None."""
+    arrays = list(outputs.values())
+    if len(arrays) < 2 or len(arrays) % 2 or any(a.ndim != 3 for a in arrays):
+        return None
+    scores = [a for a in arrays if a.size and a.min() >= 0 and a.max() <= 1]
+    boxes = [a for a in arrays if not any(a is s for s in scores)]
+    if len(scores) != len(boxes) or len({a.shape[2] for a in scores}) != 1 or len({a.shape[2] for a in boxes}) != 1:
+        return None
+    if boxes[0].shape[2] % 4 or boxes[0].shape[2] < 8:
+        return None
+    scores, boxes = (sorted(group, key=lambda a: -a.shape[1]) for group in (scores, boxes))
+    if [a.shape[:2] for a in scores] != [a.shape[:2] for a in boxes]:
+        return None
+    return scores, boxes
+
+
+def _from_picodet(outputs: dict[str, np.ndarray], image_size: tuple[int, int] | None) -> list[dict]:
+    """PicoDet's raw heads decoded as its post-processing does: each level's stride from its anchor count and the input's
+    size, anchor centres at (column + 0.5, row + 0.5) x stride, each side's distance the expectation of its softmax
+    over the bins x stride; then class-aware NMS."""
+    if image_size is None:
+        raise EdgekitError("PicoDet's raw heads need the input's height and width to place their anchors", hint="feed images [N, 3, H, W]")
+    scores, distributions = _gfl_heads(outputs)
+    levels = [_anchor_centres(a.shape[1], image_size) for a in scores]
+    boxes = [_distances_to_boxes(d.astype(np.float64), centres, stride) for d, (centres, stride) in zip(distributions, levels, strict=True)]
+    return [
+        _nms(np.concatenate([b[i] for b in boxes]), np.concatenate([s[i] for s in scores]).astype(np.float64), PICODET_NMS_IOU)
+        for i in range(len(scores[0]))
+    ]
+
+
+def _anchor_centres(anchors: int, image_size: tuple[int, int]) -> tuple[np.ndarray, int]:
+    """([A, 2] x, y of each anchor's centre, row by row, the stride) of a level of `anchors` anchors over `image_size`."""
+    height, width = image_size
+    stride = 2 ** round(np.log2(np.sqrt(height * width / anchors)))
+    rows, cols = -(-height // stride), -(-width // stride)
+    if rows * cols != anchors:
+        raise EdgekitError(
+            f"a PicoDet level of {anchors} anchors matches no stride of a {height}x{width} input",
+            hint="pass --postprocess module:function with the model's own decoder",
+        )
+    y, x = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+    return np.stack([x.ravel() + 0.5, y.ravel() + 0.5], 1) * stride, stride
+
+
+def _distances_to_boxes(distribution: np.ndarray, centres: np.ndarray, stride: int) -> np.ndarray:
+    """[N, A, 4 (R + 1)] logits -> [N, A, 4] boxes x1 y1 x2 y2: each side's expected distance in strides."""
+    bins = distribution.reshape(*distribution.shape[:2], 4, -1)
+    weights = np.exp(bins - bins.max(-1, keepdims=True))
+    distance = (weights / weights.sum(-1, keepdims=True) * np.arange(bins.shape[-1])).sum(-1) * stride
+    return np.concatenate([centres - distance[..., :2], centres + distance[..., 2:]], -1)
+
+
+_BUILT_IN: dict[str, Callable] = {
+    "detections": _from_detections,
+    "yolov5": _from_yolov5,
+    "yolov8": _from_yolov8,
+    "picodet": _from_picodet,
+}
 
 
 def _xyxy(cxcywh: np.ndarray) -> np.ndarray:
@@ -150,7 +214,7 @@ def _xyxy(cxcywh: np.ndarray) -> np.ndarray:
     return np.concatenate([cxcywh[:, :2] - half, cxcywh[:, :2] + half], 1)
 
 
-def _nms(boxes: np.ndarray, class_scores: np.ndarray) -> dict:
+def _nms(boxes: np.ndarray, class_scores: np.ndarray, iou: float = NMS_IOU) -> dict:
     """Class-aware NMS over every (box, class) scored at least SCORE_FLOOR (a box may stand for two classes it is unsure
     between, as Ultralytics' validation reads it: multi-label), at most MAX_DETECTIONS."""
     anchors, classes = np.nonzero(class_scores >= SCORE_FLOOR)
@@ -158,11 +222,11 @@ def _nms(boxes: np.ndarray, class_scores: np.ndarray) -> dict:
     order = np.argsort(-scores, kind="stable")[: MAX_DETECTIONS * 30]
     anchors, classes, scores = anchors[order], classes[order], scores[order]
     offset = boxes[anchors] + (classes * (boxes.max(initial=0.0) + 1.0))[:, None]  # boxes of different classes never overlap
-    chosen = _greedy_nms(offset)
+    chosen = _greedy_nms(offset, iou)
     return {"boxes": boxes[anchors[chosen]], "scores": scores[chosen], "classes": classes[chosen]}
 
 
-def _greedy_nms(boxes: np.ndarray) -> np.ndarray:
+def _greedy_nms(boxes: np.ndarray, iou: float) -> np.ndarray:
     """Indices kept by greedy NMS over boxes sorted by descending score."""
     kept, alive = [], np.ones(len(boxes), bool)
     for i in range(len(boxes)):
@@ -171,7 +235,7 @@ def _greedy_nms(boxes: np.ndarray) -> np.ndarray:
         kept.append(i)
         if len(kept) == MAX_DETECTIONS:
             break
-        alive[i + 1 :] &= box_iou(boxes[i : i + 1], boxes[i + 1 :])[0] <= NMS_IOU
+        alive[i + 1 :] &= box_iou(boxes[i : i + 1], boxes[i + 1 :])[0] <= iou
     return np.asarray(kept, np.int64)
 
 

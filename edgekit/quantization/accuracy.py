@@ -115,7 +115,7 @@ class Validator:
         self.names, outputs = list(named), list(named.values())
         reference = outputs[0]
         self.shape = reference.shape
-        self.task = reading.task or (None if is_classifier_output(reference) else map_task(reference))
+        self.task = reading.task or (None if is_classifier_output(reference) else map_task(named))
         self.classes = self.task in (None, "classification") and is_classifier_output(
             reference
         )  # top-1 means something only for class scores
@@ -164,12 +164,14 @@ class Validator:
         return task_metrics(self.task, self.names, self.outputs, outputs, self.labels, settings, image_size(self.samples))
 
 
-def map_task(output: np.ndarray) -> str | None:
-    """detection for outputs a detection decoder reads, segmentation for a map [N, C, H, W]; None otherwise."""
+def map_task(outputs: dict[str, np.ndarray]) -> str | None:
+    """detection for outputs a built-in detection decoder reads, segmentation for a first output that is a map
+    [N, C, H, W]; None otherwise."""
     from edgekit.metrics.detection import detector_layout
 
-    if detector_layout({"output": output}):
+    if detector_layout(outputs):
         return "detection"
+    output = next(iter(outputs.values()))
     return "segmentation" if output.ndim == 4 and output.shape[-1] > 1 and output.shape[-2] > 1 else None
 
 

@@ -71,6 +71,23 @@ def test_hidden_states_are_not_read_as_boxes_and_raw_heads_say_what_to_pass():
         decode(dict(zip(names, heads, strict=True)), None, None)
 
 
+def test_picodet_raw_heads_are_read_as_their_package_decodes_them():
+    """PicoDet's heads (per stride: class probabilities [N, A, C], box distributions [N, A, 4 x 8] logits): anchors at
+    (column + 0.5, row + 0.5) x stride, each side the expectation over its bins x stride."""
+    scores = [np.full((1, 64, 3), 0.01, np.float32), np.full((1, 16, 3), 0.01, np.float32)]  # a 64x64 input: strides 8 and 16
+    bins = [np.full((1, 64, 32), -4.0, np.float32), np.full((1, 16, 32), -4.0, np.float32)]
+    scores[0][0, 2 * 8 + 3, 1] = 0.9  # row 2, column 3 of stride 8: centre (28, 20)
+    bins[0][0, 2 * 8 + 3].reshape(4, 8)[:, 2] = 20.0  # every side 2 bins: 16 pixels
+    outputs = {"s8": scores[0], "b8": bins[0], "s16": scores[1], "b16": bins[1]}
+    assert detector_layout(outputs) == "picodet"
+    decoded = decode(outputs, None, (64, 64))
+    first = decoded.detections[0]
+    assert decoded.how == "picodet" and first["classes"][0] == 1 and first["scores"][0] == pytest.approx(0.9)
+    np.testing.assert_allclose(first["boxes"][0], [12, 4, 44, 36], atol=1e-4)
+    with pytest.raises(EdgekitError, match="a PicoDet level of 64 anchors matches no stride of a 96x64 input"):
+        decode(outputs, None, (96, 64))
+
+
 def test_a_postprocess_function_decodes_anything_and_bad_returns_are_one_error(tmp_path, monkeypatch):
     (tmp_path / "decoders.py").write_text(
         "import numpy as np\n"
