@@ -19,7 +19,7 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt constraints-cuda.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PIP_INSTALL) -e ".[torch,onnx,openvino,keras,litert,executorch,compress,zoo,ray,llm,dev]"
+	$(PIP_INSTALL) -e ".[torch,onnx,openvino,keras,litert,executorch,compress,zoo,detectors,ray,llm,dev]"
 	rm -f $(VENV)/.installed $(VENV)/.installed-cuda  # the other build's stamp: switching GPU= reinstalls
 	touch $@
 

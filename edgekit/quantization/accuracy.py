@@ -22,6 +22,7 @@ from edgekit.source import open_source
 
 ACTIVATION = "activation"  # LayerSensitivity.op of an activation tensor (the weight layers carry their op type)
 MIN_COSINE_GAIN = 1e-5  # a step that brings the mean cosine with fp32 no closer than this is put back: float for nothing
+RANKING = "1 - mean cosine vs fp32 with only that layer's weights, or that activation, as int8 holds them (calibration samples)"
 MAX_STEPS = 12  # layers and activations returned to float before giving up: beyond that int8 is no longer the model's precision
 
 
@@ -230,9 +231,9 @@ def accuracy_aware(quantizer, out, validation, limit: Limit, logits, reading: Re
     validator.check(limit)
     kept: dict[bool, list[str]] = {False: [], True: []}  # is an activation -> names in float
     quantizer.quantize([], out, [])
-    ranked = sorted([*quantizer.ranked(out)[0], *quantizer.activations(out)], key=lambda s: s.loss, reverse=True)
     score = validator.score(out)
     steps = [{"kept_in_float": None, **score}]
+    ranked = [] if limit.holds(score) else _ranked(quantizer, out)  # the ranking (a run per layer) only where int8 misses
     for candidate in ranked[:MAX_STEPS]:
         if limit.holds(score):
             break
@@ -263,12 +264,17 @@ def accuracy_aware(quantizer, out, validation, limit: Limit, logits, reading: Re
         **limit.notes(),
         "validation_samples": len(validation),
         "reference_accuracy": validator.reference_accuracy,
-        "ranking": "1 - mean cosine vs fp32 with only that layer's weights, or that activation, as int8 holds them (calibration samples)",
+        "ranking": RANKING if ranked else "none: all-int8 met the limit",
         "reverted_to_float": kept[False],
         "activations_in_float": kept[True],
         "steps": steps,
         "final": final,
     }
+
+
+def _ranked(quantizer, out) -> list:
+    """The int8 model's weight layers and activations, most sensitive first."""
+    return sorted([*quantizer.ranked(out)[0], *quantizer.activations(out)], key=lambda s: s.loss, reverse=True)
 
 
 def _closer(validator: Validator, gain: dict) -> bool:
