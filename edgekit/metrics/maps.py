@@ -12,6 +12,7 @@ import numpy as np
 
 IGNORE = 255  # a label mask's value for pixels not labelled
 RESAMPLES = 1000
+PROBABILITY_SLACK = 1e-5  # float rounding around [0, 1] that a probability map may show (a sigmoid in fp32 reaches 1 + 1.2e-7)
 
 
 def is_map(output: np.ndarray) -> bool:
@@ -31,8 +32,9 @@ def as_probability(values: np.ndarray, logits: bool) -> np.ndarray:
 
 
 def holds_logits(reference: np.ndarray) -> bool:
-    """A map with values outside [0, 1] is read as logits."""
-    return bool(reference.min() < 0 or reference.max() > 1)
+    """A map with values outside [0, 1] is read as logits; a sigmoid's float rounding (1.0000001 from ONNX Runtime's
+    Sigmoid on PP-OCRv4's text map) is not outside."""
+    return bool(reference.min() < -PROBABILITY_SLACK or reference.max() > 1 + PROBABILITY_SLACK)
 
 
 # ---- class maps -------------------------------------------------------------------------------------------------

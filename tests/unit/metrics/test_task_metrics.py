@@ -160,6 +160,10 @@ def test_probability_maps_count_false_marks_on_empty_maps_image_by_image():
     assert labelled["reference"] == 1.0 and labelled["drop_points"] == pytest.approx(12.5)
     logits = probability_map_scores(reference * 20 - 10, artifact * 20 - 10, None, 0.5)["vs_reference"]
     assert logits["logits"] and logits["f1"] == pytest.approx(7 / 8)
+    rounded = reference.copy()
+    rounded[0, 0, 8, 4] = np.float32(1.0000001)  # ONNX Runtime's fp32 Sigmoid: a probability map all the same
+    scores = probability_map_scores(rounded, artifact, None, 0.5)["vs_reference"]
+    assert not scores["logits"] and scores["f1"] == pytest.approx(7 / 8)  # read as logits, every pixel would pass
 
 
 def test_class_maps_score_miou_against_the_reference_and_masks():
