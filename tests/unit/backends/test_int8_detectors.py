@@ -99,6 +99,8 @@ def test_int8_keeps_the_zoo_detectors_detections(fmt, tmp_path):
     artifact = edgekit.convert("zoo:fashion-det", fmt, tmp_path / f"det.{SUFFIXES[fmt]}", precision="int8", calib_samples=64)
     report = edgekit.validate(str(artifact.path), limit=100, runs=1, warmup=0)
     assert report.task_metrics["vs_reference"]["map50"] >= 0.95
+    if fmt == "openvino":  # a detector's int8 is NNCF's on OpenVINO (backends.openvino.convert.dense_outputs)
+        assert artifact.provenance["quantization"]["tool"] == "nncf"
     assert report.accuracy["drop_points"] <= 1.0
     assert report.int8_coverage["layers"] >= 10 and report.int8_coverage["macs_share"] >= 0.95, (
         report.int8_coverage
