@@ -235,7 +235,11 @@ def _data_cases() -> list[Case]:
         Case("labels of -3", (*validate, "{d}/labels-negative.npz"), ("outside the model's 3 classes", "-3", "--ignore-label -3")),
         Case("labels past the classes", (*validate, "{d}/labels-too-high.npz"), ("5, 6, 7", "--ignore-label 5")),
         Case("Inf in calibration data", (*quantize, "{d}/inf.npz"), ("inf.npz", "non-finite")),
-        Case("--min-map-kept as a percentage", (*quantize, "{d}/pixels.npz", "--min-map-kept", "97"), ("--min-map-kept 97 is not a fraction",)),
+        Case(
+            "--min-map-kept as a percentage",
+            (*quantize, "{d}/pixels.npz", "--min-map-kept", "97"),
+            ("--min-map-kept 97 is not a fraction",),
+        ),
         Case("a task convert does not know", (*quantize, "{d}/pixels.npz", "--task", "ranking"), ("convert --task takes", "'ranking'")),
         Case("NaN in validation data", (*validate, "{d}/nan.npz"), ("nan.npz", "non-finite")),
         Case("a scalar where a batch of images is expected", (*validate, "{d}/scalar.npz"), ("scalar.npz",)),
