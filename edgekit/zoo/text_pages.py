@@ -27,7 +27,7 @@ BINARIZE_AT = 0.3  # DBNet's post-processing threshold on the probability map
 
 
 @cache
-def _font(name: str | None, size: int):
+def system_font(name: str | None, size: int):
     """PIL's default font (name None), or a TrueType font shipped with the system (falling back to the default)."""
     from PIL import ImageFont
 
@@ -54,7 +54,7 @@ def render_page(rng: np.random.Generator, height: int, width: int) -> tuple[np.n
     y = int(rng.integers(2, 24))
     names = fonts()
     while y < height - 12:
-        font = _font(names[rng.integers(len(names))], int(rng.choice(SIZES)))
+        font = system_font(names[rng.integers(len(names))], int(rng.choice(SIZES)))
         ink = tuple(int(c) for c in rng.integers(0, 90, 3))
         x, line_height = int(rng.integers(2, 40)), 0
         while True:
