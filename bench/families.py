@@ -5,13 +5,15 @@ attention as MatMul + Softmax) and a facial-expression-shaped Keras CNN (zoo:fas
 `python -m bench families` (minutes): top-1 agreement and cosine of the outputs vs the fp32 original on the 10k
 Fashion-MNIST test images, and the accuracy drop; the calibration is the zoo's (300 training images, disjoint). The
 detector: mAP@0.5 of fp32 and int8 per runtime against the 200 labelled test canvases and of int8 against its own
-runtime's fp32 detections, beside the int8/fp32 p50 ratio on that runtime.
+runtime's fp32 detections, beside the int8/fp32 p50 ratio on that runtime. And real pretrained detectors
+beside plain ONNX Runtime and NNCF's presets (bench.real_detectors, issue 59: an hour or more).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from bench import real_detectors
 from bench.common import CACHE, publish
 
 TEST, CALIBRATION = "zoo:fashion-mnist-test", "zoo:fashion-mnist-calib"
@@ -48,6 +50,7 @@ def run() -> None:
             "Issue 46 asks int8 to keep mAP@0.5 >= 0.95 of fp32's detections and a labelled drop <= 1 point on every runtime.",
         ],
     )
+    real_detectors.run()
     rows = measure("zoo:fashion-vit", VIT) + measure("zoo:fashion-cnn-bn-keras", KERAS)
     publish(
         "families",

@@ -116,12 +116,9 @@ class Validator:
         self.names, outputs = list(named), list(named.values())
         reference = outputs[0]
         self.shape = reference.shape
-        self.task = reading.task or (None if is_classifier_output(reference) else map_task(named))
-        self.classes = self.task in (None, "classification") and is_classifier_output(
-            reference
-        )  # top-1 means something only for class scores
-        if self.task == "classification":
-            self.task = None  # its top-1 is read below
+        task = reading.task or (None if is_classifier_output(reference) else map_task(named))
+        self.classes = task in (None, "classification") and is_classifier_output(reference)  # top-1: class scores only
+        self.task = None if task == "classification" else task  # a classifier's top-1 is read here, not by task_metrics
         if self.classes and samples.labels is not None:  # labels outside the classes are an error, never scored as wrong
             samples.labels = labels_in_range(samples.labels, reference.shape[-1], None, samples.provenance.get("source", "--val"))
         self.samples = samples
@@ -136,6 +133,11 @@ class Validator:
 
     def check(self, limit: Limit) -> None:
         check_top1(limit, self.shape, self.classes or self.task is not None)
+        if self.task == "regression" and (limit.min_agreement is not None or limit.min_kept is not None):
+            raise EdgekitError(
+                "a regression's outputs have no agreement with fp32's to hold (--min-agreement, --min-map-kept)",
+                hint="hold its outputs with --min-cosine, or its R^2 against labelled targets with --max-drop",
+            )
 
     def score(self, model) -> dict:
         outputs = list(self.logits(model, self.samples).values())

@@ -60,3 +60,18 @@ def test_a_limit_that_cannot_be_held_is_refused_before_any_work(tmp_path, option
     with pytest.raises(EdgekitError, match=message):
         convert(open_source("zoo:fashion-cnn"), "onnx", tmp_path / "x.onnx", ConvertOptions("int8", (), calib, **options))
     assert not (tmp_path / "x.onnx").exists()
+
+
+def test_a_regression_has_no_agreement_with_fp32_to_hold():
+    from edgekit.quantization.accuracy import Validator
+
+    samples = Samples({"x": np.zeros((4, 3), np.float32)})
+
+    def values(model, fed):  # the outputs a runtime returns for the reference: one value per sample
+        return {"y": np.arange(4, dtype=np.float32).reshape(4, 1)}
+
+    validator = Validator("reference.onnx", samples, values, Reading("regression"))
+    with pytest.raises(EdgekitError, match="no agreement with fp32's to hold") as refused:
+        validator.check(Limit(None, None, None, 0.97))
+    assert "--min-cosine" in refused.value.hint
+    validator.check(Limit(None, None, 0.999))  # its outputs themselves can be held
