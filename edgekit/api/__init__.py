@@ -76,7 +76,6 @@ def convert(args) -> Converted:
         args.task = TEXT_GENERATION
     if args.task == TEXT_GENERATION:
         return _convert_language_model(source, args)
-    _check_task(args.task)
     default = guess.default_calibration(source, args.precision, args.calib)
     specs = guess.inputs_from_data(source, _specs(args.inputs), args.calib or default, args.val)
     options = _conversion_options(commands.CONVERT, args, specs, args.calib or default, source.zoo if default else None)
@@ -85,17 +84,6 @@ def convert(args) -> Converted:
         emit(args.emit_recipe, **recipe_of_conversion(args.model, args.weights, args.inputs, args.to, options))
     output = Path(args.output) if args.output else _default_output(source, args.to, args.precision)
     return _convert(source, args.to, output, options)
-
-
-def _check_task(task: str | None) -> None:
-    """convert --task: text-generation, or a task whose metric accuracy control reads."""
-    from edgekit.conversion import TEXT_GENERATION
-    from edgekit.quantization.accuracy import VISION_TASKS
-
-    if task is not None and task not in VISION_TASKS:
-        raise EdgekitError(
-            f"convert --task takes {', '.join((*VISION_TASKS, TEXT_GENERATION))}, not '{task}'", hint="or leave it out: it is inferred"
-        )
 
 
 def _convert_language_model(source, args) -> Converted:

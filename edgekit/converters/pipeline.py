@@ -13,7 +13,7 @@ from edgekit import progress, registry
 from edgekit.artifact import Artifact, TensorSpec
 from edgekit.calibration import Samples, load_samples, random_samples
 from edgekit.calibration.samples import warn_if_few
-from edgekit.conversion import ConversionData, ConvertOptions, load_for_conversion, needs_calibration, plan, run_steps
+from edgekit.conversion import TEXT_GENERATION, ConversionData, ConvertOptions, load_for_conversion, needs_calibration, plan, run_steps
 from edgekit.errors import EdgekitError
 from edgekit.fileio import SIDECAR_SUFFIX, atomic_output, check_output_path, work_folder
 from edgekit.imports import import_attr
@@ -44,6 +44,7 @@ def convert(source: ModelSource, to: str, out: Path, options: ConvertOptions) ->
             f"--precision {options.precision} needs calibration data",
             hint="pass --calib DATA (.npz, image folder or module:function) with a few hundred real samples",
         )
+    _check_task(options)
     _check_accuracy_control(steps, options)
     _check_honoured(steps, options)
     options = _with_calib_method(steps, options)
@@ -155,6 +156,18 @@ def _with_calib_method(steps, options: ConvertOptions) -> ConvertOptions:
     quantizing = [converter for converter, precision in steps if precision == "int8"]
     method = quantizing[-1].default_calib_method if quantizing else "minmax"
     return dataclasses.replace(options, calibration=dataclasses.replace(options.calibration, method=method))
+
+
+def _check_task(options: ConvertOptions) -> None:
+    """convert --task (a recipe's convert.task too) names a task whose metric accuracy control reads; text-generation
+    never reaches this driver (converters.causal_lm converts a language model)."""
+    from edgekit.quantization.accuracy import VISION_TASKS
+
+    if options.task is not None and options.task not in VISION_TASKS:
+        raise EdgekitError(
+            f"convert --task takes {', '.join((*VISION_TASKS, TEXT_GENERATION))}, not '{options.task}'",
+            hint="or leave it out: it is inferred",
+        )
 
 
 def _check_accuracy_control(steps, options: ConvertOptions) -> None:

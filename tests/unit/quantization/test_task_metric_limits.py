@@ -50,6 +50,7 @@ def test_validation_samples_are_held_back_from_calibration_never_calibrated_on()
         ({"min_map_kept": 1.5}, "--min-map-kept 1.5 is not a fraction"),
         ({"max_drop": 1.0}, "--max-drop measures accuracy against labels, which calibration data does not hold"),
         ({"validation_data": "val.npz"}, "--val is the data of accuracy control, which needs a limit"),
+        ({"task": "ranking"}, "convert --task takes classification, .*, not 'ranking'"),  # a recipe's convert.task too
     ],
 )
 def test_a_limit_that_cannot_be_held_is_refused_before_any_work(tmp_path, options, message):
