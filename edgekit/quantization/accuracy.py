@@ -261,7 +261,9 @@ def accuracy_aware(quantizer, out, validation, limit: Limit, logits, reading: Re
             group.pop()
     if not limit.holds(score):
         raise _missed(limit, steps, len(validation))
-    final = validator.score(out)  # the written artifact, validated again: the limit holds only after a step kept, so `out` is it
+    # the written artifact, validated again after steps (the limit holds only after a step kept, so `out` is it); all-int8
+    # that met the limit was scored as written just above
+    final = validator.score(out) if ranked else score
     return {
         **limit.notes(),
         "validation_samples": len(validation),
