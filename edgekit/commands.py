@@ -238,8 +238,7 @@ POSTPROCESS = Option(
     None,
     "--postprocess",
     "How a detector's outputs become boxes: detections, yolov5, yolov8, picodet (raw per-stride heads), or module:function "
-    "(outputs dict -> per sample "
-    "{{boxes, scores, classes}}); default: read from the outputs' layout.",
+    "(outputs dict -> per sample {{boxes, scores, classes}}); default: read from the outputs' layout.",
     recipe="validation.postprocess",
 )
 MASK_THRESHOLD = Option(

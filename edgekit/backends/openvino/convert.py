@@ -103,7 +103,7 @@ VALIDATED_ON = "openvino:cpu"  # where the ONNX Runtime route's accuracy control
 
 def _onnx_runtime_route(ov_model, options: ConvertOptions) -> bool:
     """Quantize through ONNX Runtime's scheme for the target class rather than NNCF (see ONNX_RUNTIME_ROUTE); a
-    detector or a map (DENSE_OUTPUTS) goes through NNCF unless accuracy control asks for its task's metric."""
+    detector or a map (dense_outputs) goes through NNCF unless accuracy control asks for its task's metric."""
     from edgekit.quantization.accuracy import Limit
 
     if not _route_allowed(options):
