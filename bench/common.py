@@ -15,7 +15,7 @@ from edgekit.report.schema import new_report, write_json
 from edgekit.source import ModelSource, open_source
 from edgekit.validation.benchmark import BenchSettings, bench
 
-ROOT = Path(__file__).parent
+ROOT = Path(__file__).resolve().parent  # absolute: a step run in a work folder (chdir) still finds the cache
 CACHE = ROOT / ".cache"
 ISA_CLASS = host_class().name
 RESULTS = ROOT / "results" / ISA_CLASS  # int8 speed and accuracy depend on the ISA class: one folder per class

@@ -82,16 +82,29 @@ def measure(detector: Detector, calibration: int, evaluation: int) -> list[list]
         ("edgekit convert -p int8 (no flags)", "onnx"): lambda: _edgekit(detector.path, calib, folder / "edgekit.onnx", "onnx"),
         ("edgekit convert -p int8 (no flags)", "openvino"): lambda: _edgekit(detector.path, calib, folder / "edgekit.xml", "openvino"),
     }
-    references = {"onnx": detector.path, "openvino": fp32_ir}
+    references = {runtime: _fp32_run(detector, reference, pages) for runtime, reference in (("onnx", detector.path), ("openvino", fp32_ir))}
     return [
         [detector.name, method, runtime, *_row(detector, build, references[runtime], pages)] for (method, runtime), build in methods.items()
     ]
 
 
-def _row(detector: Detector, build, reference: Path, pages: Path) -> list[str]:
+def _fp32_run(detector: Detector, reference: Path, pages: Path) -> tuple[Path, float]:
+    """The fp32 reference on its runtime and its p50 on the pages, timed once for every artifact it is compared with."""
+    return reference, _validated(detector, reference, reference, pages).latency.latency.p50
+
+
+def _validated(detector: Detector, artifact: Path, reference: Path, pages: Path):
+    import edgekit
+
+    return edgekit.validate(
+        str(artifact), str(reference), str(pages), task=detector.task, mask_threshold=detector.mask_threshold, warmup=3, runs=20
+    )
+
+
+def _row(detector: Detector, build, fp32: tuple[Path, float], pages: Path) -> list[str]:
     """The method's artifact judged, or the first line of why it could not be made or run (a row, not a crash)."""
     try:
-        return _judged(detector, build(), reference, pages)
+        return _judged(detector, build(), fp32, pages)
     except Exception as exc:  # a quantizer or runtime that fails on this model is a result of the comparison
         return [f"failed: {str(exc).splitlines()[0][:160]}", "-", "-"]
 
@@ -110,23 +123,20 @@ def _pages(detector: Detector, seeds) -> dict[str, np.ndarray]:
     return {"x": (images[:, ::-1] * 2.0 - 1.0).astype(np.float32)}
 
 
-def _judged(detector: Detector, artifact: Path, reference: Path, pages: Path) -> list[str]:
-    """vs fp32 with its interval, the worst page, the p50 ratio against the reference on its runtime."""
-    import edgekit
-
-    int8, fp32 = (
-        edgekit.validate(str(a), str(reference), str(pages), task=detector.task, mask_threshold=detector.mask_threshold, warmup=3, runs=20)
-        for a in (artifact, reference)
-    )
+def _judged(detector: Detector, artifact: Path, fp32: tuple[Path, float], pages: Path) -> list[str]:
+    """vs fp32 with its interval, the worst page, the p50 ratio against the reference (`fp32`: its path and p50) on its runtime."""
+    reference, fp32_p50 = fp32
+    int8 = _validated(detector, artifact, reference, pages)
     scores = int8.task_metrics
     low, high = scores.get("agreement_ci95") or (float("nan"), float("nan"))
     worst = min((change.get("f1", change.get("score", 1.0)) for change in scores.get("changes") or []), default=1.0)
-    ratio = int8.latency.latency.p50 / fp32.latency.latency.p50
+    ratio = int8.latency.latency.p50 / fp32_p50
     return [f"{scores['agreement'] / 100:.3f} ({low / 100:.3f}-{high / 100:.3f})", f"{worst:.3f}", f"{ratio:.2f}"]
 
 
 def _plain_ort(model: Path, calib: Path, out: Path, per_channel: bool) -> Path:
     """onnxruntime.quantization as its documentation shows it: pre-process, then quantize_static with its defaults."""
+    import contextlib
     import tempfile
 
     from onnxruntime.quantization import CalibrationDataReader, quantize_static
@@ -143,7 +153,8 @@ def _plain_ort(model: Path, calib: Path, out: Path, per_channel: bool) -> Path:
             row = next(self.rows, None)
             return None if row is None else {name: row}
 
-    with tempfile.TemporaryDirectory() as work:
+    # symbolic shape inference leaves sym_shape_infer_temp.onnx in the current folder when it gives up: run in `work`
+    with tempfile.TemporaryDirectory() as work, contextlib.chdir(work):
         pre = Path(work) / "pre.onnx"
         try:
             quant_pre_process(str(model), str(pre))
