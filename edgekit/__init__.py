@@ -1,12 +1,12 @@
 """edgekit: take a trained model to an edge runtime and prove it still works there.
 
-The commands are functions too: `edgekit.convert`, `quantize`, `prune`, `validate`, `bench`, `run` and `gate`
+The commands are functions too: `edgekit.convert`, `quantize`, `prune`, `validate`, `bench`, `run`, `tune` and `gate`
 take the commands' arguments and return typed results (docs/python-api.md). They load on first use, so
 `import edgekit` imports no framework. No subpackage is named after a command, so each name means the function.
 """
 
 __version__ = "0.1.0"
-API = ("bench", "convert", "gate", "prune", "quantize", "run", "validate")
+API = ("bench", "convert", "gate", "prune", "quantize", "run", "tune", "validate")
 __all__ = [*API, "__version__"]
 
 

@@ -126,6 +126,8 @@ RUNS = Option("runs", 100, "--runs", "Timed runs; percentiles are over these.", 
 BATCH = Option("batch", 1, "--batch", "Batch size of the latency runs.", recipe="latency.batch")
 REPORT = Option("report", None, "--report", "Write the JSON report here.", Path)
 EMIT_RECIPE = Option("emit_recipe", None, "--emit-recipe", "Also write the recipe that reproduces this command (`edgekit run FILE`).", Path)
+NO_CACHE = Option("no_cache", False, "--no-cache", "Convert every cell again, even when a cached artifact matches.")
+QUIET = Option("quiet", False, "--quiet -q", "No progress, only the table and errors (for CI logs).", api=False)
 PROGRESS = Option("progress", None, "", "A callable taking a line of text: hears of each step.", Callable, cli=False)
 
 # Gate thresholds, shared by `validate` (applied to the new result) and `gate` (replacing a saved report's).
@@ -182,22 +184,24 @@ THRESHOLDS = (
 
 # --- convert and quantize ------------------------------------------------------------------------------------------
 
+CALIB = Option(
+    "calib",
+    None,
+    "--calib",
+    "Calibration data: .npz/.npy, a folder of images (labels: class subfolders or a labels.json), module:function or a zoo: data name.",
+    recipe="calibration.path",
+)
+CALIB_SAMPLES = Option(
+    "calib_samples",
+    300,
+    "--calib-samples",
+    "Samples drawn (deterministically, --seed) from the calibration data.",
+    recipe="calibration.samples",
+    minimum=1,
+)
 QUANTIZATION = (
-    Option(
-        "calib",
-        None,
-        "--calib",
-        "Calibration data: .npz/.npy, a folder of images (labels: class subfolders or a labels.json), module:function or a zoo: data name.",
-        recipe="calibration.path",
-    ),
-    Option(
-        "calib_samples",
-        300,
-        "--calib-samples",
-        "Samples drawn (deterministically, --seed) from the calibration data.",
-        recipe="calibration.samples",
-        minimum=1,
-    ),
+    CALIB,
+    CALIB_SAMPLES,
     Option(
         "calib_method",
         "auto",
@@ -557,6 +561,16 @@ TASK_OPTIONS = (
         "validation.ignore_label",
     ),
 )
+DATA = Option(
+    "data",
+    None,
+    "--data -d",
+    ".npz keyed by input name (+ optional `labels`), .npy, image folder (labels: class subfolders or a labels.json), "
+    "module:function or zoo: name "
+    "(default: a zoo reference's validation set).",
+    recipe="validation.path",
+)
+LIMIT = Option("limit", None, "--limit", "Use at most N samples of DATA (seeded).", int, "validation.limit", minimum=1)
 VALIDATE = Command(
     "validate",
     (
@@ -568,20 +582,12 @@ VALIDATE = Command(
             "The original model: file, module:factory or zoo: name (default: the artifact's provenance).",
             recipe="model.path",
         ),
-        Option(
-            "data",
-            None,
-            "--data -d",
-            ".npz keyed by input name (+ optional `labels`), .npy, image folder (labels: class subfolders or a labels.json), "
-            "module:function or zoo: name "
-            "(default: a zoo reference's validation set).",
-            recipe="validation.path",
-        ),
+        DATA,
         TARGET,
         REPORT,
         EMIT_RECIPE,
         *MODEL_OPTIONS,
-        Option("limit", None, "--limit", "Use at most N samples of DATA (seeded).", int, "validation.limit", minimum=1),
+        LIMIT,
         PREPROCESS.at("validation.preprocess"),
         THREADS,
         WARMUP,
@@ -618,14 +624,67 @@ BENCH = Command(
     positional=1,
 )
 
+TUNE = Command(
+    "tune",
+    (
+        Option("model", REQUIRED, "", "The model: a file, module:factory or zoo: name (zoo:fashion-cnn).", recipe="model.path"),
+        Option(
+            "targets",
+            None,
+            "--target -t",
+            "Where it will run: runtime:device targets, comma-separated or repeated (onnxruntime:cpu,openvino:cpu,litert:cpu; "
+            "a board: onnxruntime:cpu@NAME); each target's format is searched (default: ONNX Runtime, OpenVINO and LiteRT here).",
+            list,
+        ),
+        Option(
+            "precisions",
+            None,
+            "--precisions",
+            "Precisions to try, comma-separated (default: fp32, fp16, int8; a language model: fp32, int8-weights, int4-weights).",
+            list,
+        ),
+        Option(
+            "thread_counts",
+            None,
+            "--threads",
+            "Thread counts to try, comma-separated (default: 1, the powers of two below the usable cores, and their count).",
+            list,
+        ),
+        *MODEL_OPTIONS,
+        DATA,
+        LIMIT,
+        PREPROCESS.at("validation.preprocess"),
+        CALIB,
+        CALIB_SAMPLES,
+        *TASK_OPTIONS,
+        *THRESHOLDS,
+        *LM_GATES,
+        Option("budget", None, "--budget", "Try no new candidate after this long (90s, 20m, 1h); what was measured by then decides."),
+        WARMUP,
+        RUNS,
+        BATCH,
+        Option(
+            "workdir",
+            Path("edgekit-tune"),
+            "--workdir",
+            "Folder of the reports, the chosen artifact (chosen/) and the recipe that rebuilds it (chosen.yaml); conversions are cached there.",
+            Path,
+        ),
+        NO_CACHE,
+        QUIET,
+        PROGRESS,
+    ),
+    positional=1,
+)
+
 # --- run and gate --------------------------------------------------------------------------------------------------
 
 RUN = Command(
     "run",
     (
         Option("recipe", REQUIRED, "", "The recipe (edgekit.yaml).", Path),
-        Option("no_cache", False, "--no-cache", "Convert every cell again, even when a cached artifact matches."),
-        Option("quiet", False, "--quiet -q", "No progress, only the table and errors (for CI logs).", api=False),
+        NO_CACHE,
+        QUIET,
         Option(
             "ray",
             False,

@@ -206,6 +206,11 @@ def runners() -> dict[str, str]:
     return {runtime: ref for b in backends().values() for runtime, ref in b.runners.items()}
 
 
+def runtime_formats() -> dict[str, str]:
+    """Runtime name (onnxruntime, openvino, litert, ...) -> the format it runs."""
+    return {runtime: b.format for b in backends().values() for runtime in b.runners}
+
+
 def default_targets() -> dict[str, list[str]]:
     return {b.format: list(b.default_targets) for b in backends().values()}
 

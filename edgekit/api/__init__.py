@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from inspect import Signature
@@ -21,19 +22,20 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from edgekit import commands, registry
-from edgekit.api.results import Bench, Converted, GateCheck, Matrix, Prune, Validation
+from edgekit.api.results import Bench, Converted, GateCheck, Matrix, Prune, Tuned, Validation
 from edgekit.errors import EdgekitError
 from edgekit.fileio import check_output_path
 from edgekit.metrics.gate import SIZE_METRICS, Thresholds
 from edgekit.pruning import PruneOptions, method_chain
 from edgekit.recipe.cache import report_folder
 from edgekit.recipe.gating import LatencyCheck, regate
-from edgekit.recipe.schema import load_recipe
+from edgekit.recipe.schema import load_recipe, parse
 from edgekit.recipe.write import emit, recipe_of_bench, recipe_of_conversion, recipe_of_pruning, recipe_of_validation, write_text
 from edgekit.report.schema import load_json, new_report
 from edgekit.source import open_source
+from edgekit.zoo.names import is_zoo, zoo_entry
 
-__all__ = ["bench", "convert", "gate", "prune", "quantize", "run", "validate"]
+__all__ = ["bench", "convert", "gate", "prune", "quantize", "run", "tune", "validate"]
 log = logging.getLogger("edgekit")
 Strings = Sequence[str] | None
 
@@ -275,6 +277,114 @@ def run(args) -> Matrix:
     matrix = Matrix.from_dict(result)
     matrix.written = written
     return matrix
+
+
+@_takes(commands.TUNE)
+def tune(args) -> Tuned:
+    """`edgekit tune`: the fastest artifact that passes the gates on the targets, found by measurement. The chosen artifact
+    is written to WORKDIR/chosen/ with the recipe that rebuilds it (WORKDIR/chosen.yaml); `.exit_code` is 2 when nothing
+    passes (`.closest` names the nearest candidate and what it missed)."""
+    import yaml
+
+    from edgekit.recipe.tune import RECIPE_NAME, chosen_recipe
+    from edgekit.recipe.tune import tune as search
+    from edgekit.report.write import write_reports
+
+    recipe = _tune_recipe(args)
+    parsed = parse(yaml.compose(yaml.safe_dump(recipe)), "tune", Path.cwd())
+    threads = tuple(int(t) for t in _listed(args.thread_counts, "--threads")) or _thread_counts()
+    with report_folder(Path(recipe["report"]["dir"])) as folder:
+        report = search(parsed, threads, _seconds(args.budget), not args.no_default_gates, not args.no_cache, args.progress)
+        written = write_reports(report, folder, ("json", "md", "html"))
+        if report["choice"]:
+            text = yaml.safe_dump(chosen_recipe(recipe, report["choice"]), sort_keys=False)
+            write_text(
+                folder / RECIPE_NAME,
+                "# Written by edgekit tune: `edgekit run` on this file rebuilds and re-checks its choice.\n" + text,
+                force=True,
+            )
+            written.append(folder / RECIPE_NAME)
+    tuned = Tuned.from_dict(report)
+    tuned.written = written
+    return tuned
+
+
+DEFAULT_TUNE_TARGETS = ("onnxruntime:cpu", "openvino:cpu", "litert:cpu")
+LM_PRECISIONS, PRECISIONS = ("fp32", "int8-weights", "int4-weights"), ("fp32", "fp16", "int8")
+
+
+def _tune_recipe(args) -> dict:
+    """The recipe tune searches: the command's values under their recipe keys, one format per target's runtime."""
+    values = vars(args)
+    by_format = _targets_by_format(_listed(args.targets, "--target") or list(DEFAULT_TUNE_TARGETS))
+    language_model = args.task == "text-generation"
+    precisions = _listed(args.precisions, "--precisions") or list(LM_PRECISIONS if language_model else PRECISIONS)
+    recipe = {"version": 1, "model": {**_recipe_section(values, "model"), "path": _absolute(args.model)}}
+    recipe |= {key: _recipe_section(values, key) for key in ("calibration", "validation")}
+    recipe["matrix"] = {"formats": list(by_format), "precisions": precisions, "targets": by_format}
+    recipe |= {key: _recipe_section(values, key) for key in ("latency", "gates")}
+    recipe["report"] = {"dir": str(Path(args.workdir).resolve()), "formats": ["json", "md", "html"]}
+    if language_model:
+        recipe["convert"] = {"task": "text-generation"}
+    if is_zoo(args.model):  # a zoo model's own data where none is given
+        entry = zoo_entry(args.model)
+        for key, default in (("calibration", entry.calibration), ("validation", entry.validation)):
+            if default and "path" not in recipe[key]:
+                recipe[key]["path"] = default
+    return {key: value for key, value in recipe.items() if value != {}}
+
+
+def _recipe_section(values: dict, section: str) -> dict:
+    """tune's values a recipe keeps in `section`, those given (a path that exists here made absolute)."""
+    given = commands.TUNE.recipe_values(section, values).items()
+    return {key: _absolute(value) if key == "path" else value for key, value in given if value is not None}
+
+
+def _targets_by_format(targets: list[str]) -> dict[str, list[str]]:
+    formats = registry.runtime_formats()
+    by_format: dict[str, list[str]] = {}
+    for target in targets:
+        runtime = target.partition(":")[0]
+        if runtime not in formats:
+            raise EdgekitError(
+                f"unknown runtime '{runtime}' in --target {target}", hint=f"use one of: {', '.join(formats)} (see `edgekit targets`)"
+            )
+        by_format.setdefault(formats[runtime], []).append(target)
+    return by_format
+
+
+def _listed(values: Strings, flag: str) -> list[str]:
+    """Repeated and comma-separated values as one list."""
+    items = [item.strip() for value in values or [] for item in str(value).split(",")]
+    if any(not item for item in items):
+        raise EdgekitError(f"{flag} has an empty item", hint=f"separate the values of {flag} by single commas")
+    return items
+
+
+def _thread_counts() -> tuple[int, ...]:
+    """1, the powers of two below the usable cores, and their count."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return tuple(sorted({1, cores, *(2**i for i in range(cores.bit_length()) if 2**i < cores)}))
+
+
+def _seconds(budget: str | None) -> float | None:
+    """'90s', '20m', '1h' or a number of seconds."""
+    if budget is None:
+        return None
+    text = str(budget).strip().lower()
+    unit = {"s": 1, "m": 60, "h": 3600}.get(text[-1:], None)
+    try:
+        value = float(text[:-1] if unit else text) * (unit or 1)
+    except ValueError:
+        value = -1
+    if value <= 0:
+        raise EdgekitError(f"--budget {budget} is not a duration", hint="give one like 90s, 20m or 1h")
+    return value
+
+
+def _absolute(value):
+    """A path that exists here, absolute (the tune's recipe is written elsewhere); anything else as it is."""
+    return str(Path(value).resolve()) if isinstance(value, str | Path) and Path(value).exists() else value
 
 
 @_takes(commands.GATE)

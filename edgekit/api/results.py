@@ -29,6 +29,7 @@ __all__ = [
     "Prune",
     "Record",
     "Report",
+    "Tuned",
     "Validation",
     "as_result",
     "exit_code",
@@ -164,6 +165,20 @@ def exit_code(report: dict) -> int:
     if any(r["status"] == "ok" and not r["passed"] for r in report["rows"]):
         return 2
     return 0 if report["passed"] else 1
+
+
+@dataclass
+class Tuned(Matrix):
+    """`edgekit tune`'s report: every candidate's row (its `tune` stage and why), the choice, or the closest miss."""
+
+    KIND: ClassVar[str] = "tune"
+    choice: dict | None = None
+    closest: dict | None = None
+
+    @property
+    def exit_code(self) -> int:
+        """0 with a choice, 2 when nothing passes."""
+        return 0 if self.choice else 2
 
 
 @dataclass

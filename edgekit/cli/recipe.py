@@ -1,4 +1,4 @@
-"""`edgekit run`, `edgekit init`, `edgekit report`, `edgekit gate`."""
+"""`edgekit run`, `edgekit tune`, `edgekit init`, `edgekit report`, `edgekit gate`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import typer
 
 from edgekit.cli import options
 from edgekit.cli.options import command
-from edgekit.commands import GATE, RUN
+from edgekit.commands import GATE, RUN, TUNE
 from edgekit.errors import EdgekitError
 from edgekit.recipe.gating import regate
 from edgekit.recipe.schema import load_recipe
@@ -21,6 +21,7 @@ from edgekit.source import open_source
 
 def register(app: typer.Typer) -> None:
     app.command("run")(run)
+    app.command("tune")(tune)
     app.command("init")(init)
     app.command("report")(report)
     app.command("gate")(gate)
@@ -39,6 +40,18 @@ def run(recipe: Path, quiet: bool, **values) -> None:
         print("interrupted: finished cells stay in the cache; run the recipe again to resume", file=sys.stderr)
         raise typer.Exit(130) from None
     print_run(result.to_dict(), result.written)
+    raise typer.Exit(result.exit_code)
+
+
+@command(TUNE)
+def tune(quiet: bool, **values) -> None:
+    """Find, by measurement on the targets, the fastest artifact that passes the gates; exit 2 if nothing passes."""
+    from edgekit import api
+    from edgekit.cli.render.run import print_tune
+
+    with _progress(None, quiet) as progress:
+        result = api.tune(**values, progress=progress)
+    print_tune(result.to_dict(), result.written)
     raise typer.Exit(result.exit_code)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from edgekit.record import Record
@@ -43,6 +44,17 @@ class LatencyStats(Record):
             batch * 1000.0 / mean if mean > 0 else 0.0,
             tail_note(len(times_ms)),
         )
+
+
+def median_interval(times_ms) -> list[float] | None:
+    """The distribution-free 95% interval of the median of `times_ms`: the order statistics n/2 -+ 0.98 sqrt(n) (the
+    binomial's normal approximation); None under 6 runs, where it would span them all."""
+    times = sorted(float(t) for t in times_ms)
+    n = len(times)
+    if n < 6:
+        return None
+    half = 0.98 * n**0.5
+    return [times[max(0, int(n / 2 - half))], times[min(n - 1, int(math.ceil(n / 2 + half)))]]
 
 
 @dataclass

@@ -93,8 +93,9 @@ def _prepare_language_model(
     return cell
 
 
-def time_cell(cell: PreparedCell) -> dict:
-    """The cell's latency run (alone on its machine) and its row; a failure becomes the row's status."""
+def time_cell(cell: PreparedCell, measured=None) -> dict:
+    """The cell's latency run (alone on its machine; `measured`: a BenchResult of it timed already) and its row; a
+    failure becomes the row's status."""
     from edgekit.validation.text_generation import LMValidationRequest, add_lm_latency
     from edgekit.validation.validate import add_latency, summary_row
 
@@ -102,8 +103,12 @@ def time_cell(cell: PreparedCell) -> dict:
     if cell.failure:
         return {**cell.base, "status": cell.failure, "cached": False, **where}
     try:
-        timed = add_lm_latency if isinstance(cell.request, LMValidationRequest) else add_latency
-        report = timed(cell.report, cell.request, cell.feeds)
+        if isinstance(measured, EdgekitError):
+            raise measured
+        if isinstance(cell.request, LMValidationRequest):
+            report = add_lm_latency(cell.report, cell.request, cell.feeds)
+        else:
+            report = add_latency(cell.report, cell.request, cell.feeds, measured)
     except EdgekitError as exc:
         return {**cell.base, "status": f"failed: {exc.one_line()}", "cached": False, **where}
     timed_on = {**where_this_runs(), "machine": timing_machine(cell.base["target"])}

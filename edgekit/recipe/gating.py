@@ -1,4 +1,4 @@
-"""Re-checking any saved report (validate, bench, prune, matrix), and latency regressions against a baseline."""
+"""Re-checking any saved report (validate, bench, prune, matrix, tune), and latency regressions against a baseline."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from edgekit.errors import EdgekitError
 from edgekit.metrics.gate import GateResult, Thresholds, check_row, compare_latency, failures, with_default_gates
 from edgekit.source import open_source
 
-FIDELITY_KINDS = ("validate", "matrix")  # reports with outputs compared against a reference: the default gates apply
+FIDELITY_KINDS = ("validate", "matrix", "tune")  # reports with outputs compared against a reference: the default gates apply
 
 
 def report_rows(report: dict) -> list[dict]:
@@ -24,6 +24,9 @@ def report_rows(report: dict) -> list[dict]:
         return [_bench_row(r) for r in report["results"]]
     if kind == "prune":
         return [_prune_row(r, report) for r in report["stages"]]
+    if kind == "tune":  # its choice; when nothing passed, the candidates that were judged (each failing)
+        chosen = [r for r in report["rows"] if r["tune"]["stage"] == "chosen"]
+        return [dict(r) for r in chosen or [r for r in report["rows"] if r["status"] == "ok" and r.get("gates")]]
     return [dict(r) for r in report["rows"]]
 
 
@@ -96,6 +99,8 @@ def regate(
     rows = report_rows(report)
     old = _baseline_rows(baseline, latency.baseline_artifact, rows)
     rows = [_regate_row(row, with_default_gates(requested, defaults, row), old.get(_key(row)), latency) for row in rows]
+    if report.get("kind") == "tune" and (baseline or {}).get("kind") == "tune":
+        rows = [_same_choice(row, baseline) for row in rows]
     return {
         **report,
         "model": report.get("model") or _model_name(report),
@@ -126,6 +131,26 @@ def _baseline_rows(baseline: dict | None, artifact: str | None, rows: list[dict]
             )
         old[_key(rows[0])] = {**old.get(_key(rows[0]), {}), "artifact": artifact}
     return old
+
+
+def _same_choice(row: dict, baseline: dict) -> dict:
+    """A tune's choice against the baseline tune's: the same candidate, or a failed `choice` gate naming both."""
+    before = baseline.get("choice")
+    if row["tune"]["stage"] != "chosen":
+        return row
+    now = _choice_name(row)
+    same = before is not None and _choice_name(before) == now
+    reason = (
+        f"the choice is {now}, as in the baseline"
+        if same
+        else f"the choice is {now}; the baseline chose {_choice_name(before) if before else 'nothing'}"
+    )
+    gates = [*row["gates"], GateResult("choice", None, 0.0, same, reason).to_dict()]
+    return {**row, "gates": gates, "passed": row["passed"] and same}
+
+
+def _choice_name(choice: dict) -> str:
+    return f"{choice['format']} {choice['precision']} on {choice['target']} x {choice.get('threads')} thread(s)"
 
 
 def _latency_verdict(row: dict, before: dict, latency: LatencyCheck) -> dict | None:

@@ -88,12 +88,12 @@ def run_cells_here(recipe, source, inputs, validation, calibration, cache: Path,
     """Every cell in this process, one after the other."""
     rows = []
     for fmt, precision, target in recipe.matrix.cells():
-        _say(progress, f"{fmt} {precision} on {target}")
+        say(progress, f"{fmt} {precision} on {target}")
         rows.append(run_cell(recipe, source, inputs, fmt, precision, target, validation, calibration, cache, use_cache))
     return rows
 
 
-def _say(progress, text: str) -> None:
+def say(progress, text: str) -> None:
     if progress is not None:
         progress(text)
 
@@ -129,7 +129,7 @@ def apply_compression(recipe: Recipe, source: ModelSource, inputs, validation: s
         key = fingerprint({"source": source_fingerprint(source), "stage": stage.__dict__, "data": file_hash(validation)})
         out = cache / key / f"{source.name}.compress{i}{suffix}"
         finetune = recipe.resolve(stage.finetune)
-        build = lambda: (_say(progress, f"compress: {stage.method}"), prune(source, options, out, list(inputs), validation, finetune))  # noqa: E731,B023
+        build = lambda: (say(progress, f"compress: {stage.method}"), prune(source, options, out, list(inputs), validation, finetune))  # noqa: E731,B023
         cached_build(out, build)
         source = open_source(str(out))
     return source

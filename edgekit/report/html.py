@@ -36,7 +36,7 @@ def figures(report: dict) -> list[tuple]:
     return [
         (
             "Accuracy vs p50 latency",
-            _scatter(rows),
+            _scatter(rows, report.get("thresholds") or {}),
             "Hover a point for its row. Ringed points are on the Pareto front. Symbols: circle fp32, diamond fp16, square int8.",
             "no row has an accuracy",
         ),
@@ -106,7 +106,9 @@ def _section(index: int, title: str, figure, caption: str, empty: str) -> str:
 
 
 def row_label(row: dict) -> str:
-    return row["format"] + ("" if row.get("precision") in (None, "-") else f" {row['precision']}")
+    """`onnx int8`; a tune's candidate with its thread count: `onnx int8 x2`."""
+    label = row["format"] + ("" if row.get("precision") in (None, "-") else f" {row['precision']}")
+    return label + (f" x{row['threads']}" if "tune" in row and row.get("threads") else "")
 
 
 def display_names(rows: list[dict], with_target: bool = False) -> list[str]:
@@ -236,7 +238,15 @@ def _axis(title: str, values: list[float], log: bool, pad: float, min_span: floa
     return axis
 
 
-def _scatter(rows: list[dict]):
+def gate_level(rows: list[dict], metric: str, thresholds: dict) -> float | None:
+    """Where the gate sits on the scatter's metric axis: min_agreement, or the reference's accuracy less max_drop."""
+    if metric == "agreement":
+        return thresholds.get("min_agreement")
+    reference = next((r["reference_accuracy"] for r in rows if r.get("reference_accuracy") is not None), None)
+    return reference - thresholds["max_drop"] if reference is not None and thresholds.get("max_drop") is not None else None
+
+
+def _scatter(rows: list[dict], thresholds: dict):
     import plotly.graph_objects as go
 
     name = next((r["metric"] for r in rows if r.get("metric")), "top-1")
@@ -284,6 +294,12 @@ def _scatter(rows: list[dict]):
             hoverinfo="skip",
         )
     )
+    gate = gate_level(rows, metric, thresholds)
+    if gate is not None:  # the line a row must stay on or above
+        yaxis["range"] = [min(yaxis["range"][0], gate - 0.2), max(yaxis["range"][1], gate + 0.2)]
+        fig.add_hline(
+            y=gate, line={"dash": "dash", "color": "#c0392b", "width": 1}, annotation_text="gate", annotation_position="bottom right"
+        )
     fig.update_layout(
         _layout(
             height=HEIGHT,

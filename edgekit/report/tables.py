@@ -43,13 +43,34 @@ LM_COLUMNS = (
 )
 
 
+# `edgekit tune`'s candidates: each at its thread count, with intervals, and how far the search took it.
+TUNE_COLUMNS = (
+    "format",
+    "precision",
+    "target",
+    "threads",
+    "metric",
+    "vs reference [95% CI]",
+    "vs labels",
+    "p50 ms [95% CI]",
+    "size",
+    "peak MB",
+    "int8 coverage",
+    "tune",
+)
+
+
 def columns(rows: list[dict]) -> tuple[str, ...]:
-    """The table's columns: a language model's when its rows are one's."""
+    """The table's columns: tune's for its candidates, a language model's when its rows are one's."""
+    if any("tune" in r for r in rows):
+        return TUNE_COLUMNS
     return LM_COLUMNS if any(r.get("ppl_ratio") is not None for r in rows) else COLUMNS
 
 
 def cells(row: dict) -> list[str]:
     """A row's table cells, shared by every renderer."""
+    if "tune" in row:
+        return _tune_cells(row)
     if row.get("ppl_ratio") is not None:
         return _language_cells(row)
     if row["status"] != "ok":
@@ -97,6 +118,31 @@ def _language_cells(row: dict) -> list[str]:
     ]
 
 
+def _tune_cells(row: dict) -> list[str]:
+    stage = row["tune"]["stage"]
+    head = [row["format"], row["precision"], row["target"], fmt(row.get("threads"), "d")]
+    if row["status"] != "ok":
+        return [*head, *["-"] * 7, row["status"] if stage == "failed" else stage]
+    if row.get("ppl_ratio") is not None:
+        metric, versus = "ppl ratio", _with_interval(row["ppl_ratio"], row.get("ppl_ratio_ci95"), ".4f")
+    else:
+        metric, versus = row.get("metric") or "-", _with_interval(_agreement(row), row.get("agreement_ci95"), ".2f", "%")
+    labels = fmt(row.get("accuracy"), ".2f") + (f"% ({row['drop_points']:+.2f})" if row.get("accuracy") is not None else "")
+    timing = _with_interval(row.get("p50_ms"), row.get("p50_ms_ci95"), ".3f")
+    if row.get("p50_ms") is None and row.get("tokens_per_s"):
+        timing = f"{1000 / row['tokens_per_s']:.2f}/token"
+    coverage = fmt(_percent(row.get("int8_coverage")), ".1f") + ("%" if row.get("int8_coverage") is not None else "")
+    size = fmt_size(row["size_bytes"]) if row.get("size_bytes") else "-"
+    return [*head, metric, versus, labels, timing, size, fmt(row.get("peak_rss_mb"), ".0f"), coverage, stage]
+
+
+def _with_interval(value: float | None, interval: list[float] | None, spec: str, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    text = f"{value:{spec}}{unit}"
+    return f"{text} [{interval[0]:{spec}}, {interval[1]:{spec}}]" if interval else text
+
+
 def _percent(share: float | None) -> float | None:
     return None if share is None else 100 * share
 
@@ -107,8 +153,9 @@ def _agreement(row: dict) -> float | None:
 
 
 def row_label(row: dict) -> str:
-    """A matrix row as the notes under a table name it: `onnx int8 on onnxruntime:cpu`."""
-    return f"{row['format']} {row['precision']} on {row['target']}"
+    """A matrix row as the notes under a table name it: `onnx int8 on onnxruntime:cpu` (a tune's: `... x 2 threads`)."""
+    threads = f" x {row['threads']} thread{'s' if row['threads'] > 1 else ''}" if "tune" in row and row.get("threads") else ""
+    return f"{row['format']} {row['precision']} on {row['target']}{threads}"
 
 
 def row_notes(report: dict) -> list[str]:
@@ -118,6 +165,8 @@ def row_notes(report: dict) -> list[str]:
     from edgekit.metrics.compare import changes_text, flips_text
 
     rows = report["rows"]
+    if report.get("kind") == "tune":
+        return [f"{row_label(r)}: {r['tune']['stage']}: {r['tune']['why']}" for r in rows if r["tune"].get("why")]
     notes = [f"{row_label(r)}: {r['speedup_note']}" for r in rows if r.get("speedup_note")]
     notes += [
         f"{row_label(r)}: {coverage_text(r['int8_coverage_detail'])}"
@@ -139,7 +188,15 @@ def _agreement_failed(row: dict) -> bool:
 
 
 def failed_gates(report: dict) -> list[str]:
-    """Why each failed gate failed (what a reader acts on), a line per gate: `onnx int8 on onnxruntime:cpu: reason`."""
+    """Why each failed gate failed (what a reader acts on), a line per gate: `onnx int8 on onnxruntime:cpu: reason`. A
+    tune's candidates that missed are its notes; when nothing passed, what the closest one missed."""
+    if report.get("kind") == "tune":
+        closest = report.get("closest")
+        return (
+            [f"nothing passes; the closest, {row_label({**closest, 'tune': {}})}: {reason}" for reason in closest["missed"]]
+            if closest
+            else []
+        )
     return [f"{row_label(r)}: {g['reason']}" for r in report["rows"] for g in r.get("gates", []) if not g["passed"]]
 
 

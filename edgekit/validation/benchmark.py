@@ -143,3 +143,22 @@ def bench(
     with progress.step(f"{source.name}: timing on {settings.target or 'its runtime'}"):
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
             return pool.submit(bench_in_process, source, settings, inputs, feeds).result()
+
+
+def bench_each(jobs: list[tuple]) -> list[BenchResult | EdgekitError]:
+    """Several artifacts measured one after the other in one fresh spawned process: each job is bench()'s (source,
+    settings, inputs, feeds); a job's EdgekitError comes back in its place. For screening many short timings (tune's
+    rounds, a process per runtime): the loads are no longer cold, and the peak RSS is the process's, not each one's."""
+    with progress.step(f"timing {len(jobs)} artifacts in one process"):
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            return pool.submit(_bench_each_in_process, jobs).result()
+
+
+def _bench_each_in_process(jobs: list[tuple]) -> list[BenchResult | EdgekitError]:
+    results: list[BenchResult | EdgekitError] = []
+    for job in jobs:
+        try:
+            results.append(bench_in_process(*job))
+        except EdgekitError as exc:
+            results.append(exc)
+    return results

@@ -14,6 +14,7 @@ from edgekit.errors import InputMismatchError
 from edgekit.metrics.compare import CHANGES_SHOWN, compare, is_classifier_output, paired_accuracy, run_batches
 from edgekit.metrics.coverage import share as coverage_share
 from edgekit.metrics.gate import Thresholds, check_row, failures, with_default_gates
+from edgekit.metrics.latency import BenchResult, median_interval
 from edgekit.metrics.task import pair_outputs, resolve_task
 from edgekit.metrics.task_metrics import TaskSettings
 from edgekit.provenance import report_entry
@@ -106,11 +107,9 @@ def evaluate(request: ValidationRequest) -> tuple[dict, dict[str, np.ndarray] | 
     return report, feeds
 
 
-def add_latency(report: dict, request: ValidationRequest, feeds: dict[str, np.ndarray] | None) -> dict:
-    """The timing part of a validation (a fresh process on this machine), then the gate."""
-    report["latency"] = bench(
-        request.artifact, _with_target(request.latency, report["target"]), list(request.inputs) or None, feeds
-    ).to_dict()
+def add_latency(report: dict, request: ValidationRequest, feeds: dict[str, np.ndarray] | None, measured: BenchResult | None = None) -> dict:
+    """The timing part of a validation (a fresh process on this machine, unless `measured` already timed it), then the gate."""
+    report["latency"] = (measured or bench(*timing_job(report, request, feeds))).to_dict()
     if report["latency"].get("device"):
         report["device"] = report["latency"]["device"]
     report["gate"] = gate_section(report, request.thresholds, request.default_gates)
@@ -260,7 +259,9 @@ def summary_row(result: dict) -> dict:
         "nonfinite": sum(f.get("nonfinite", 0) for f in fidelity) if fidelity else None,
         "nonfinite_outputs": {f["name"]: f.get("nonfinite", 0) for f in fidelity},
         "p50_ms": latency.get("p50"),
+        "p50_ms_ci95": median_interval(result["latency"]["times_ms"]) if result.get("latency") else None,
         "p90_ms": latency.get("p90"),
+        "peak_rss_mb": result["latency"].get("peak_rss_mb") if result.get("latency") else None,
         "size_bytes": size,
         "size_mb": size / 1e6,
         "int8_coverage": coverage_share(result.get("int8_coverage")),
@@ -367,6 +368,6 @@ def _accuracy(ref_logits, art_logits, samples: Samples, ignore_label: int | None
     return accuracy
 
 
-def _with_target(settings: BenchSettings, target: str) -> BenchSettings:
-
-    return replace(settings, target=target)
+def timing_job(report: dict, request: ValidationRequest, feeds: dict[str, np.ndarray] | None) -> tuple:
+    """What the latency run of a validation times: bench()'s (source, settings, inputs, feeds)."""
+    return request.artifact, replace(request.latency, target=report["target"]), list(request.inputs) or None, feeds

@@ -33,6 +33,21 @@ def print_run(result: dict, written) -> None:
         console.print(f"[dim]artifacts: {escape(str(published[0].parent))}{os.sep}{{{escape(names)}}}[/]")
 
 
+def print_tune(result: dict, written) -> None:
+    """The candidates' table, then the choice (or the closest miss) and where it was written."""
+    print_run(result, written)
+    choice, search = result["choice"], result["search"]
+    measured = f"{search['candidates']} candidates of {search['cells']} cells, {search['timings']} timings, {search['seconds']:.0f} s"
+    if choice:
+        threads = f"{choice['threads']} thread{'s' if choice['threads'] > 1 else ''}"
+        console.print(
+            f"[bold green]chosen: {escape(choice['format'])} {escape(choice['precision'])} on {escape(choice['target'])}, {threads}: "
+            f"p50 {choice['p50_ms']:.3f} ms[/] ({measured}); {escape(str(choice.get('published') or choice['artifact']))}"
+        )
+    else:
+        console.print(f"[bold red]nothing passes the gates[/] ({measured})")
+
+
 def print_gate_check(result: dict) -> None:
     table = Table("format", "precision", "target", "metric", "value", "limit", "result", "why")
     for row in result["rows"]:

@@ -1,0 +1,304 @@
+"""`edgekit tune`: the fastest artifact that passes the gates where it will run, found by measurement.
+
+The space is a recipe's matrix (formats x precisions x targets) times thread counts. Each cell is converted (or taken
+from the run cache) and validated on the host, as `edgekit run` does it. A cell is dropped before any timing when it
+misses a gate that timing cannot change (the task metric, fidelity, size), or when it is int8 and its runtime runs
+none of its multiply-accumulates in int8 (int8 coverage 0: it cannot be faster than fp32). The rest, at every thread
+count, are timed by successive halving: all with short runs, the faster half again with twice the runs, and so on
+until FINALISTS remain or the runs reach the full protocol's; the finalists are then timed with the full protocol (the
+recipe's warm-up and runs). Every timing is a fresh process alone on the machine that runs the target (a board's over
+SSH). The choice is the finalist with the lowest p50 that passes every gate.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from edgekit.metrics.gate import Thresholds, check_row, failures, with_default_gates
+from edgekit.recipe.cache import publish
+from edgekit.recipe.cells import PreparedCell, prepare_cell, time_cell
+from edgekit.recipe.run import data_path, model_source, say
+from edgekit.recipe.schema import Recipe
+from edgekit.report.schema import new_report
+
+SCHEMA = "tune"
+FIRST_RUNS = 10  # timed runs of successive halving's first round
+FINALISTS = 2  # timed with the full protocol
+LM_RUNS_PER_GENERATION = 20  # a language model's generation (prompt + new tokens) counts as this many runs
+TIMING_GATES = {"max_p50_ms": None, "max_p90_ms": None, "min_speedup": None}
+CHOSEN = "chosen"  # the folder of the chosen artifact in the tune's folder
+RECIPE_NAME = "chosen.yaml"
+REBUILT = "rebuilt"  # where `edgekit run chosen.yaml` writes, in the tune's folder
+
+
+@dataclass
+class Candidate:
+    """A cell at a thread count, and what its timings said so far."""
+
+    cell: PreparedCell
+    threads: int
+    row: dict | None = None  # the latest timing's row
+    rounds: list[dict] = field(default_factory=list)  # each timing: runs, p50_ms
+    stage: str = "timed"  # timed, halved, finalist, chosen, failed
+    why: str | None = None
+
+    def speed(self) -> float:
+        return ms_per_item(self.row or {})
+
+    def name(self) -> str:
+        base = self.cell.base
+        return f"{base['format']} {base['precision']} on {base['target']} ({self.threads} thread{'s' if self.threads > 1 else ''})"
+
+
+def ms_per_item(row: dict) -> float:
+    """What tune minimises: p50 ms per batch, or a language model's ms per generated token."""
+    if row.get("p50_ms") is not None:
+        return row["p50_ms"]
+    return 1000.0 / row["tokens_per_s"] if row.get("tokens_per_s") else math.inf
+
+
+def tune(
+    recipe: Recipe,
+    thread_counts: tuple[int, ...],
+    budget_s: float | None = None,
+    default_gates: bool = True,
+    use_cache: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> dict:
+    """Search `recipe`'s matrix x `thread_counts`; the tune report (rows of every candidate, the choice)."""
+    started = time.monotonic()
+    deadline = started + budget_s if budget_s else math.inf
+    workdir = Path(recipe.resolve(recipe.report.dir))
+    workdir.mkdir(parents=True, exist_ok=True)
+    source, inputs, layout = model_source(recipe)
+    validation = data_path(recipe.resolve(recipe.validation.path), workdir, layout)
+    calibration = data_path(recipe.resolve(recipe.calibration.path), workdir, layout)
+    gates = Gates(recipe.gates, default_gates)
+    ruled_out, alive = [], []
+    for fmt, precision, target in recipe.matrix.cells():
+        if time.monotonic() > deadline:
+            ruled_out.append(
+                _row({"format": fmt, "precision": precision, "target": target, "status": "not tried"}, "untried", "the budget was spent")
+            )
+            continue
+        say(progress, f"{fmt} {precision} on {target}: convert and validate")
+        cell = prepare_cell(recipe, source, inputs, fmt, precision, target, validation, calibration, workdir / ".cache", use_cache)
+        dropped = _ruled_out(cell, gates)
+        if dropped:
+            ruled_out.append(dropped)
+        else:
+            alive += [Candidate(cell, threads) for threads in thread_counts]
+    timed = [*alive]
+    finalists = successive_halving(alive, recipe.latency, deadline, progress)
+    for candidate in finalists:
+        _time(candidate, recipe.latency.warmup, recipe.latency.runs, progress)
+        candidate.stage = "finalist" if candidate.stage != "failed" else "failed"
+    for candidate in timed:
+        gates.judge(candidate)
+    chosen = min((c for c in finalists if c.stage == "finalist" and c.row["passed"]), key=Candidate.speed, default=None)
+    if chosen:
+        chosen.stage, chosen.why = CHOSEN, "the fastest finalist that passes every gate"
+        chosen.row["published"] = str(publish(Path(chosen.row["artifact"]), workdir / CHOSEN)) if chosen.row.get("artifact") else None
+    rows = sorted((_candidate_row(c) for c in timed), key=_order) + ruled_out
+    report = new_report(SCHEMA, ("torch", "onnxruntime", "openvino", "ai-edge-litert", "tensorflow-cpu"))
+    report.update(
+        model=recipe.model.path,
+        data={"validation": validation, "calibration": calibration},
+        thresholds=with_default_gates(recipe.gates, default_gates).to_dict(),
+        requested_thresholds=recipe.gates.to_dict(),
+        default_gates=default_gates,
+        space=_space(recipe, thread_counts),
+        rows=rows,
+        choice=_choice(chosen),
+        closest=None if chosen else closest(rows),
+        passed=chosen is not None,
+        search={
+            "cells": len(recipe.matrix.cells()),
+            "candidates": len(timed),
+            "timings": sum(len(c.rounds) for c in timed),
+            "timed_runs": sum(r["runs"] for c in timed for r in c.rounds),
+            "seconds": round(time.monotonic() - started, 1),
+            "budget_s": budget_s,
+            "first_runs": FIRST_RUNS,
+            "finalists": FINALISTS,
+        },
+    )
+    return report
+
+
+@dataclass(frozen=True)
+class Gates:
+    """The thresholds a candidate is judged by: the user's, with the default gates unless turned off."""
+
+    requested: Thresholds
+    defaults: bool = True
+
+    def of(self, row: dict, timed: bool = True) -> Thresholds:
+        limits = with_default_gates(self.requested, self.defaults, row)
+        return limits if timed else replace(limits, **TIMING_GATES)
+
+    def judge(self, candidate: Candidate) -> None:
+        if candidate.row is None or candidate.row["status"] != "ok":
+            return
+        results = check_row(candidate.row, self.of(candidate.row))
+        candidate.row["gates"] = [r.to_dict() for r in results]
+        candidate.row["passed"] = not failures(results)
+
+
+def _ruled_out(cell: PreparedCell, gates: Gates) -> dict | None:
+    """The row of a cell no timing can make pass (failed, misses a gate of accuracy, fidelity or size, or int8 that
+    runs no MAC in int8), or None for a cell worth timing."""
+    from edgekit.validation.validate import summary_row
+
+    if cell.failure:
+        return _row({**cell.base, "status": cell.failure}, "failed", cell.failure.removeprefix("failed: "))
+    row = {**summary_row(cell.report), **cell.base, **cell.sizes, "cached": cell.cached, "threads": None}
+    results = check_row(row, gates.of(row, timed=False))
+    row["gates"] = [r.to_dict() for r in results]
+    missed = failures(results)
+    if missed:
+        return _row(row, "dropped", "misses " + "; ".join(r.reason for r in missed) + ": no timing can change that")
+    if row["precision"] == "int8" and row.get("int8_coverage") == 0:
+        return _row(row, "dropped", "no multiply-accumulate runs in int8 on this runtime: it cannot be faster than fp32")
+    return None
+
+
+def _row(row: dict, stage: str, why: str) -> dict:
+    return {**row, "passed": False, "tune": {"stage": stage, "why": why, "rounds": []}}
+
+
+def successive_halving(alive: list[Candidate], latency, deadline: float, progress) -> list[Candidate]:
+    """Short timings of every candidate, then of the faster half with twice the runs, ...: the candidates left when
+    FINALISTS remain, the runs reach the full protocol's, or the time is up."""
+    runs, warmup = min(FIRST_RUNS, latency.runs), latency.warmup  # the full warm-up: OpenVINO's int8 is slow for its first runs
+    while len(alive) > FINALISTS and runs < latency.runs and time.monotonic() < deadline:
+        _time_round(alive, warmup, runs, progress)
+        ranked = sorted((c for c in alive if c.stage != "failed"), key=Candidate.speed)
+        keep = max(FINALISTS, math.ceil(len(ranked) / 2))
+        for candidate in ranked[keep:]:
+            candidate.stage = "halved"
+            candidate.why = f"slower than the {keep} kept over {runs} runs (p50 {candidate.speed():.3g} ms; the slowest kept {ranked[keep - 1].speed():.3g} ms)"
+        alive, runs = ranked[:keep], runs * 2
+    if time.monotonic() >= deadline and any(c.rounds for c in alive):
+        alive = sorted(alive, key=Candidate.speed)[:FINALISTS]
+    return alive
+
+
+def _time_round(candidates: list[Candidate], warmup: int, runs: int, progress) -> None:
+    """A round of short timings: the candidates of one runtime one after the other in one fresh process; a board's
+    and a language model's each in a process of its own, as the full protocol times them."""
+    from edgekit.targets import device_name
+    from edgekit.validation.benchmark import bench_each
+    from edgekit.validation.validate import ValidationRequest, timing_job
+
+    by_runtime: dict[str, list[Candidate]] = {}
+    for candidate in candidates:
+        target = candidate.cell.base["target"]
+        if isinstance(candidate.cell.request, ValidationRequest) and not device_name(target):
+            by_runtime.setdefault(target.partition(":")[0], []).append(candidate)
+        else:
+            _time(candidate, warmup, runs, progress)
+    for runtime, group in by_runtime.items():
+        say(progress, f"{len(group)} candidates on {runtime}: {runs} timed runs each")
+        cells = [_timed_cell(c, warmup, runs) for c in group]
+        measured = bench_each([timing_job(cell.report, cell.request, cell.feeds) for cell in cells])
+        for candidate, cell, result in zip(group, cells, measured, strict=True):
+            _record(candidate, time_cell(cell, result), runs)
+
+
+def _time(candidate: Candidate, warmup: int, runs: int, progress) -> None:
+    """One timing of a candidate in a fresh process of its own, alone on its machine."""
+    say(progress, f"{candidate.name()}: {runs} timed runs")
+    _record(candidate, time_cell(_timed_cell(candidate, warmup, runs)), runs)
+
+
+def _timed_cell(candidate: Candidate, warmup: int, runs: int) -> PreparedCell:
+    cell = candidate.cell
+    return replace(cell, request=_with_timing(cell.request, candidate.threads, warmup, runs), report=copy.deepcopy(cell.report))
+
+
+def _record(candidate: Candidate, row: dict, runs: int) -> None:
+    """A timing's row kept as the candidate's latest, at the candidate's thread count."""
+    candidate.row = {**row, "threads": candidate.threads}
+    if row["status"] != "ok":
+        candidate.stage, candidate.why = "failed", row["status"]
+        return
+    candidate.rounds.append({"runs": runs, "p50_ms": row.get("p50_ms"), "ms_per_item": ms_per_item(row)})
+
+
+def _with_timing(request, threads: int, warmup: int, runs: int):
+    """The request timed at `threads` with `warmup` and `runs` (a language model: generations, fewer)."""
+    from edgekit.validation.text_generation import LMValidationRequest
+
+    if isinstance(request, LMValidationRequest):
+        settings = replace(request.settings, threads=threads, runs=max(1, runs // LM_RUNS_PER_GENERATION), warmup=min(warmup, 1))
+        return replace(request, settings=settings)
+    return replace(request, latency=replace(request.latency, threads=threads, warmup=warmup, runs=runs))
+
+
+def _candidate_row(candidate: Candidate) -> dict:
+    row = candidate.row if candidate.row is not None else {**candidate.cell.base, "status": "not timed"}
+    return {**row, "threads": candidate.threads, "tune": {"stage": candidate.stage, "why": candidate.why, "rounds": candidate.rounds}}
+
+
+STAGE_ORDER = {CHOSEN: 0, "finalist": 1, "halved": 2, "timed": 3, "failed": 4}
+
+
+def _order(row: dict) -> tuple:
+    return STAGE_ORDER.get(row["tune"]["stage"], 5), ms_per_item(row)
+
+
+def _choice(chosen: Candidate | None) -> dict | None:
+    if chosen is None:
+        return None
+    row = chosen.row
+    keys = ("format", "precision", "target", "threads", "artifact", "published", "p50_ms", "p50_ms_ci95", "metric", "agreement")
+    return {key: row.get(key) for key in keys}
+
+
+def closest(rows: list[dict]) -> dict | None:
+    """When nothing passes: the candidate that missed the fewest gates, by the least, and what it missed."""
+    judged = [r for r in rows if r["status"] == "ok" and r.get("gates")]
+    if not judged:
+        return None
+    best = min(judged, key=lambda r: (len(_missed(r)), _shortfall(r), ms_per_item(r)))
+    return {
+        "format": best["format"],
+        "precision": best["precision"],
+        "target": best["target"],
+        "threads": best.get("threads"),
+        "missed": [g["reason"] for g in _missed(best)],
+    }
+
+
+def _missed(row: dict) -> list[dict]:
+    return [g for g in row["gates"] if not g["passed"]]
+
+
+def _shortfall(row: dict) -> float:
+    """How far a row's failed gates are from their limits, relative to the limits."""
+    return sum(abs(g["value"] - g["limit"]) / max(abs(g["limit"]), 1e-9) if g["value"] is not None else math.inf for g in _missed(row))
+
+
+def _space(recipe: Recipe, thread_counts: tuple[int, ...]) -> dict:
+    cells = recipe.matrix.cells()
+    return {
+        "formats": sorted({f for f, _, _ in cells}),
+        "precisions": list(dict.fromkeys(p for _, p, _ in cells)),
+        "targets": sorted({t for _, _, t in cells}),
+        "threads": list(thread_counts),
+    }
+
+
+def chosen_recipe(recipe: dict, choice: dict) -> dict:
+    """The recipe (as the tune's own, a plain dict) narrowed to the choice: `edgekit run` on it rebuilds and re-checks it."""
+    fmt, target = choice["format"], choice["target"]
+    matrix = {"formats": [fmt], "precisions": [choice["precision"]], "targets": {fmt: [target]}}
+    latency = {**recipe.get("latency", {}), "threads": choice["threads"]}
+    report = {**recipe["report"], "dir": REBUILT}  # beside the recipe: the tune's own reports stay as they are
+    return {**recipe, "matrix": matrix, "latency": latency, "report": report}

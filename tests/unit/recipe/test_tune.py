@@ -1,0 +1,171 @@
+"""`edgekit tune` on the committed FashionCNN and real Fashion-MNIST images: ONNX Runtime and OpenVINO, fp32 and int8,
+one and two threads. The gate asks for outputs closer to the reference's than int8 gives, so the int8 cells are dropped
+before any timing; the fp32 candidates are timed by successive halving, and the choice is the fastest finalist. One
+tune serves the module; the other runs reuse its conversions (the same folder's cache)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgekit.metrics.latency import median_interval
+from edgekit.recipe.tune import closest
+from edgekit.report.html import gate_level
+from edgekit.report.schema import load_json
+from tests.conftest import assert_clean_error, run_cli
+
+pytestmark = pytest.mark.e2e
+SPACE = ("--target", "onnxruntime:cpu,openvino:cpu", "--precisions", "fp32,int8", "--threads", "1,2", "--limit", "300")
+GATE = ("--min-cosine", "0.99999")  # int8's logits are at cosine ~0.9995 of the reference's here; fp32's at 1 - 1e-7
+
+
+def _tune(folder: Path, *extra: str):
+    result = run_cli("tune", "zoo:fashion-cnn", *SPACE, "--runs", "40", "--workdir", folder, "--quiet", *extra)
+    report = load_json(folder / "report.json") if (folder / "report.json").exists() else None  # checked against the schema
+    return result, report
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tune")
+    result, report = _tune(folder, *GATE)
+    assert result.code == 0, result.stdout + result.stderr
+    return folder, result, report
+
+
+def _stages(report: dict) -> dict[tuple, dict]:
+    return {(r["format"], r["precision"], r.get("threads")): r["tune"] for r in report["rows"]}
+
+
+def test_cells_that_miss_a_gate_no_timing_can_change_are_dropped_before_any_timing(tuned):
+    _, _, report = tuned
+    stages = _stages(report)
+    for fmt in ("onnx", "openvino"):
+        int8 = stages[(fmt, "int8", None)]
+        assert int8["stage"] == "dropped" and int8["rounds"] == [], int8
+        assert "cosine" in int8["why"] and "no timing can change that" in int8["why"]
+        for threads in (1, 2):
+            assert stages[(fmt, "fp32", threads)]["stage"] in ("chosen", "finalist", "halved")
+    assert report["search"]["cells"] == 4 and report["search"]["candidates"] == 4
+    assert report["space"] == {
+        "formats": ["onnx", "openvino"],
+        "precisions": ["fp32", "int8"],
+        "targets": ["onnxruntime:cpu", "openvino:cpu"],
+        "threads": [1, 2],
+    }
+
+
+def test_successive_halving_times_the_finalists_with_the_full_protocol_and_chooses_the_fastest_that_passes(tuned):
+    folder, result, report = tuned
+    timed = [r for r in report["rows"] if r["tune"]["rounds"]]
+    finalists = [r for r in timed if r["tune"]["stage"] in ("chosen", "finalist")]
+    halved = [r for r in timed if r["tune"]["stage"] == "halved"]
+    assert len(finalists) == 2 and len(halved) == 2  # 4 candidates: one round of 10 runs, the faster half to the finals
+    assert all([round_["runs"] for round_ in r["tune"]["rounds"]] == [10] for r in halved)
+    for row in finalists:
+        assert [round_["runs"] for round_ in row["tune"]["rounds"]] == [10, 40] and len(row["times_ms"]) == 40
+        low, high = row["p50_ms_ci95"]
+        assert low <= row["p50_ms"] <= high and row["passed"]
+    (chosen,) = [r for r in finalists if r["tune"]["stage"] == "chosen"]
+    assert chosen["p50_ms"] == min(r["p50_ms"] for r in finalists)
+    slowest_kept = max(r["tune"]["rounds"][0]["p50_ms"] for r in finalists)
+    assert all(r["tune"]["rounds"][0]["p50_ms"] >= slowest_kept for r in halved)  # the round kept the faster half
+    choice = report["choice"]
+    assert (choice["format"], choice["precision"], choice["threads"]) == (chosen["format"], chosen["precision"], chosen["threads"])
+    assert report["passed"] and report["closest"] is None
+    published = Path(choice["published"])
+    assert published.parent == folder / "chosen" and published.read_bytes() == Path(chosen["artifact"]).read_bytes()
+    assert f"chosen: {choice['format']} fp32 on {choice['target']}" in result.stdout
+    assert "Accuracy vs p50 latency" in (folder / "report.html").read_text()
+
+
+def test_the_chosen_recipe_rebuilds_the_same_artifact_and_the_gate_accepts_the_tune_report(tuned, tmp_path):
+    folder, _, report = tuned
+    result = run_cli("run", folder / "chosen.yaml", "-q", cwd=tmp_path)
+    assert result.code == 0, result.stdout + result.stderr
+    (row,) = json.loads((folder / "rebuilt" / "report.json").read_text())["rows"]
+    choice = report["choice"]
+    assert (row["format"], row["precision"], row["target"], row["threads"]) == (
+        choice["format"],
+        choice["precision"],
+        choice["target"],
+        choice["threads"],
+    )
+    assert _sha(row["artifact"]) == _sha(choice["artifact"])  # rebuilt byte for byte
+
+    assert run_cli("gate", folder / "report.json", "--reports-only").code == 0
+    yesterday = json.loads((folder / "report.json").read_text())
+    other = next(r for r in yesterday["rows"] if r["tune"]["stage"] in ("finalist", "halved"))
+    yesterday["choice"] = {**yesterday["choice"], "format": other["format"], "threads": other["threads"]}
+    baseline = tmp_path / "yesterday.json"
+    baseline.write_text(json.dumps(yesterday))
+    changed = run_cli("gate", folder / "report.json", "--baseline", baseline, "--reports-only")
+    assert changed.code == 2 and "the baseline chose" in changed.stdout, changed.stdout
+
+
+def test_nothing_passes_exits_2_naming_the_closest_candidate_and_what_it_missed(tuned, tmp_path):
+    folder = tmp_path / "strict"
+    shutil.copytree(tuned[0] / ".cache", folder / ".cache")  # the same conversions
+    result, report = _tune(folder, "--min-cosine", "1.5")
+    assert result.code == 2, result.stdout + result.stderr
+    assert not report["passed"] and report["choice"] is None and not (folder / "chosen.yaml").exists()
+    assert all(r["tune"]["stage"] == "dropped" for r in report["rows"])
+    near = report["closest"]
+    assert near["precision"] == "fp32" and "at least 1.5 allowed" in near["missed"][0], near
+    assert "nothing passes; the closest" in result.stdout
+    assert run_cli("gate", folder / "report.json", "--reports-only").code == 2
+
+
+def test_bad_requests_get_one_clear_line(tmp_path):
+    cases = {
+        ("--target", "tensorflowlite:cpu"): "unknown runtime 'tensorflowlite'",
+        ("--budget", "soon"): "--budget soon is not a duration",
+        ("--threads", "1,,2"): "--threads has an empty item",
+    }
+    for args, needle in cases.items():
+        assert_clean_error(run_cli("tune", "zoo:fashion-cnn", *args, "--workdir", tmp_path / "w"), needle)
+
+
+def test_closest_prefers_the_fewest_missed_gates_then_the_smallest_shortfall():
+    def row(name, *gates):
+        return {
+            "format": name,
+            "precision": "int8",
+            "target": "t",
+            "status": "ok",
+            "gates": [dict(zip(("value", "limit", "passed", "reason"), g, strict=True)) for g in gates],
+        }
+
+    rows = [
+        row("two", (98.0, 99.0, False, "a"), (0.9, 0.97, False, "b")),
+        row("far", (90.0, 99.0, False, "c")),
+        row("near", (98.9, 99.0, False, "d")),
+    ]
+    assert closest(rows) == {"format": "near", "precision": "int8", "target": "t", "threads": None, "missed": ["d"]}
+
+
+def test_the_scatter_draws_the_gate_on_the_metric_it_plots():
+    rows = [{"reference_accuracy": 91.5, "accuracy": 91.0}]
+    assert gate_level(rows, "accuracy", {"max_drop": 1.0}) == 90.5
+    assert gate_level(rows, "agreement", {"min_agreement": 99.0}) == 99.0
+    assert gate_level(rows, "accuracy", {"min_cosine": 0.99}) is None  # cosine is not on that axis
+
+
+def test_the_median_interval_covers_the_median_about_95_percent_of_the_time():
+    rng = np.random.default_rng(0)
+    hits = 0
+    for _ in range(2000):
+        times = rng.exponential(1.0, 60)  # skewed, as latencies are
+        low, high = median_interval(times)
+        hits += low <= np.log(2) <= high
+    assert 0.93 <= hits / 2000 <= 0.98
+    assert median_interval([1.0, 2.0]) is None
+
+
+def _sha(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
