@@ -22,6 +22,7 @@ ALL = (
     "families",
     "prune",
     "lm",
+    "tune",
 )
 
 

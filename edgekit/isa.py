@@ -174,6 +174,13 @@ def host_class() -> IsaClass:
 
 
 INT8_PAYS = 1.1  # an int8 speed-up below this buys size, not speed
+# Flags of half-precision arithmetic (and of bf16, which OpenVINO runs an fp16 model in): without one, a CPU runtime runs
+# an fp16 model in fp32 (or casts around each op), never faster than the fp32 model.
+HALF_PRECISION = frozenset({"avx512fp16", "amx_fp16", "amx_bf16", "avx512_bf16", "asimdhp", "fphp"})
+
+
+def half_precision_arithmetic(flags: frozenset[str] | set[str]) -> bool:
+    return bool(HALF_PRECISION & set(flags))
 
 
 def speedup_note(precision: str, speedup: float | None, isa_class: str) -> str | None:

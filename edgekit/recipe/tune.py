@@ -3,7 +3,8 @@
 The space is a recipe's matrix (formats x precisions x targets) times thread counts. Each cell is converted (or taken
 from the run cache) and validated on the host, as `edgekit run` does it. A cell is dropped before any timing when it
 misses a gate that timing cannot change (the task metric, fidelity, size), or when it is int8 and its runtime runs
-none of its multiply-accumulates in int8 (int8 coverage 0: it cannot be faster than fp32). The rest, at every thread
+none of its multiply-accumulates in int8 (int8 coverage 0: it cannot be faster than fp32); fp16 on a CPU without
+half-precision arithmetic is not even converted (it runs in fp32 there). The rest, at every thread
 count, are timed by successive halving: all with short runs, the faster half again with twice the runs, and so on
 until FINALISTS remain or the runs reach the full protocol's; the finalists are then timed with the full protocol (the
 recipe's warm-up and runs). Every timing is a fresh process alone on the machine that runs the target (a board's over
@@ -14,11 +15,13 @@ from __future__ import annotations
 
 import copy
 import math
+import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from edgekit.isa import classify, half_precision_arithmetic, host_flags
 from edgekit.metrics.gate import Thresholds, check_row, failures, with_default_gates
 from edgekit.recipe.cache import publish
 from edgekit.recipe.cells import PreparedCell, prepare_cell, time_cell
@@ -86,6 +89,10 @@ def tune(
                 _row({"format": fmt, "precision": precision, "target": target, "status": "not tried"}, "untried", "the budget was spent")
             )
             continue
+        skipped = not_worth_converting(fmt, precision, target, recipe.gates, host_flags())
+        if skipped:
+            ruled_out.append(_row({"format": fmt, "precision": precision, "target": target, "status": "not tried"}, "skipped", skipped))
+            continue
         say(progress, f"{fmt} {precision} on {target}: convert and validate")
         cell = prepare_cell(recipe, source, inputs, fmt, precision, target, validation, calibration, workdir / ".cache", use_cache)
         dropped = _ruled_out(cell, gates)
@@ -148,6 +155,18 @@ class Gates:
         results = check_row(candidate.row, self.of(candidate.row))
         candidate.row["gates"] = [r.to_dict() for r in results]
         candidate.row["passed"] = not failures(results)
+
+
+def not_worth_converting(fmt: str, precision: str, target: str, gates: Thresholds, flags: frozenset[str]) -> str | None:
+    """Why a cell cannot win before it is even converted, or None: fp16 on this machine's CPU (its `flags`) without
+    half-precision arithmetic runs in fp32, never faster than the fp32 cell (kept when a size gate may need its smaller
+    file)."""
+    from edgekit.targets import device_name
+
+    on_host_cpu = target.partition(":")[2].partition("[")[0] == "cpu" and not device_name(target)
+    if precision == "fp16" and on_host_cpu and gates.max_size_mb is None and not half_precision_arithmetic(flags):
+        return f"this CPU ({classify(set(flags), platform.machine()).name}) has no half-precision arithmetic: fp16 runs in fp32 here, never faster than fp32"
+    return None
 
 
 def _ruled_out(cell: PreparedCell, gates: Gates) -> dict | None:
@@ -246,7 +265,7 @@ def _candidate_row(candidate: Candidate) -> dict:
     return {**row, "threads": candidate.threads, "tune": {"stage": candidate.stage, "why": candidate.why, "rounds": candidate.rounds}}
 
 
-STAGE_ORDER = {CHOSEN: 0, "finalist": 1, "halved": 2, "timed": 3, "failed": 4}
+STAGE_ORDER = {CHOSEN: 0, "finalist": 1, "halved": 2, "timed": 3, "failed": 4}  # then dropped, skipped, untried
 
 
 def _order(row: dict) -> tuple:

@@ -210,6 +210,22 @@ def test_a_recipe_runs_its_cells_on_the_device(fixture, request, small_test_npz,
     assert (f"timed on an EMULATED CPU ({emulated})" in markdown) == (emulated is not None), markdown
 
 
+def test_tune_times_its_candidates_on_the_device(loop, small_test_npz, tmp_path):
+    """`edgekit tune -t onnxruntime:cpu@loop`: fp32 and fp16 at 1 and 2 threads (fp16 is tried on a board: its CPU is not
+    this one), a round of short timings and the finalists' full ones, every one run on the device over SSH."""
+    result = run_cli(
+        "tune", "edgekit.zoo.models:fashion_cnn", "--weights", WEIGHTS, "--input", "image:batchx1x28x28", "-d", small_test_npz,
+        "--limit", "100", "-t", f"onnxruntime:cpu@{loop}", "--precisions", "fp32,fp16", "--threads", "1,2", "--runs", "20",
+        "--warmup", "2", "--max-drop", "1", "--workdir", tmp_path / "tune", "-q",
+    )  # fmt: skip
+    assert result.code == 0, result.stdout + result.stderr
+    report = json.loads((tmp_path / "tune" / "report.json").read_text())
+    timed = [r for r in report["rows"] if r["tune"]["rounds"]]
+    assert len(timed) == 4 and all(r["timed_on"]["machine"] == loop and r["target"] == f"onnxruntime:cpu@{loop}" for r in timed)
+    assert sorted(len(r["tune"]["rounds"]) for r in timed) == [1, 1, 2, 2]  # two halved after 10 runs, two finalists
+    assert report["choice"]["target"] == f"onnxruntime:cpu@{loop}" and report["choice"]["threads"] in (1, 2)
+
+
 def test_a_wrong_key_is_refused(sshd, device_python, inventory, tmp_path):
     from tests.sshd import keygen
 

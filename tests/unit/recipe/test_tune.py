@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgekit.metrics.gate import Thresholds
 from edgekit.metrics.latency import median_interval
-from edgekit.recipe.tune import closest
+from edgekit.recipe.tune import closest, not_worth_converting
 from edgekit.report.html import gate_level
 from edgekit.report.schema import load_json
 from tests.conftest import assert_clean_error, run_cli
@@ -129,6 +130,16 @@ def test_bad_requests_get_one_clear_line(tmp_path):
     }
     for args, needle in cases.items():
         assert_clean_error(run_cli("tune", "zoo:fashion-cnn", *args, "--workdir", tmp_path / "w"), needle)
+
+
+def test_fp16_is_not_converted_for_a_cpu_without_half_precision_arithmetic():
+    avx2, sapphire_rapids = frozenset({"avx2", "fma"}), frozenset({"avx2", "avx512f", "amx_bf16", "amx_int8", "avx512fp16"})
+    why = not_worth_converting("onnx", "fp16", "onnxruntime:cpu", Thresholds(), avx2)
+    assert why is not None and "no half-precision arithmetic" in why
+    assert not_worth_converting("onnx", "fp16", "onnxruntime:cpu", Thresholds(), sapphire_rapids) is None
+    assert not_worth_converting("onnx", "fp16", "onnxruntime:cpu", Thresholds(max_size_mb=1.0), avx2) is None  # its smaller file may pass
+    assert not_worth_converting("onnx", "fp16", "onnxruntime:cuda", Thresholds(), avx2) is None
+    assert not_worth_converting("onnx", "fp32", "onnxruntime:cpu", Thresholds(), avx2) is None
 
 
 def test_closest_prefers_the_fewest_missed_gates_then_the_smallest_shortfall():
