@@ -128,6 +128,17 @@ REPORT = Option("report", None, "--report", "Write the JSON report here.", Path)
 EMIT_RECIPE = Option("emit_recipe", None, "--emit-recipe", "Also write the recipe that reproduces this command (`edgekit run FILE`).", Path)
 NO_CACHE = Option("no_cache", False, "--no-cache", "Convert every cell again, even when a cached artifact matches.")
 QUIET = Option("quiet", False, "--quiet -q", "No progress, only the table and errors (for CI logs).", api=False)
+RAY = (
+    Option(
+        "ray",
+        False,
+        "--ray",
+        "Run the host-side work (conversion, calibration, accuracy) as Ray tasks; timings still run alone on their machine. "
+        "`--ray` starts a local Ray; `--ray auto` or `--ray ray://HEAD:10001` joins a cluster (docs/scale.md).",
+    ),
+    Option("address", None, "", "With --ray: the Ray cluster to join (auto, ray://HEAD:10001).", metavar="[ADDRESS]"),
+    Option("ray_cpus", None, "--ray-cpus", "CPUs of the local Ray that --ray starts (default: this machine's cores).", int),
+)
 PROGRESS = Option("progress", None, "", "A callable taking a line of text: hears of each step.", Callable, cli=False)
 
 # Gate thresholds, shared by `validate` (applied to the new result) and `gate` (replacing a saved report's).
@@ -672,6 +683,7 @@ TUNE = Command(
         ),
         NO_CACHE,
         QUIET,
+        *RAY,
         PROGRESS,
     ),
     positional=1,
@@ -685,15 +697,7 @@ RUN = Command(
         Option("recipe", REQUIRED, "", "The recipe (edgekit.yaml).", Path),
         NO_CACHE,
         QUIET,
-        Option(
-            "ray",
-            False,
-            "--ray",
-            "Run the host-side work (conversion, calibration, accuracy) as Ray tasks; timings still run alone on their machine. "
-            "`--ray` starts a local Ray; `--ray auto` or `--ray ray://HEAD:10001` joins a cluster (docs/scale.md).",
-        ),
-        Option("address", None, "", "With --ray: the Ray cluster to join (auto, ray://HEAD:10001).", metavar="[ADDRESS]"),
-        Option("ray_cpus", None, "--ray-cpus", "CPUs of the local Ray that --ray starts (default: this machine's cores).", int),
+        *RAY,
         PROGRESS,
     ),
     positional=1,

@@ -264,13 +264,7 @@ def run(args) -> Matrix:
     from edgekit.report.write import write_reports
 
     parsed = load_recipe(Path(args.recipe))
-    if args.address and not args.ray:
-        raise EdgekitError(f"'{args.address}' after the recipe is a Ray address, but --ray is not given", hint="add --ray, or remove it")
-    options = None
-    if args.ray:
-        from edgekit.recipe.distributed import RayOptions
-
-        options = RayOptions(address=args.address, num_cpus=args.ray_cpus)
+    options = _ray_options(args, "the recipe")
     with report_folder(Path(parsed.resolve(parsed.report.dir))) as folder:
         result = run_recipe(parsed, use_cache=not args.no_cache, progress=args.progress, ray=options)
         written = write_reports(result, folder, parsed.report.formats)
@@ -294,7 +288,8 @@ def tune(args) -> Tuned:
     parsed = parse(yaml.compose(yaml.safe_dump(recipe)), "tune", Path.cwd())
     threads = tuple(int(t) for t in _listed(args.thread_counts, "--threads")) or _thread_counts()
     with report_folder(Path(recipe["report"]["dir"])) as folder:
-        report = search(parsed, threads, _seconds(args.budget), not args.no_default_gates, not args.no_cache, args.progress)
+        ray = _ray_options(args, "the model")
+        report = search(parsed, threads, _seconds(args.budget), not args.no_default_gates, not args.no_cache, args.progress, ray)
         written = write_reports(report, folder, ("json", "md", "html"))
         if report["choice"]:
             text = yaml.safe_dump(chosen_recipe(recipe, report["choice"]), sort_keys=False)
@@ -307,6 +302,17 @@ def tune(args) -> Tuned:
     tuned = Tuned.from_dict(report)
     tuned.written = written
     return tuned
+
+
+def _ray_options(args, after: str):
+    """RayOptions for --ray [ADDRESS], or None; an address without --ray is refused."""
+    if args.address and not args.ray:
+        raise EdgekitError(f"'{args.address}' after {after} is a Ray address, but --ray is not given", hint="add --ray, or remove it")
+    if not args.ray:
+        return None
+    from edgekit.recipe.distributed import RayOptions
+
+    return RayOptions(address=args.address, num_cpus=args.ray_cpus)
 
 
 DEFAULT_TUNE_TARGETS = ("onnxruntime:cpu", "openvino:cpu", "litert:cpu")

@@ -44,11 +44,16 @@ class RayOptions:
 def run_cells(options: RayOptions, recipe, source, inputs, validation, calibration, cache: Path, use_cache: bool, progress) -> list[dict]:
     """The matrix's rows: host-side work as Ray tasks, then the timings (see the module's docstring)."""
     cells = recipe.matrix.cells()
-    with connected(options) as ray:
-        prepared = _host_work(
-            ray, options, recipe, source, inputs, cells, validation, calibration, Path(cache).absolute(), use_cache, progress
-        )
+    prepared = prepare_cells(options, recipe, source, inputs, cells, validation, calibration, cache, use_cache, progress)
     return time_cells(prepared, progress)
+
+
+def prepare_cells(
+    options: RayOptions, recipe, source, inputs, cells, validation, calibration, cache: Path, use_cache: bool, progress
+) -> list[PreparedCell]:
+    """The host-side work of `cells` (format, precision, target) as Ray tasks, nothing timed: each its PreparedCell."""
+    with connected(options) as ray:
+        return _host_work(ray, options, recipe, source, inputs, cells, validation, calibration, Path(cache).absolute(), use_cache, progress)
 
 
 def import_ray():

@@ -25,6 +25,7 @@ from edgekit.isa import classify, half_precision_arithmetic, host_flags
 from edgekit.metrics.gate import Thresholds, check_row, failures, with_default_gates
 from edgekit.recipe.cache import publish
 from edgekit.recipe.cells import PreparedCell, prepare_cell, time_cell
+from edgekit.recipe.distributed import RayOptions, prepare_cells
 from edgekit.recipe.run import data_path, model_source, say
 from edgekit.recipe.schema import Recipe
 from edgekit.report.schema import new_report
@@ -36,6 +37,7 @@ LM_RUNS_PER_GENERATION = 20  # a language model's generation (prompt + new token
 TIMING_GATES = {"max_p50_ms": None, "max_p90_ms": None, "min_speedup": None}
 CHOSEN = "chosen"  # the folder of the chosen artifact in the tune's folder
 RECIPE_NAME = "chosen.yaml"
+UNTRIED = "not tried: the budget was spent"
 REBUILT = "rebuilt"  # where `edgekit run chosen.yaml` writes, in the tune's folder
 
 
@@ -72,8 +74,10 @@ def tune(
     default_gates: bool = True,
     use_cache: bool = True,
     progress: Callable[[str], None] | None = None,
+    ray: RayOptions | None = None,
 ) -> dict:
-    """Search `recipe`'s matrix x `thread_counts`; the tune report (rows of every candidate, the choice)."""
+    """Search `recipe`'s matrix x `thread_counts`; the tune report (rows of every candidate, the choice). `ray`: the
+    cells' host work (conversion, accuracy) as Ray tasks; the timings stay alone on their machine, here or on a board."""
     started = time.monotonic()
     deadline = started + budget_s if budget_s else math.inf
     workdir = Path(recipe.resolve(recipe.report.dir))
@@ -82,19 +86,17 @@ def tune(
     validation = data_path(recipe.resolve(recipe.validation.path), workdir, layout)
     calibration = data_path(recipe.resolve(recipe.calibration.path), workdir, layout)
     gates = Gates(recipe.gates, default_gates)
-    ruled_out, alive = [], []
+    ruled_out, worth = [], []
     for fmt, precision, target in recipe.matrix.cells():
-        if time.monotonic() > deadline:
-            ruled_out.append(
-                _row({"format": fmt, "precision": precision, "target": target, "status": "not tried"}, "untried", "the budget was spent")
-            )
-            continue
         skipped = not_worth_converting(fmt, precision, target, recipe.gates, host_flags())
         if skipped:
             ruled_out.append(_row({"format": fmt, "precision": precision, "target": target, "status": "not tried"}, "skipped", skipped))
-            continue
-        say(progress, f"{fmt} {precision} on {target}: convert and validate")
-        cell = prepare_cell(recipe, source, inputs, fmt, precision, target, validation, calibration, workdir / ".cache", use_cache)
+        else:
+            worth.append((fmt, precision, target))
+    work = (recipe, source, inputs, worth, validation, calibration, workdir / ".cache", use_cache, progress)
+    prepared = prepare_cells(ray, *work) if ray else _prepare_here(*work, deadline)
+    alive = []
+    for cell in prepared:
         dropped = _ruled_out(cell, gates)
         if dropped:
             ruled_out.append(dropped)
@@ -169,11 +171,27 @@ def not_worth_converting(fmt: str, precision: str, target: str, gates: Threshold
     return None
 
 
+def _prepare_here(
+    recipe, source, inputs, cells, validation, calibration, cache: Path, use_cache: bool, progress, deadline: float
+) -> list[PreparedCell]:
+    """Each cell's host work in this process, one after the other; once the time is up, the rest are not tried."""
+    prepared = []
+    for fmt, precision, target in cells:
+        if time.monotonic() > deadline:
+            prepared.append(PreparedCell({"format": fmt, "precision": precision, "target": target}, failure=UNTRIED))
+            continue
+        say(progress, f"{fmt} {precision} on {target}: convert and validate")
+        prepared.append(prepare_cell(recipe, source, inputs, fmt, precision, target, validation, calibration, cache, use_cache))
+    return prepared
+
+
 def _ruled_out(cell: PreparedCell, gates: Gates) -> dict | None:
     """The row of a cell no timing can make pass (failed, misses a gate of accuracy, fidelity or size, or int8 that
     runs no MAC in int8), or None for a cell worth timing."""
     from edgekit.validation.validate import summary_row
 
+    if cell.failure == UNTRIED:
+        return _row({**cell.base, "status": "not tried"}, "untried", "the budget was spent")
     if cell.failure:
         return _row({**cell.base, "status": cell.failure}, "failed", cell.failure.removeprefix("failed: "))
     row = {**summary_row(cell.report), **cell.base, **cell.sizes, "cached": cell.cached, "threads": None}

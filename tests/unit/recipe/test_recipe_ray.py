@@ -74,9 +74,13 @@ MATRIX = "{formats: [onnx], precisions: [fp32, int8], targets: {onnx: [onnxrunti
 
 
 @pytest.fixture(scope="module")
-def runs(local_ray, tmp_path_factory, small_test_npz):
+def root(tmp_path_factory):
+    return tmp_path_factory.mktemp("ray-recipe")
+
+
+@pytest.fixture(scope="module")
+def runs(local_ray, root, small_test_npz):
     """The same recipe serially and with --ray (each in its own folder), then --ray again."""
-    root = tmp_path_factory.mktemp("ray-recipe")
     serial = run_recipe(_recipe(root / "serial", "{path: zoo:fashion-cnn}", small_test_npz, MATRIX))
     recipe = _recipe(root / "ray", "{path: zoo:fashion-cnn}", small_test_npz, MATRIX)
     first = run_recipe(recipe, ray=RayOptions())
@@ -157,3 +161,16 @@ def test_tasks_ask_for_what_the_cluster_can_give():
     assert "num_gpus" not in task_resources("tensorrt", "int8", "tensorrt:cuda", RayOptions(), cpu_only)  # runs, fails as serially
     assert task_resources("tensorrt", "int8", "tensorrt:cuda", RayOptions(), with_gpu)["num_gpus"] == 1
     assert task_resources("torch", "fp32", "torch:cuda[dtype=fp16]", RayOptions(), with_gpu)["num_gpus"] == 1
+
+
+def test_tune_does_its_host_work_on_ray_and_its_timings_here(runs, root, small_test_npz):
+    """`edgekit tune --ray` on the --ray run's recipe (its cache: nothing converted again): the cells validated by Ray
+    workers, the candidates timed in this process's machine after them, the CUDA cells failed alone."""
+    from edgekit.recipe.tune import tune
+
+    report = tune(_recipe(root / "ray", "{path: zoo:fashion-cnn}", small_test_npz, MATRIX), (1,), ray=RayOptions())
+    timed = [r for r in report["rows"] if r["tune"]["rounds"]]
+    assert {r["precision"] for r in timed} == {"fp32", "int8"} and all(r["cached"] for r in timed)
+    assert all(r["host_work"]["pid"] != os.getpid() and r["timed_on"]["pid"] == os.getpid() for r in timed)
+    assert [r["tune"]["stage"] for r in report["rows"] if r["target"] == "onnxruntime:cuda"] == ["failed", "failed"]
+    assert report["choice"]["target"] == "onnxruntime:cpu"
