@@ -29,6 +29,7 @@ from edgekit.recipe.distributed import RayOptions, prepare_cells
 from edgekit.recipe.run import data_path, model_source, say
 from edgekit.recipe.schema import Recipe
 from edgekit.report.schema import new_report
+from edgekit.validation.regression import CpuWindow, Interference
 
 SCHEMA = "tune"
 FIRST_RUNS = 10  # timed runs of successive halving's first round
@@ -104,9 +105,7 @@ def tune(
             alive += [Candidate(cell, threads) for threads in thread_counts]
     timed = [*alive]
     finalists = successive_halving(alive, recipe.latency, deadline, progress)
-    for candidate in finalists:
-        _time(candidate, recipe.latency.warmup, recipe.latency.runs, progress)
-        candidate.stage = "finalist" if candidate.stage != "failed" else "failed"
+    warnings = [_final_timing(c, recipe.latency, progress) for c in finalists]
     for candidate in timed:
         gates.judge(candidate)
     chosen = min((c for c in finalists if c.stage == "finalist" and c.row["passed"]), key=Candidate.speed, default=None)
@@ -115,6 +114,7 @@ def tune(
         chosen.row["published"] = str(publish(Path(chosen.row["artifact"]), workdir / CHOSEN)) if chosen.row.get("artifact") else None
     rows = sorted((_candidate_row(c) for c in timed), key=_order) + ruled_out
     report = new_report(SCHEMA, ("torch", "onnxruntime", "openvino", "ai-edge-litert", "tensorflow-cpu"))
+    report["warnings"] += [w for w in warnings if w]
     report.update(
         model=recipe.model.path,
         data={"validation": validation, "calibration": calibration},
@@ -243,15 +243,43 @@ def _time_round(candidates: list[Candidate], warmup: int, runs: int, progress) -
     for runtime, group in by_runtime.items():
         say(progress, f"{len(group)} candidates on {runtime}: {runs} timed runs each")
         cells = [_timed_cell(c, warmup, runs) for c in group]
-        measured = bench_each([timing_job(cell.report, cell.request, cell.feeds) for cell in cells])
+        with CpuWindow() as window:
+            measured = bench_each([timing_job(cell.report, cell.request, cell.feeds) for cell in cells])
         for candidate, cell, result in zip(group, cells, measured, strict=True):
-            _record(candidate, time_cell(cell, result), runs)
+            _record(candidate, time_cell(cell, result), runs, window.shares)
+
+
+def _final_timing(candidate: Candidate, latency, progress) -> str | None:
+    """A finalist timed with the full protocol, again once if other processes or the hypervisor took the CPU meanwhile;
+    a warning when both timings were disturbed."""
+    for _ in range(2):
+        _time(candidate, latency.warmup, latency.runs, progress)
+        if candidate.stage == "failed":
+            return None
+        if not disturbed(candidate.rounds[-1]):
+            break
+    candidate.stage = "finalist"
+    if disturbed(candidate.rounds[-1]):
+        return f"{candidate.name()} was timed while {_disturbance(candidate.rounds[-1])}: its p50 may be too slow; tune again on a quiet machine"
+    return None
+
+
+def disturbed(round_: dict) -> bool:
+    """Whether a timing shared the CPU: other processes took more than Interference's others_change, or steal its share."""
+    limits = Interference()
+    return round_.get("others", 0.0) > limits.others_change or round_.get("steal", 0.0) > limits.steal
+
+
+def _disturbance(round_: dict) -> str:
+    return f"other processes took {round_.get('others', 0):.0%} of the CPU and the hypervisor stole {round_.get('steal', 0):.0%}"
 
 
 def _time(candidate: Candidate, warmup: int, runs: int, progress) -> None:
     """One timing of a candidate in a fresh process of its own, alone on its machine."""
     say(progress, f"{candidate.name()}: {runs} timed runs")
-    _record(candidate, time_cell(_timed_cell(candidate, warmup, runs)), runs)
+    with CpuWindow() as window:
+        row = time_cell(_timed_cell(candidate, warmup, runs))
+    _record(candidate, row, runs, window.shares)
 
 
 def _timed_cell(candidate: Candidate, warmup: int, runs: int) -> PreparedCell:
@@ -259,13 +287,14 @@ def _timed_cell(candidate: Candidate, warmup: int, runs: int) -> PreparedCell:
     return replace(cell, request=_with_timing(cell.request, candidate.threads, warmup, runs), report=copy.deepcopy(cell.report))
 
 
-def _record(candidate: Candidate, row: dict, runs: int) -> None:
-    """A timing's row kept as the candidate's latest, at the candidate's thread count."""
+def _record(candidate: Candidate, row: dict, runs: int, shares: dict) -> None:
+    """A timing's row kept as the candidate's latest, at the candidate's thread count, with the CPU share others took
+    meanwhile (`others`, `steal`)."""
     candidate.row = {**row, "threads": candidate.threads}
     if row["status"] != "ok":
         candidate.stage, candidate.why = "failed", row["status"]
         return
-    candidate.rounds.append({"runs": runs, "p50_ms": row.get("p50_ms"), "ms_per_item": ms_per_item(row)})
+    candidate.rounds.append({"runs": runs, "p50_ms": row.get("p50_ms"), "ms_per_item": ms_per_item(row), **shares})
 
 
 def _with_timing(request, threads: int, warmup: int, runs: int):

@@ -115,12 +115,23 @@ def _neighbours(before: tuple | None, after: tuple | None, own_seconds: float) -
     return {"others": round(max(0.0, total - idle - steal - ours) / total, 4), "steal": round(steal / total, 4)}
 
 
+class CpuWindow:
+    """The shares of the CPU time other processes took and the hypervisor stole during a block (`.shares`, filled on
+    leaving it: empty where /proc/stat cannot say)."""
+
+    def __enter__(self) -> CpuWindow:
+        self.before, self.own, self.shares = _cpu_jiffies(), _own_cpu_seconds(), {}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shares = _neighbours(self.before, _cpu_jiffies(), _own_cpu_seconds() - self.own)
+
+
 def _timed(source: ModelSource, settings: BenchSettings) -> dict:
     state = machine_state()
-    before, own = _cpu_jiffies(), _own_cpu_seconds()
-    result = bench(source, settings)
-    window = _neighbours(before, _cpu_jiffies(), _own_cpu_seconds() - own)
-    return {"p50_ms": result.latency.p50, "min_ms": min(result.times_ms), **state, **window}
+    with CpuWindow() as window:
+        result = bench(source, settings)
+    return {"p50_ms": result.latency.p50, "min_ms": min(result.times_ms), **state, **window.shares}
 
 
 def timing_round(old: ModelSource, new: ModelSource, settings: BenchSettings, statistic: str = "min") -> dict:
