@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from edgekit.conversion import TEXT_GENERATION
 from edgekit.isa import classify, half_precision_arithmetic, host_flags
 from edgekit.metrics.gate import Thresholds, check_row, failures, with_default_gates
 from edgekit.recipe.cache import publish
@@ -34,6 +35,7 @@ from edgekit.validation.regression import CpuWindow, Interference
 SCHEMA = "tune"
 FIRST_RUNS = 10  # timed runs of successive halving's first round
 FINALISTS = 2  # timed with the full protocol
+SCREEN_SAMPLES = 500  # validation samples each cell is first judged on; the finalists then on all of them
 LM_RUNS_PER_GENERATION = 20  # a language model's generation (prompt + new tokens) counts as this many runs
 TIMING_GATES = {"max_p50_ms": None, "max_p90_ms": None, "min_speedup": None}
 CHOSEN = "chosen"  # the folder of the chosen artifact in the tune's folder
@@ -68,6 +70,24 @@ def ms_per_item(row: dict) -> float:
     return 1000.0 / row["tokens_per_s"] if row.get("tokens_per_s") else math.inf
 
 
+@dataclass(frozen=True)
+class Work:
+    """What a cell's host work needs: the recipe (screening's or the full one), its model and data, the cache."""
+
+    recipe: Recipe
+    source: object
+    inputs: tuple
+    validation: str | None
+    calibration: str | None
+    cache: Path
+    use_cache: bool
+    progress: Callable[[str], None] | None
+
+    def prepare(self, cell: tuple[str, str, str]) -> PreparedCell:
+        say(self.progress, f"{' '.join(cell[:2])} on {cell[2]}: convert and validate")
+        return prepare_cell(self.recipe, self.source, self.inputs, *cell, self.validation, self.calibration, self.cache, self.use_cache)
+
+
 def tune(
     recipe: Recipe,
     thread_counts: tuple[int, ...],
@@ -84,27 +104,17 @@ def tune(
     workdir = Path(recipe.resolve(recipe.report.dir))
     workdir.mkdir(parents=True, exist_ok=True)
     source, inputs, layout = model_source(recipe)
-    validation = data_path(recipe.resolve(recipe.validation.path), workdir, layout)
-    calibration = data_path(recipe.resolve(recipe.calibration.path), workdir, layout)
+    data = [data_path(recipe.resolve(section.path), workdir, layout) for section in (recipe.validation, recipe.calibration)]
+    full = Work(recipe, source, inputs, *data, workdir / ".cache", use_cache, progress)
+    screen = replace(full, recipe=screening(recipe))
     gates = Gates(recipe.gates, default_gates)
-    ruled_out, worth = [], []
-    for fmt, precision, target in recipe.matrix.cells():
-        skipped = not_worth_converting(fmt, precision, target, recipe.gates, host_flags())
-        if skipped:
-            ruled_out.append(_row({"format": fmt, "precision": precision, "target": target, "status": "not tried"}, "skipped", skipped))
-        else:
-            worth.append((fmt, precision, target))
-    work = (recipe, source, inputs, worth, validation, calibration, workdir / ".cache", use_cache, progress)
-    prepared = prepare_cells(ray, *work) if ray else _prepare_here(*work, deadline)
-    alive = []
-    for cell in prepared:
-        dropped = _ruled_out(cell, gates)
-        if dropped:
-            ruled_out.append(dropped)
-        else:
-            alive += [Candidate(cell, threads) for threads in thread_counts]
+    ruled_out, worth = _worth_converting(recipe)
+    prepared = prepare_cells(ray, *_ray_arguments(screen, worth)) if ray else _prepare_here(screen, worth, deadline)
+    dropped, alive = _screen(prepared, gates, thread_counts, optimistic=screen.recipe is not recipe)
     timed = [*alive]
     finalists = successive_halving(alive, recipe.latency, deadline, progress)
+    if screen.recipe is not recipe:
+        finalists = _confirmed(finalists, timed, full, gates)
     warnings = [_final_timing(c, recipe.latency, progress) for c in finalists]
     for candidate in timed:
         gates.judge(candidate)
@@ -112,12 +122,12 @@ def tune(
     if chosen:
         chosen.stage, chosen.why = CHOSEN, "the fastest finalist that passes every gate"
         chosen.row["published"] = str(publish(Path(chosen.row["artifact"]), workdir / CHOSEN)) if chosen.row.get("artifact") else None
-    rows = sorted((_candidate_row(c) for c in timed), key=_order) + ruled_out
+    rows = sorted((_candidate_row(c) for c in timed), key=_order) + dropped + ruled_out
     report = new_report(SCHEMA, ("torch", "onnxruntime", "openvino", "ai-edge-litert", "tensorflow-cpu"))
     report["warnings"] += [w for w in warnings if w]
     report.update(
         model=recipe.model.path,
-        data={"validation": validation, "calibration": calibration},
+        data={"validation": data[0], "calibration": data[1], "screening_samples": screen.recipe.validation.limit},
         thresholds=with_default_gates(recipe.gates, default_gates).to_dict(),
         requested_thresholds=recipe.gates.to_dict(),
         default_gates=default_gates,
@@ -138,6 +148,71 @@ def tune(
         },
     )
     return report
+
+
+def _ray_arguments(work: Work, cells: list[tuple]) -> tuple:
+    """prepare_cells' arguments for `cells` of `work`."""
+    return work.recipe, work.source, work.inputs, cells, work.validation, work.calibration, work.cache, work.use_cache, work.progress
+
+
+def screening(recipe: Recipe) -> Recipe:
+    """The recipe the cells are first validated by: at most SCREEN_SAMPLES of the validation data (the seeded subset
+    `--limit` takes); the finalists are then validated on all of it. A language model's is its own."""
+    limit = recipe.validation.limit
+    if recipe.convert.task == TEXT_GENERATION or (limit is not None and limit <= SCREEN_SAMPLES):
+        return recipe
+    return replace(recipe, validation=replace(recipe.validation, limit=SCREEN_SAMPLES))
+
+
+def _worth_converting(recipe: Recipe) -> tuple[list[dict], list[tuple]]:
+    """The rows of the cells not worth converting (not_worth_converting), and the other cells."""
+    skipped, worth = [], []
+    for fmt, precision, target in recipe.matrix.cells():
+        why = not_worth_converting(fmt, precision, target, recipe.gates, host_flags())
+        if why:
+            skipped.append(_row({"format": fmt, "precision": precision, "target": target, "status": "not tried"}, "skipped", why))
+        else:
+            worth.append((fmt, precision, target))
+    return skipped, worth
+
+
+def _screen(
+    prepared: list[PreparedCell], gates: Gates, thread_counts: tuple[int, ...], optimistic: bool
+) -> tuple[list[dict], list[Candidate]]:
+    """The rows of the cells no timing can save, and the candidates (each other cell at each thread count); on a
+    screening sample (`optimistic`), a cell is dropped only where the favourable end of each interval misses too."""
+    dropped, alive = [], []
+    for cell in prepared:
+        row = _ruled_out(cell, gates, optimistic)
+        if row:
+            dropped.append(row)
+        else:
+            alive += [Candidate(cell, threads) for threads in thread_counts]
+    return dropped, alive
+
+
+def _confirmed(finalists: list[Candidate], timed: list[Candidate], full: Work, gates: Gates) -> list[Candidate]:
+    """The finalists validated on all the data (once per cell); one that misses a gate there is dropped and the next
+    fastest candidate takes its place, until FINALISTS hold or none is left."""
+    order = finalists + sorted((c for c in timed if c.stage == "halved"), key=Candidate.speed)
+    validated: dict[tuple, PreparedCell] = {}
+    kept = []
+    for candidate in order:
+        if len(kept) == FINALISTS:
+            break
+        key = tuple(candidate.cell.base.values())
+        if key not in validated:  # a screening that saw all of the data stands; else the cell is validated on all of it
+            saw_all = (candidate.cell.report.get("data") or {}).get("samples", 0) < SCREEN_SAMPLES
+            validated[key] = candidate.cell if saw_all else full.prepare(key)
+        candidate.cell = validated[key]
+        missed = _ruled_out(candidate.cell, gates)  # strictly now: the metric itself, not its interval's favourable end
+        if missed:
+            candidate.row, candidate.stage = {**missed, "threads": candidate.threads}, "dropped"
+            candidate.why = f"{missed['tune']['why']} (on all the validation data)"
+            continue
+        candidate.stage, candidate.why = "timed", None
+        kept.append(candidate)
+    return kept
 
 
 @dataclass(frozen=True)
@@ -171,23 +246,21 @@ def not_worth_converting(fmt: str, precision: str, target: str, gates: Threshold
     return None
 
 
-def _prepare_here(
-    recipe, source, inputs, cells, validation, calibration, cache: Path, use_cache: bool, progress, deadline: float
-) -> list[PreparedCell]:
+def _prepare_here(work: Work, cells: list[tuple], deadline: float) -> list[PreparedCell]:
     """Each cell's host work in this process, one after the other; once the time is up, the rest are not tried."""
     prepared = []
-    for fmt, precision, target in cells:
+    for cell in cells:
         if time.monotonic() > deadline:
-            prepared.append(PreparedCell({"format": fmt, "precision": precision, "target": target}, failure=UNTRIED))
-            continue
-        say(progress, f"{fmt} {precision} on {target}: convert and validate")
-        prepared.append(prepare_cell(recipe, source, inputs, fmt, precision, target, validation, calibration, cache, use_cache))
+            prepared.append(PreparedCell(dict(zip(("format", "precision", "target"), cell, strict=True)), failure=UNTRIED))
+        else:
+            prepared.append(work.prepare(cell))
     return prepared
 
 
-def _ruled_out(cell: PreparedCell, gates: Gates) -> dict | None:
+def _ruled_out(cell: PreparedCell, gates: Gates, optimistic: bool = False) -> dict | None:
     """The row of a cell no timing can make pass (failed, misses a gate of accuracy, fidelity or size, or int8 that
-    runs no MAC in int8), or None for a cell worth timing."""
+    runs no MAC in int8), or None for a cell worth timing. `optimistic`: judged by the favourable end of each metric's
+    95% interval (a screening sample misses only where more data could not save it)."""
     from edgekit.validation.validate import summary_row
 
     if cell.failure == UNTRIED:
@@ -195,7 +268,7 @@ def _ruled_out(cell: PreparedCell, gates: Gates) -> dict | None:
     if cell.failure:
         return _row({**cell.base, "status": cell.failure}, "failed", cell.failure.removeprefix("failed: "))
     row = {**summary_row(cell.report), **cell.base, **cell.sizes, "cached": cell.cached, "threads": None}
-    results = check_row(row, gates.of(row, timed=False))
+    results = check_row(favourable(row) if optimistic else row, gates.of(row, timed=False))
     row["gates"] = [r.to_dict() for r in results]
     missed = failures(results)
     if missed:
@@ -203,6 +276,20 @@ def _ruled_out(cell: PreparedCell, gates: Gates) -> dict | None:
     if row["precision"] == "int8" and row.get("int8_coverage") == 0:
         return _row(row, "dropped", "no multiply-accumulate runs in int8 on this runtime: it cannot be faster than fp32")
     return None
+
+
+# Each metric with a 95% interval, and which end of it favours the artifact: (key, interval key, end).
+INTERVALS = (
+    ("drop_points", "drop_points_ci95", 0),
+    ("agreement", "agreement_ci95", 1),
+    ("top1_agreement", "top1_agreement_ci95", 1),
+    ("ppl_ratio", "ppl_ratio_ci95", 0),
+)
+
+
+def favourable(row: dict) -> dict:
+    """`row` with each metric at the end of its 95% interval that favours the artifact."""
+    return {**row, **{key: row[ci][end] for key, ci, end in INTERVALS if row.get(key) is not None and row.get(ci)}}
 
 
 def _row(row: dict, stage: str, why: str) -> dict:

@@ -1,5 +1,5 @@
 """`edgekit tune` on the committed FashionCNN and real Fashion-MNIST images: ONNX Runtime and OpenVINO, fp32 and int8,
-one and two threads. The gate asks for outputs closer to the reference's than int8 gives, so the int8 cells are dropped
+one and two threads, 600 validation images (500 to screen each cell, all 600 for the finalists). The gate asks for outputs closer to the reference's than int8 gives, so the int8 cells are dropped
 before any timing; the fp32 candidates are timed by successive halving, and the choice is the fastest finalist. One
 tune serves the module; the other runs reuse its conversions (the same folder's cache)."""
 
@@ -15,14 +15,15 @@ import pytest
 
 from edgekit.metrics.gate import Thresholds
 from edgekit.metrics.latency import median_interval
-from edgekit.recipe.tune import closest, not_worth_converting
+from edgekit.recipe.tune import closest, disturbed, favourable, not_worth_converting
 from edgekit.report.html import gate_level
 from edgekit.report.schema import load_json
 from tests.conftest import assert_clean_error, run_cli
 
 pytestmark = pytest.mark.e2e
-SPACE = ("--target", "onnxruntime:cpu,openvino:cpu", "--precisions", "fp32,int8", "--threads", "1,2", "--limit", "300")
+SPACE = ("--target", "onnxruntime:cpu,openvino:cpu", "--precisions", "fp32,int8", "--threads", "1,2", "--limit", "600")
 GATE = ("--min-cosine", "0.99999")  # int8's logits are at cosine ~0.9995 of the reference's here; fp32's at 1 - 1e-7
+SCREEN = 500  # each cell is judged on the first 500 of the 600 samples; the finalists on all 600
 
 
 def _tune(folder: Path, *extra: str):
@@ -72,6 +73,8 @@ def test_successive_halving_times_the_finalists_with_the_full_protocol_and_choos
         assert [round_["runs"] for round_ in row["tune"]["rounds"]] == [10, 40] and len(row["times_ms"]) == 40
         low, high = row["p50_ms_ci95"]
         assert low <= row["p50_ms"] <= high and row["passed"]
+    assert report["data"]["screening_samples"] == SCREEN
+    assert [r["samples"] for r in finalists] == [600, 600] and {r["samples"] for r in halved} == {SCREEN}
     (chosen,) = [r for r in finalists if r["tune"]["stage"] == "chosen"]
     assert chosen["p50_ms"] == min(r["p50_ms"] for r in finalists)
     slowest_kept = max(r["tune"]["rounds"][0]["p50_ms"] for r in finalists)
@@ -140,6 +143,17 @@ def test_fp16_is_not_converted_for_a_cpu_without_half_precision_arithmetic():
     assert not_worth_converting("onnx", "fp16", "onnxruntime:cpu", Thresholds(max_size_mb=1.0), avx2) is None  # its smaller file may pass
     assert not_worth_converting("onnx", "fp16", "onnxruntime:cuda", Thresholds(), avx2) is None
     assert not_worth_converting("onnx", "fp32", "onnxruntime:cpu", Thresholds(), avx2) is None
+
+
+def test_a_screening_sample_drops_a_cell_only_where_more_data_could_not_save_it():
+    row = {"drop_points": 1.4, "drop_points_ci95": [0.6, 2.2], "agreement": 98.0, "agreement_ci95": [97.1, 98.8], "cosine": 0.99}
+    assert favourable(row) == {**row, "drop_points": 0.6, "agreement": 98.8}  # the ends that favour the artifact
+    assert favourable({"drop_points": None, "cosine": 0.9}) == {"drop_points": None, "cosine": 0.9}
+
+
+def test_a_timing_that_shared_the_cpu_is_disturbed():
+    assert disturbed({"others": 0.4, "steal": 0.0}) and disturbed({"others": 0.0, "steal": 0.2})
+    assert not disturbed({"others": 0.02, "steal": 0.0}) and not disturbed({})  # no /proc/stat: nothing to say
 
 
 def test_closest_prefers_the_fewest_missed_gates_then_the_smallest_shortfall():
