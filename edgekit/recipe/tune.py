@@ -30,6 +30,7 @@ from edgekit.recipe.distributed import RayOptions, prepare_cells
 from edgekit.recipe.run import data_path, model_source, say
 from edgekit.recipe.schema import Recipe
 from edgekit.report.schema import new_report
+from edgekit.targets import device_name
 from edgekit.validation.regression import CpuWindow, Interference
 
 SCHEMA = "tune"
@@ -82,8 +83,11 @@ class Work:
     cache: Path
     use_cache: bool
     progress: Callable[[str], None] | None
+    ray: RayOptions | None = None  # the host work as Ray tasks
 
     def prepare(self, cell: tuple[str, str, str]) -> PreparedCell:
+        if self.ray:
+            return prepare_cells(self.ray, *_ray_arguments(self, [cell]))[0]
         say(self.progress, f"{' '.join(cell[:2])} on {cell[2]}: convert and validate")
         return prepare_cell(self.recipe, self.source, self.inputs, *cell, self.validation, self.calibration, self.cache, self.use_cache)
 
@@ -105,7 +109,7 @@ def tune(
     workdir.mkdir(parents=True, exist_ok=True)
     source, inputs, layout = model_source(recipe)
     data = [data_path(recipe.resolve(section.path), workdir, layout) for section in (recipe.validation, recipe.calibration)]
-    full = Work(recipe, source, inputs, *data, workdir / ".cache", use_cache, progress)
+    full = Work(recipe, source, inputs, *data, workdir / ".cache", use_cache, progress, ray)
     screen = replace(full, recipe=screening(recipe))
     gates = Gates(recipe.gates, default_gates)
     ruled_out, worth = _worth_converting(recipe)
@@ -238,8 +242,6 @@ def not_worth_converting(fmt: str, precision: str, target: str, gates: Threshold
     """Why a cell cannot win before it is even converted, or None: fp16 on this machine's CPU (its `flags`) without
     half-precision arithmetic runs in fp32, never faster than the fp32 cell (kept when a size gate may need its smaller
     file)."""
-    from edgekit.targets import device_name
-
     on_host_cpu = target.partition(":")[2].partition("[")[0] == "cpu" and not device_name(target)
     if precision == "fp16" and on_host_cpu and gates.max_size_mb is None and not half_precision_arithmetic(flags):
         return f"this CPU ({classify(set(flags), platform.machine()).name}) has no half-precision arithmetic: fp16 runs in fp32 here, never faster than fp32"
@@ -316,7 +318,6 @@ def successive_halving(alive: list[Candidate], latency, deadline: float, progres
 def _time_round(candidates: list[Candidate], warmup: int, runs: int, progress) -> None:
     """A round of short timings: the candidates of one runtime one after the other in one fresh process; a board's
     and a language model's each in a process of its own, as the full protocol times them."""
-    from edgekit.targets import device_name
     from edgekit.validation.benchmark import bench_each
     from edgekit.validation.validate import ValidationRequest, timing_job
 
@@ -366,7 +367,8 @@ def _time(candidate: Candidate, warmup: int, runs: int, progress) -> None:
     say(progress, f"{candidate.name()}: {runs} timed runs")
     with CpuWindow() as window:
         row = time_cell(_timed_cell(candidate, warmup, runs))
-    _record(candidate, row, runs, window.shares)
+    on_host = not device_name(candidate.cell.base["target"])  # a board's timing is its own: this machine's load says nothing
+    _record(candidate, row, runs, window.shares if on_host else {})
 
 
 def _timed_cell(candidate: Candidate, warmup: int, runs: int) -> PreparedCell:
@@ -410,7 +412,19 @@ def _choice(chosen: Candidate | None) -> dict | None:
     if chosen is None:
         return None
     row = chosen.row
-    keys = ("format", "precision", "target", "threads", "artifact", "published", "p50_ms", "p50_ms_ci95", "metric", "agreement")
+    keys = (
+        "format",
+        "precision",
+        "target",
+        "threads",
+        "artifact",
+        "published",
+        "p50_ms",
+        "p50_ms_ci95",
+        "tokens_per_s",
+        "metric",
+        "agreement",
+    )
     return {key: row.get(key) for key in keys}
 
 

@@ -41,11 +41,18 @@ def print_tune(result: dict, written) -> None:
     if choice:
         threads = f"{choice['threads']} thread{'s' if choice['threads'] > 1 else ''}"
         console.print(
-            f"[bold green]chosen: {escape(choice['format'])} {escape(choice['precision'])} on {escape(choice['target'])}, {threads}: "
-            f"p50 {choice['p50_ms']:.3f} ms[/] ({measured}); {escape(str(choice.get('published') or choice['artifact']))}"
+            f"[bold green]chosen: {escape(choice['format'])} {escape(choice['precision'])} on {escape(choice['target'])}, {threads}"
+            f"{_speed(choice)}[/] ({measured}); {escape(str(choice.get('published') or choice['artifact']))}"
         )
     else:
         console.print(f"[bold red]nothing passes the gates[/] ({measured})")
+
+
+def _speed(choice: dict) -> str:
+    """': p50 0.154 ms', or a language model's decode speed."""
+    if choice.get("p50_ms") is not None:
+        return f": p50 {choice['p50_ms']:.3f} ms"
+    return f": {choice['tokens_per_s']:.1f} tokens/s" if choice.get("tokens_per_s") else ""
 
 
 def print_gate_check(result: dict) -> None:
