@@ -70,7 +70,9 @@ def test_successive_halving_times_the_finalists_with_the_full_protocol_and_choos
     assert len(finalists) == 2 and len(halved) == 2  # 4 candidates: one round of 10 runs, the faster half to the finals
     assert all([round_["runs"] for round_ in r["tune"]["rounds"]] == [10] for r in halved)
     for row in finalists:
-        assert [round_["runs"] for round_ in row["tune"]["rounds"]] == [10, 40] and len(row["times_ms"]) == 40
+        rounds = row["tune"]["rounds"]
+        assert [round_["runs"] for round_ in rounds] in ([10, 40], [10, 40, 40]) and len(row["times_ms"]) == 40
+        assert len(rounds) == 2 or disturbed(rounds[1])  # a final timing is repeated only when the CPU was shared
         low, high = row["p50_ms_ci95"]
         assert low <= row["p50_ms"] <= high and row["passed"]
     assert report["data"]["screening_samples"] == SCREEN
