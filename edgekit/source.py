@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import importlib.util
+import json
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit import registry
 from edgekit.errors import ModelLoadError
-from edgekit.fileio import recover
+from edgekit.fileio import recover, sha256_of_file
 from edgekit.zoo.names import zoo_entry
 
 FAMILIES = registry.families()  # a source model's kind -> the format whose runtime runs it
@@ -133,3 +136,26 @@ def zoo_model(spec: str):
         return ModelSource(str(DATA_DIR / entry.target), SUFFIX_FORMATS[suffix], zoo=spec), entry.inputs, entry.layout
     weights = {"zoo:fashion-cnn": WEIGHTS, "zoo:fashion-gru": GRU_WEIGHTS, "zoo:fashion-vit": VIT_WEIGHTS}.get(spec)
     return ModelSource(entry.target, "torch-factory", weights, zoo=spec), entry.inputs, entry.layout
+
+
+def fingerprint(data: dict) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def source_fingerprint(source: ModelSource) -> dict:
+    """What identifies a model's content: file hashes (a factory: its module file and the weights)."""
+    if source.format == "torch-factory":
+        module = source.spec.rpartition(":")[0]
+        origin = module if module.endswith(".py") else getattr(importlib.util.find_spec(module), "origin", None)
+        return {"factory": source.spec, "code": file_hash(origin), "weights": file_hash(str(source.weights) if source.weights else None)}
+    return {"format": source.format, "content": file_hash(source.spec)}
+
+
+def file_hash(path: str | None) -> str | None:
+
+    if path is None or ":" in path and not Path(path).exists():
+        return path
+    p = Path(path)
+    if p.is_dir():
+        return fingerprint({str(f.relative_to(p)): sha256_of_file(f) for f in sorted(p.rglob("*")) if f.is_file()})
+    return sha256_of_file(p) if p.exists() else None

@@ -3,9 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
-import json
 import logging
 import os
 import socket
@@ -14,12 +11,11 @@ from pathlib import Path
 
 from edgekit.conversion import SUFFIXES, TEXT_GENERATION, CalibrationOptions, ConvertOptions
 from edgekit.errors import EdgekitError
-from edgekit.fileio import sha256_of_file
 from edgekit.machine import package_versions
 from edgekit.quantization.scheme import choose_scheme
 from edgekit.recipe.cache import cached_build
 from edgekit.recipe.schema import SOURCE_FORMATS
-from edgekit.source import ModelSource
+from edgekit.source import ModelSource, file_hash, fingerprint, source_fingerprint
 from edgekit.validation.benchmark import BenchSettings
 from edgekit.zoo.names import zoo_labels
 
@@ -198,26 +194,3 @@ def _int8_for(for_target: str) -> dict:
     scheme = choose_scheme(for_target).to_dict()
     scheme.pop("isa_from")  # how the class was named (this host, --for-target) does not change the artifact
     return scheme
-
-
-def fingerprint(data: dict) -> str:
-    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:20]
-
-
-def source_fingerprint(source: ModelSource) -> dict:
-    """What identifies a model's content: file hashes (a factory: its module file and the weights)."""
-    if source.format == "torch-factory":
-        module = source.spec.rpartition(":")[0]
-        origin = module if module.endswith(".py") else getattr(importlib.util.find_spec(module), "origin", None)
-        return {"factory": source.spec, "code": file_hash(origin), "weights": file_hash(str(source.weights) if source.weights else None)}
-    return {"format": source.format, "content": file_hash(source.spec)}
-
-
-def file_hash(path: str | None) -> str | None:
-
-    if path is None or ":" in path and not Path(path).exists():
-        return path
-    p = Path(path)
-    if p.is_dir():
-        return fingerprint({str(f.relative_to(p)): sha256_of_file(f) for f in sorted(p.rglob("*")) if f.is_file()})
-    return sha256_of_file(p) if p.exists() else None

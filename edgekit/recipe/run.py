@@ -15,10 +15,10 @@ from edgekit.metrics.coverage import why_size_only
 from edgekit.metrics.gate import check_row, failures, with_default_gates
 from edgekit.pruning import PruneOptions
 from edgekit.recipe.cache import cached_build, publish
-from edgekit.recipe.cells import artifact_path, file_hash, fingerprint, run_cell, source_fingerprint
+from edgekit.recipe.cells import artifact_path, run_cell
 from edgekit.recipe.schema import Recipe
 from edgekit.report.schema import new_report
-from edgekit.source import ModelSource, open_source, zoo_model
+from edgekit.source import ModelSource, file_hash, fingerprint, open_source, source_fingerprint, zoo_model
 from edgekit.zoo.names import TEXT, is_zoo, zoo_data
 
 log = logging.getLogger("edgekit")

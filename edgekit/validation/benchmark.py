@@ -141,8 +141,14 @@ def bench(
 
         return bench_on_device(source, settings, inputs, feeds)
     with progress.step(f"{source.name}: timing on {settings.target or 'its runtime'}"):
-        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-            return pool.submit(bench_in_process, source, settings, inputs, feeds).result()
+        return in_fresh_process(bench_in_process, source, settings, inputs, feeds)
+
+
+def in_fresh_process(function, *args):
+    """function(*args) in a fresh spawned process (not forked: nothing of this process's state or threads), its result
+    or its exception brought back."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(function, *args).result()
 
 
 def bench_each(jobs: list[tuple]) -> list[BenchResult | EdgekitError]:
@@ -150,8 +156,7 @@ def bench_each(jobs: list[tuple]) -> list[BenchResult | EdgekitError]:
     settings, inputs, feeds); a job's EdgekitError comes back in its place. For screening many short timings (tune's
     rounds, a process per runtime): the loads are no longer cold, and the peak RSS is the process's, not each one's."""
     with progress.step(f"timing {len(jobs)} artifacts in one process"):
-        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-            return pool.submit(_bench_each_in_process, jobs).result()
+        return in_fresh_process(_bench_each_in_process, jobs)
 
 
 def _bench_each_in_process(jobs: list[tuple]) -> list[BenchResult | EdgekitError]:

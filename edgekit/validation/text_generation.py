@@ -11,9 +11,7 @@ fresh spawned process, as every other bench.
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -33,6 +31,7 @@ from edgekit.provenance import model_size, read_provenance
 from edgekit.report.schema import new_report
 from edgekit.source import ModelSource
 from edgekit.targets.base import default_threads
+from edgekit.validation.benchmark import in_fresh_process
 from edgekit.zoo.names import zoo_text, zoo_tokenizer
 
 log = logging.getLogger("edgekit")
@@ -277,8 +276,7 @@ def add_lm_latency(report: dict, request: LMValidationRequest, prompt: np.ndarra
 def bench_lm(source: ModelSource, settings: GenerationSettings, prompt: np.ndarray | None = None) -> BenchResult:
     """Time to first token and decode tokens/s of one artifact, measured in a fresh spawned process."""
     with progress.step(f"{source.name}: timing prefill of {settings.prompt_len} tokens and {settings.new_tokens} decode steps"):
-        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-            return pool.submit(bench_lm_in_process, source, settings, prompt).result()
+        return in_fresh_process(bench_lm_in_process, source, settings, prompt)
 
 
 def bench_lm_in_process(source: ModelSource, settings: GenerationSettings, prompt: np.ndarray | None = None) -> BenchResult:
