@@ -34,11 +34,18 @@ def to_markdown(report: dict) -> str:
 
 
 def to_junit(report: dict) -> str:
-    """One testsuite; one testcase per (row, gate), plus one per failed cell."""
+    """One testsuite; one testcase per (row, gate), plus one per failed cell. A tune that chose a candidate: its gates,
+    and each other candidate one skipped testcase saying why it was not chosen (a CI fails only when nothing passes)."""
     suite = ET.Element("testsuite", name="edgekit", tests="0", failures="0", errors="0")
-    tests = fails = errors = 0
+    tests = fails = errors = skipped = 0
+    chose = report.get("kind") == "tune" and report.get("choice") is not None
     for row in report["rows"]:
-        classname = f"{row['format']}.{row['precision']}.{row['target']}"
+        classname = f"{row['format']}.{row['precision']}.{row['target']}" + (f".{row['threads']}threads" if "tune" in row else "")
+        if chose and row["tune"]["stage"] != "chosen":
+            case = ET.SubElement(suite, "testcase", classname=classname, name="tune")
+            ET.SubElement(case, "skipped", message=f"{row['tune']['stage']}: {row['tune'].get('why') or 'not the fastest'}")
+            tests, skipped = tests + 1, skipped + 1
+            continue
         if row["status"] != "ok":
             case = ET.SubElement(suite, "testcase", classname=classname, name="run")
             ET.SubElement(case, "error", message=row["status"])
@@ -53,6 +60,7 @@ def to_junit(report: dict) -> str:
     suite.set("tests", str(tests))
     suite.set("failures", str(fails))
     suite.set("errors", str(errors))
+    suite.set("skipped", str(skipped))
     return ET.tostring(suite, encoding="unicode", xml_declaration=True)
 
 

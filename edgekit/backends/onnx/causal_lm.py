@@ -15,6 +15,7 @@ from pathlib import Path
 from edgekit.backends.export_errors import quiet
 from edgekit.backends.onnx.nbits import ACCURACY_LEVEL, PROTOBUF_LIMIT, block_size, count, nbits_quantizer, save_onnx
 from edgekit.backends.onnx.nncf_weights import compress_int4
+from edgekit.backends.onnx.torchlib_registry import share_torchlib_registry
 from edgekit.errors import ConversionError
 
 
@@ -26,6 +27,7 @@ def export_onnx(model, shape, out: Path) -> None:
     from edgekit.backends.torch import causal_lm
 
     example, dynamic = causal_lm.export_inputs(shape)
+    share_torchlib_registry()
     with quiet(), torch.no_grad():
         try:
             torch.onnx.export(

@@ -20,6 +20,7 @@ import warnings
 from pathlib import Path
 
 from edgekit.backends.export_errors import HINTS, is_user_file, model_code, quiet, reason, where_text
+from edgekit.backends.onnx.torchlib_registry import share_torchlib_registry
 from edgekit.backends.routes import Route, Routing, first_route
 from edgekit.conversion import ConversionData, Converter, ConvertOptions
 
@@ -109,6 +110,7 @@ def _export_dynamo(job: Export, optimize: bool = True) -> tuple[str, dict]:
 
     from edgekit.backends.torch.loader import batch_dynamic_shapes
 
+    share_torchlib_registry()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from edgekit.metrics.latency import median_interval
 from edgekit.recipe.tune import closest, disturbed, favourable, not_worth_converting
 from edgekit.report.html import gate_level
 from edgekit.report.schema import load_json
+from edgekit.report.write import to_junit
 from tests.conftest import assert_clean_error, run_cli
 
 pytestmark = pytest.mark.e2e
@@ -87,6 +89,9 @@ def test_successive_halving_times_the_finalists_with_the_full_protocol_and_choos
     published = Path(choice["published"])
     assert published.parent == folder / "chosen" and published.read_bytes() == Path(chosen["artifact"]).read_bytes()
     assert f"chosen: {choice['format']} fp32 on {choice['target']}" in result.stdout
+    suite = ET.fromstring(to_junit(report))  # CI reads the choice's gates; the other candidates were not chosen, not failed
+    assert suite.get("failures") == "0" and suite.get("errors") == "0" and suite.get("skipped") == str(len(report["rows"]) - 1)
+    assert {c.find("skipped").get("message").split(":")[0] for c in suite if c.get("name") == "tune"} == {"finalist", "halved", "dropped"}
     assert "Accuracy vs p50 latency" in (folder / "report.html").read_text()
 
 
@@ -125,6 +130,7 @@ def test_nothing_passes_exits_2_naming_the_closest_candidate_and_what_it_missed(
     assert near["precision"] == "fp32" and "at least 1.5 allowed" in near["missed"][0], near
     assert "nothing passes; the closest" in result.stdout
     assert run_cli("gate", folder / "report.json", "--reports-only").code == 2
+    assert int(ET.fromstring(to_junit(report)).get("failures")) >= len(report["rows"])  # nothing chosen: every miss fails
 
 
 def test_bad_requests_get_one_clear_line(tmp_path):
