@@ -144,26 +144,30 @@ def pytest_configure(config):
         os.sched_setaffinity(0, set(cores[index % len(cores) :: count] or cores))
 
 
-# Seconds each of the slowest test files takes on one core (a 2-core Zen 4, x86-vnni, 2026-11-28; the four issue 56
-# made cheaper scaled by the CPU seconds each took before and after on a 2-core Zen 3, x86-avx2, 2026-11-29; `make test`
-# prints the slowest tests). `make test` hands files to its two workers in collection order (--no-loadscope-reorder), so
-# the longest go first and the short ones even out the end: with xdist's own order (most tests first) the longest files
-# came last and one worker ran alone for minutes.
+# Seconds each of the slowest test files took in a `make test` (one worker each, a 2-core AMD EPYC Zen 3, x86-avx2,
+# 2026-11-29; `make test` prints the slowest tests). `make test` hands files to its two workers in collection order
+# (--no-loadscope-reorder), so the longest go first and the short ones even out the end: with xdist's own order (most
+# tests first) the longest files came last and one worker ran alone for minutes.
 SLOW_FILES = {
-    "tests/unit/test_text_generation.py": 200,
-    "tests/unit/test_lm_sources.py": 110,
-    "tests/unit/backends/openvino/test_openvino.py": 120,
-    "tests/unit/backends/onnx/test_int8_rounding.py": 120,
-    "tests/unit/recipe/test_emit_recipe.py": 90,
-    "tests/e2e/test_demo.py": 85,
-    "tests/unit/backends/test_int8_detectors.py": 85,
-    "tests/cli/test_devices.py": 80,
-    "tests/unit/backends/test_int8_families.py": 70,
-    "tests/unit/backends/test_int8_coverage.py": 60,
-    "tests/cli/test_executorch.py": 55,
-    "tests/unit/test_isa_emulated.py": 50,
-    "tests/unit/recipe/test_recipe.py": 50,
-    "tests/unit/recipe/test_recipe_ray.py": 35,
+    "tests/unit/test_text_generation.py": 343,
+    "tests/unit/backends/openvino/test_openvino.py": 268,
+    "tests/unit/backends/onnx/test_int8_rounding.py": 244,
+    "tests/unit/backends/test_int8_detectors.py": 201,
+    "tests/cli/test_cli.py": 178,
+    "tests/cli/test_devices.py": 174,
+    "tests/unit/backends/test_int8_families.py": 167,
+    "tests/e2e/test_demo.py": 164,
+    "tests/unit/backends/tflite/test_keras_tflite.py": 129,
+    "tests/contract/test_backends.py": 110,
+    "tests/unit/backends/test_int8_coverage.py": 101,
+    "tests/unit/backends/torch/test_pt2e.py": 95,
+    "tests/unit/recipe/test_recipe_ray.py": 93,
+    "tests/unit/recipe/test_emit_recipe.py": 93,
+    "tests/unit/test_isa_emulated.py": 91,
+    "tests/unit/backends/test_executorch_routes.py": 83,
+    "tests/unit/test_lm_large.py": 79,
+    "tests/unit/backends/tflite/test_litert_accuracy.py": 77,
+    "tests/unit/recipe/test_recipe.py": 69,
 }
 
 
