@@ -75,6 +75,19 @@ class Samples:
         ids = None if self.ids is None else [self.ids[i] for i in picked]
         return Samples({k: v[picked] for k, v in self.arrays.items()}, labels, {}, dict(self.specs), ids)
 
+    def digest(self) -> str:
+        """A hash of the samples' bytes (each input's name, dtype, shape and values) and the layouts they are bound to:
+        what they are, wherever they came from. Object arrays (no bytes to hash) get a unique digest, so nothing keyed
+        on it is ever reused for them."""
+        digest = hashlib.blake2b(digest_size=16)
+        for name in sorted(self.arrays):
+            array = np.ascontiguousarray(self.arrays[name])
+            if array.dtype.hasobject:
+                return os.urandom(16).hex()
+            digest.update(f"{name}:{array.dtype}:{array.shape}:{self.specs[name].to_dict() if name in self.specs else None}".encode())
+            digest.update(array.reshape(-1).view(np.uint8))
+        return digest.hexdigest()
+
     def head(self, count: int) -> Samples:
         """The first `count` samples (a probe for sensitivity measurements), bound as these are."""
         return self if count >= len(self) else self.subset(slice(0, count))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from dataclasses import dataclass, field, replace
 
@@ -12,6 +11,7 @@ from edgekit import progress
 from edgekit.artifact import TensorSpec
 from edgekit.calibration import Samples, load_samples, random_samples
 from edgekit.errors import InputMismatchError
+from edgekit.memo import Kept
 from edgekit.metrics.compare import CHANGES_SHOWN, compare, is_classifier_output, paired_accuracy, run_batches
 from edgekit.metrics.coverage import share as coverage_share
 from edgekit.metrics.gate import Thresholds, check_row, failures, with_default_gates
@@ -25,10 +25,10 @@ from edgekit.targets import make_runner
 from edgekit.validation.benchmark import BenchSettings, bench, int8_coverage
 
 log = logging.getLogger("edgekit")
-# A process's reference outputs, by what makes them (every cell of a matrix compares against the same reference on the
-# same samples): at most this many bytes of them are kept, the oldest dropped first.
-REFERENCE_MEMO_BYTES = 1 << 30
-_reference_memo: dict[str, tuple[list[np.ndarray], list[str]]] = {}  # key -> (outputs, the names the runner gave them)
+# A process's reference outputs by what makes them (edgekit.memo): every cell of a matrix compares against the same
+# reference on the same samples. Outputs over REFERENCE_KEPT_BYTES are not kept.
+REFERENCE_KEPT_BYTES = 1 << 30
+_reference_outputs: Kept[tuple[list[np.ndarray], list[str]]] = Kept(entries=4)  # (outputs, the names the runner gave them)
 RANDOM_WARNING = "NO DATA GIVEN: inputs are uniform random. Fidelity on random inputs says little about real inputs, and there is no accuracy. Pass --data."
 
 
@@ -119,19 +119,14 @@ def evaluate(request: ValidationRequest) -> tuple[dict, dict[str, np.ndarray] | 
 def reference_outputs(source: ModelSource, reference, samples: Samples, batch: int) -> list[np.ndarray]:
     """The reference's outputs over `samples` (run_batches), computed once per process for the same model content,
     target, threads, batch and sample bytes: a matrix's cells all compare against one reference pass."""
-    if any(array.dtype.hasobject for array in samples.arrays.values()):
-        return run_batches(reference, samples, batch)
+
+    def run() -> tuple[list[np.ndarray], list[str]]:
+        return run_batches(reference, samples, batch), list(reference.output_names)
+
     key = _reference_key(source, reference, samples, batch)
-    if key in _reference_memo:
-        outputs, names = _reference_memo[key]
-        reference.output_names = reference.output_names or list(names)  # a runner that names its outputs as they come
-        return [out.copy() for out in outputs]
-    outputs = run_batches(reference, samples, batch)
-    if sum(out.nbytes for out in outputs) <= REFERENCE_MEMO_BYTES:
-        _reference_memo[key] = ([out.copy() for out in outputs], list(reference.output_names))
-        while sum(o.nbytes for outs, _ in _reference_memo.values() for o in outs) > REFERENCE_MEMO_BYTES:
-            del _reference_memo[next(iter(_reference_memo))]
-    return outputs
+    (outputs, names), _ = _reference_outputs.get_or_make(key, run, lambda made: sum(o.nbytes for o in made[0]) <= REFERENCE_KEPT_BYTES)
+    reference.output_names = reference.output_names or list(names)  # a runner that names its outputs as it runs them
+    return [out.copy() for out in outputs]  # the kept ones stay as they were, whatever the caller does with these
 
 
 def _same_run(request: ValidationRequest, artifact, reference) -> bool:
@@ -141,11 +136,6 @@ def _same_run(request: ValidationRequest, artifact, reference) -> bool:
 
 
 def _reference_key(source: ModelSource, reference, samples: Samples, batch: int) -> str:
-    digest = hashlib.blake2b(digest_size=16)
-    for name in sorted(samples.arrays):
-        array = np.ascontiguousarray(samples.arrays[name])
-        digest.update(f"{name}:{array.dtype}:{array.shape}".encode())
-        digest.update(array.reshape(-1).view(np.uint8))
     return fingerprint(
         {
             "source": source_fingerprint(source),
@@ -153,8 +143,7 @@ def _reference_key(source: ModelSource, reference, samples: Samples, batch: int)
             "threads": reference.threads,
             "batch": batch,
             "fixed_batch": reference.fixed_batch(),
-            "layout": {name: spec.to_dict() for name, spec in samples.specs.items()},
-            "samples": digest.hexdigest(),
+            "samples": samples.digest(),
         }
     )
 

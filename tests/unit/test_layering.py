@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2] / "edgekit"
 # Lowest first. A part is a top-level module or subpackage of edgekit, or a backend's folder (backends.<format>);
 # each belongs to one layer.
 LAYERS = (
-    ("core", {"errors", "artifact", "record", "fileio", "native", "progress", "imports", "isa", "machine", "emulation"}),
+    ("core", {"errors", "artifact", "record", "fileio", "native", "progress", "imports", "isa", "machine", "emulation", "memo"}),
     ("registry", {"registry", "commands"}),
     ("data", {"source", "zoo", "calibration", "provenance"}),
     ("metrics and reports", {"metrics", "report"}),

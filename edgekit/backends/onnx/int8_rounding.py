@@ -22,8 +22,13 @@ import numpy as np
 
 from edgekit.backends.onnx.loader import node_attribute
 from edgekit.backends.torch.layer_inputs import input_moments, mean_output_shift
+from edgekit.fileio import sha256_of_file
+from edgekit.memo import Kept
 from edgekit.quantization import pair_safe
 from edgekit.quantization.rounding import POSITIONS, SAMPLES, LayerStats, best_codes, output_error
+from edgekit.source import fingerprint
+
+_kept_statistics: Kept[dict] = Kept(entries=2)  # layer input statistics by model and samples (edgekit.memo)
 
 OPS = ("Conv", "Gemm", "MatMul")
 
@@ -44,7 +49,15 @@ def _layers(model) -> list:
 
 
 def input_statistics(model_path: Path, samples, count: int = SAMPLES, positions: int = POSITIONS, threads: int | None = None) -> dict:
-    """{weight name: LayerStats} of the float model, from one ONNX Runtime pass over `count` samples."""
+    """{weight name: LayerStats} of the float model, from one ONNX Runtime pass over `count` samples; kept for the
+    process by the model's bytes and the samples' (two int8 conversions of one model measure it once). Read-only."""
+    key = fingerprint(
+        {"model": sha256_of_file(Path(model_path)), "samples": samples.head(count).digest(), "at": [count, positions, threads]}
+    )
+    return _kept_statistics.get_or_make(key, lambda: _measured_statistics(model_path, samples, count, positions, threads))[0]
+
+
+def _measured_statistics(model_path: Path, samples, count: int, positions: int, threads: int | None) -> dict:
     import onnx
 
     from edgekit.backends.onnx.sensitivity import tensor_batches

@@ -20,10 +20,14 @@ from edgekit.backends.onnx.exponential_ops import exponential_chains
 from edgekit.backends.onnx.int8_rounding import WeightRounding
 from edgekit.conversion import ConversionData, Converter, ConvertOptions
 from edgekit.errors import ConversionError, EdgekitError
+from edgekit.fileio import sha256_of_file
 from edgekit.imports import import_attr
+from edgekit.memo import Kept
 from edgekit.quantization.scheme import Int8Scheme, choose_scheme
+from edgekit.source import fingerprint
 
 log = logging.getLogger("edgekit")
+_kept_calibrations: Kept[tuple[str, dict]] = Kept(entries=4)  # histogram calibration caches by model, samples, scheme
 ORDER_TOLERANCE = 1e-4  # the largest change of the float outputs, relative to their range, that a channel reordering may make
 
 
@@ -269,17 +273,33 @@ class StaticQuantizer:
         self._quantized: dict = {}  # float layers -> (the model quantize wrote for them, its rounding notes)
 
     def _calibrate(self) -> None:
-        """Fill the calibration cache once; for `histogram`, ONNX Runtime's minmax ranges then made L2-optimal."""
+        """Fill the calibration cache once; for `histogram`, ONNX Runtime's minmax ranges then made L2-optimal, kept for
+        the process by the model's bytes, the samples' and the scheme (two int8 conversions of one model calibrate once)."""
         if self.cache.exists() or self.options.calibration.method != "histogram":
             return
+        key = fingerprint(
+            {
+                "model": sha256_of_file(self.pre),
+                "samples": self.samples.digest(),
+                "scheme": self.scheme.to_dict(),
+                "per_tensor": self.options.per_tensor,
+            }
+        )
+        cache, notes = _kept_calibrations.get_or_make(key, self._histogram_ranges)[0]
+        self.cache.write_text(cache)
+        self.ranges_notes = dict(notes)
+
+    def _histogram_ranges(self) -> tuple[str, dict]:
+        """(the calibration cache's text, its notes): ONNX Runtime's minmax ranges made L2-optimal."""
         from edgekit.backends.onnx.activation_ranges import refine_cache
 
         _quantize_static(self.pre, self.workdir / "minmax.onnx", self.samples, self.options, self.scheme, [], self.cache)
         changed = refine_cache(self.cache, self.pre, self.samples, self.scheme.symmetric_activations)
-        self.ranges_notes = {
+        notes = {
             "activation_ranges": "L2-optimal from histograms of the calibration samples (backends.onnx.activation_ranges)",
             "tensors_narrowed": changed,
         }
+        return self.cache.read_text(), notes
 
     def quantize(self, keep_float: list[str], out: Path, float_activations: list[str] = ()) -> None:
         """`out`: every supported layer in int8 but `keep_float` and the user's --exclude, its weight codes and

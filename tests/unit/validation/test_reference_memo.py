@@ -20,7 +20,7 @@ def test_the_reference_runs_once_for_a_matrix_and_again_when_it_or_the_samples_c
     passes = []
     run_batches = v.run_batches
     monkeypatch.setattr(v, "run_batches", lambda runner, samples, batch: passes.append(len(samples)) or run_batches(runner, samples, batch))
-    monkeypatch.setattr(v, "_reference_memo", {})
+    v._reference_outputs.clear()
 
     same = _evaluate(fashion_onnx["fp32"], reference, small_test_npz, 300)
     int8 = _evaluate(fashion_onnx["int8"], reference, small_test_npz, 300)
@@ -41,7 +41,7 @@ def test_the_model_itself_on_the_references_runtime_is_run_once_for_both_sides(s
     monkeypatch.setattr(
         v, "run_batches", lambda runner, samples, batch: passes.append(runner.target) or run_batches(runner, samples, batch)
     )
-    monkeypatch.setattr(v, "_reference_memo", {})
+    v._reference_outputs.clear()
     model = open_source("zoo:fashion-cnn")
     report, _ = v.evaluate(v.ValidationRequest(model, model, "torch:cpu", str(small_test_npz), 300))
     assert passes == ["torch:cpu"] and report["fidelity"][0]["name"] == "output" and report["fidelity"][0]["max_abs"] == 0.0
