@@ -26,8 +26,8 @@ from edgekit.validation.benchmark import BenchSettings, bench, int8_coverage
 
 log = logging.getLogger("edgekit")
 # A process's reference outputs by what makes them (edgekit.memo): every cell of a matrix compares against the same
-# reference on the same samples. Outputs over REFERENCE_KEPT_BYTES are not kept.
-REFERENCE_KEPT_BYTES = 1 << 30
+# reference on the same samples. Outputs over REFERENCE_KEPT_BYTES (a detector's on thousands of images) are not kept.
+REFERENCE_KEPT_BYTES = 256 << 20  # four kept: at most 1 GB held
 _reference_outputs: Kept[tuple[list[np.ndarray], list[str]]] = Kept(entries=4)  # (outputs, the names the runner gave them)
 RANDOM_WARNING = "NO DATA GIVEN: inputs are uniform random. Fidelity on random inputs says little about real inputs, and there is no accuracy. Pass --data."
 
