@@ -28,6 +28,9 @@ from edgekit.source import fingerprint
 
 log = logging.getLogger("edgekit")
 _kept_calibrations: Kept[tuple[str, dict]] = Kept(entries=4)  # histogram calibration caches by model, samples, scheme
+_kept_orders: Kept[tuple[bytes | None, dict, float]] = Kept(entries=4)  # pair-safe channel orders by model and probe
+ORDER_PROBE = 4  # calibration samples a channel reordering is checked on
+ORDER_KEPT_BYTES = 256 << 20  # reordered models larger than this are not kept for a later conversion (edgekit.memo)
 ORDER_TOLERANCE = 1e-4  # the largest change of the float outputs, relative to their range, that a channel reordering may make
 
 
@@ -205,9 +208,23 @@ def _int8_static(model: Path, out: Path, options: ConvertOptions, data: Conversi
 def _channel_order(pre: Path, scheme: Int8Scheme, samples) -> dict | None:
     """For pair-safe weights, the pre-processed model's channels reordered in place (backends.onnx.channel_order), kept
     only where the float outputs on a few calibration samples stay what they were; the notes, or None where the scheme
-    has no pairs to keep."""
+    has no pairs to keep. Kept for the process by the model's bytes and those samples' (edgekit.memo)."""
     if not scheme.pair_safe_weights:
         return None
+    key = fingerprint({"model": sha256_of_file(pre), "probe": samples.head(ORDER_PROBE).digest()})
+    ordered, notes, moved = _kept_orders.get_or_make(
+        key, lambda: _reordered(pre, samples.head(ORDER_PROBE)), lambda made: len(made[0] or b"") <= ORDER_KEPT_BYTES
+    )[0]
+    if ordered is None:
+        log.warning("reordering the channels changed the float outputs (by %.2g of their range): quantizing the model as it is", moved)
+        return {"spaces": [], "note": f"reordering changed the float outputs by {moved:.2g} of their range: left as it was"}
+    pre.write_bytes(ordered)
+    return dict(notes)
+
+
+def _reordered(pre: Path, probe) -> tuple[bytes | None, dict, float]:
+    """(the reordered model's bytes, or None where the float outputs on `probe` moved by more than ORDER_TOLERANCE of
+    their range; its notes; how far they moved)."""
     import numpy as np
 
     from edgekit.backends.onnx.channel_order import reorder
@@ -215,14 +232,11 @@ def _channel_order(pre: Path, scheme: Int8Scheme, samples) -> dict | None:
 
     ordered = pre.with_name("ordered.onnx")
     notes = reorder(pre, ordered)
-    probe = samples.head(4)
     before, after = outputs(pre, probe), outputs(ordered, probe)
     moved = max(float(np.abs(a - b).max() / max(np.abs(a).max(), 1e-12)) for a, b in zip(before, after, strict=True))
-    if moved > ORDER_TOLERANCE:
-        log.warning("reordering the channels changed the float outputs (by %.2g of their range): quantizing the model as it is", moved)
-        return {"spaces": [], "note": f"reordering changed the float outputs by {moved:.2g} of their range: left as it was"}
-    ordered.replace(pre)
-    return notes
+    kept = ordered.read_bytes() if moved <= ORDER_TOLERANCE else None
+    ordered.unlink()
+    return kept, notes, moved
 
 
 def _all_int8(quantizer: StaticQuantizer, out: Path) -> dict:

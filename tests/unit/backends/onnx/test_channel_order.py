@@ -95,9 +95,10 @@ def test_ops_that_cannot_follow_leave_their_space_as_it_is(tmp_path):
 def test_a_reordering_that_changed_the_outputs_is_not_kept(fashion_onnx, demo_data, small_test_npz, tmp_path, monkeypatch):
     """Fault injected: the readers' inputs left in the old order (a rule that missed an op would do the same). The
     conversion checks the float outputs on calibration samples and quantizes the model as it was."""
-    from edgekit.backends.onnx import channel_order
+    from edgekit.backends.onnx import channel_order, quantize
     from edgekit.conversion import CalibrationOptions, ConvertOptions
     from edgekit.converters.pipeline import convert
+    from edgekit.memo import Kept
     from edgekit.source import open_source
 
     real_apply = channel_order._apply
@@ -107,6 +108,7 @@ def test_a_reordering_that_changed_the_outputs_is_not_kept(fashion_onnx, demo_da
         real_apply(space, order, weights)
 
     monkeypatch.setattr(channel_order, "_apply", writers_only)
+    monkeypatch.setattr(quantize, "_kept_orders", Kept(entries=1))  # a process keeps orders by data, not by code
     options = ConvertOptions("int8", (), CalibrationOptions(str(demo_data[1]), 300), for_target="x86-avx2")
     result = convert(open_source(str(fashion_onnx["fp32"])), "onnx", tmp_path / "avx2.onnx", options)
     notes = result.meta["provenance"]["quantization"]["channel_order"]
