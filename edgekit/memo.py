@@ -1,6 +1,6 @@
 """Results a process keeps by what makes them, so the same work is not done twice in one run: a matrix's cells compare
-against one reference pass, and two int8 conversions of one model share its calibration and layer statistics. Keys
-are content hashes (a model file's bytes, the samples' bytes: Samples.digest, the options), never paths or names."""
+against one reference pass, and two int8 conversions of one model share its channel order, calibration and layer
+statistics. Keys are content hashes (a model file's bytes, the samples' bytes: Samples.digest, the options), never paths or names."""
 
 from __future__ import annotations
 
