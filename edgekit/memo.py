@@ -17,16 +17,16 @@ class Kept(Generic[Value]):
         self.entries = entries
         self.results: dict[str, Value] = {}
 
-    def get_or_make(self, key: str, make: Callable[[], Value], keep: Callable[[Value], bool] = lambda _: True) -> tuple[Value, bool]:
-        """(the result kept under `key`, True), else (make(), False), kept where `keep` says it is worth keeping."""
+    def get_or_make(self, key: str, make: Callable[[], Value], keep: Callable[[Value], bool] = lambda _: True) -> Value:
+        """The result kept under `key`, else make()'s, kept where `keep` says it is worth keeping."""
         if key in self.results:
-            return self.results[key], True
+            return self.results[key]
         value = make()
         if keep(value):
             self.results[key] = value
             while len(self.results) > self.entries:
                 del self.results[next(iter(self.results))]
-        return value, False
+        return value
 
     def clear(self) -> None:
         self.results.clear()

@@ -124,7 +124,7 @@ def reference_outputs(source: ModelSource, reference, samples: Samples, batch: i
         return run_batches(reference, samples, batch), list(reference.output_names)
 
     key = _reference_key(source, reference, samples, batch)
-    (outputs, names), _ = _reference_outputs.get_or_make(key, run, lambda made: sum(o.nbytes for o in made[0]) <= REFERENCE_KEPT_BYTES)
+    outputs, names = _reference_outputs.get_or_make(key, run, lambda made: sum(o.nbytes for o in made[0]) <= REFERENCE_KEPT_BYTES)
     reference.output_names = reference.output_names or list(names)  # a runner that names its outputs as it runs them
     return [out.copy() for out in outputs]  # the kept ones stay as they were, whatever the caller does with these
 

@@ -54,7 +54,7 @@ def input_statistics(model_path: Path, samples, count: int = SAMPLES, positions:
     key = fingerprint(
         {"model": sha256_of_file(Path(model_path)), "samples": samples.head(count).digest(), "at": [count, positions, threads]}
     )
-    return _kept_statistics.get_or_make(key, lambda: _measured_statistics(model_path, samples, count, positions, threads))[0]
+    return _kept_statistics.get_or_make(key, lambda: _measured_statistics(model_path, samples, count, positions, threads))
 
 
 def _measured_statistics(model_path: Path, samples, count: int, positions: int, threads: int | None) -> dict:

@@ -214,7 +214,7 @@ def _channel_order(pre: Path, scheme: Int8Scheme, samples) -> dict | None:
     key = fingerprint({"model": sha256_of_file(pre), "probe": samples.head(ORDER_PROBE).digest()})
     ordered, notes, moved = _kept_orders.get_or_make(
         key, lambda: _reordered(pre, samples.head(ORDER_PROBE)), lambda made: len(made[0] or b"") <= ORDER_KEPT_BYTES
-    )[0]
+    )
     if ordered is None:
         log.warning("reordering the channels changed the float outputs (by %.2g of their range): quantizing the model as it is", moved)
         return {"spaces": [], "note": f"reordering changed the float outputs by {moved:.2g} of their range: left as it was"}
@@ -299,7 +299,7 @@ class StaticQuantizer:
                 "per_tensor": self.options.per_tensor,
             }
         )
-        cache, notes = _kept_calibrations.get_or_make(key, self._histogram_ranges)[0]
+        cache, notes = _kept_calibrations.get_or_make(key, self._histogram_ranges)
         self.cache.write_text(cache)
         self.ranges_notes = dict(notes)
 
