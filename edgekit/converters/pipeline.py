@@ -33,6 +33,7 @@ def convert(source: ModelSource, to: str, out: Path, options: ConvertOptions) ->
     from edgekit.conversion import SUFFIXES
 
     check_output_path(Path(out), "-o", "model" + SUFFIXES.get(to, f".{to}"))
+    _check_suffix(Path(out), to)
     steps = plan(source.family, to, options.precision)
     if registry.backend(to).int8_for:
         steps, options = _int8_for_target(source, to, steps, options)
@@ -63,6 +64,15 @@ def convert(source: ModelSource, to: str, out: Path, options: ConvertOptions) ->
         sidecar["files"] = sorted(p.name for p in final.parent.iterdir() if p.name != final.name) + [final.name + SIDECAR_SUFFIX]
         final.with_name(final.name + SIDECAR_SUFFIX).write_text(json.dumps(sidecar, indent=2, default=str) + "\n")
     return describe(Path(out), to, options.precision, sidecar)
+
+
+def _check_suffix(out: Path, to: str) -> None:
+    """Refuse, before any work, an output named as another format's file, or an OpenVINO model not named .xml (its
+    serializer writes the weights beside the .xml and takes no other name)."""
+    expected = registry.backend(to).suffix
+    owner = {suffix: b.format for b in registry.backends().values() for suffix in b.suffixes}.get(out.suffix.lower())
+    if out.suffix.lower() != expected and (owner not in (None, to) or expected == ".xml"):
+        raise EdgekitError(f"-o {out} is not named as a {to} file, which ends in {expected}", hint=f"e.g. -o {out.with_suffix(expected)}")
 
 
 def _verified(source: ModelSource, final: Path, to: str, options: ConvertOptions, specs: list[TensorSpec], data: ConversionData) -> dict:

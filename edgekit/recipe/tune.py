@@ -9,6 +9,12 @@ count, are timed by successive halving: all with short runs, the faster half aga
 until FINALISTS remain or the runs reach the full protocol's; the finalists are then timed with the full protocol (the
 recipe's warm-up and runs). Every timing is a fresh process alone on the machine that runs the target (a board's over
 SSH). The choice is the finalist with the lowest p50 that passes every gate.
+
+An int8 cell is first converted as a latency proxy (latency_proxy: min-max ranges from a few calibration samples, no
+layer kept in float), which runs the same int8 kernels as the real conversion in a fraction of its time, but whose
+accuracy says nothing: it is timed, never judged. Only an int8 cell that reaches the finals is converted in full (the
+recipe's calibration and accuracy options), validated on all the data and timed again; one that misses a gate there
+gives its place to the next fastest candidate.
 """
 
 from __future__ import annotations
@@ -43,6 +49,15 @@ CHOSEN = "chosen"  # the folder of the chosen artifact in the tune's folder
 RECIPE_NAME = "chosen.yaml"
 UNTRIED = "not tried: the budget was spent"
 REBUILT = "rebuilt"  # where `edgekit run chosen.yaml` writes, in the tune's folder
+PROXY_CALIBRATION_SAMPLES = 16  # an int8 latency proxy's calibration: min-max ranges need no more
+PROXY_VALIDATION_SAMPLES = 8  # its validation only feeds its timing and reads its int8 coverage
+ACCURACY_CONTROL = ("val", "max_drop", "min_agreement", "min_cosine", "min_map_kept")
+PROXY_KEEPS = (  # what a proxy's row keeps: what its int8 kernels decide, not what its ranges do
+    *("format", "precision", "target", "status", "threads", "cached", "host_work", "timed_on", "task", "emulated"),
+    *("p50_ms", "p50_ms_ci95", "p90_ms", "times_ms", "peak_rss_mb", "size_bytes", "size_mb"),
+    *("int8_coverage", "int8_coverage_detail", "fallback", "npu_fallback", "random_data"),
+)
+PROXY_NOTE = "int8 latency proxy (min-max ranges, nothing kept in float): timed only, its accuracy not measured"
 
 
 @dataclass
@@ -55,6 +70,7 @@ class Candidate:
     rounds: list[dict] = field(default_factory=list)  # each timing: runs, p50_ms
     stage: str = "timed"  # timed, halved, finalist, chosen, failed
     why: str | None = None
+    proxy: bool = False  # `cell` is an int8 latency proxy (timed only), until the finals convert it in full
 
     def speed(self) -> float:
         return ms_per_item(self.row or {})
@@ -84,11 +100,12 @@ class Work:
     use_cache: bool
     progress: Callable[[str], None] | None
     ray: RayOptions | None = None  # the host work as Ray tasks
+    what: str = "convert and validate"  # what the progress line says it does
 
     def prepare(self, cell: tuple[str, str, str]) -> PreparedCell:
         if self.ray:
             return prepare_cells(self.ray, *_ray_arguments(self, [cell]))[0]
-        say(self.progress, f"{' '.join(cell[:2])} on {cell[2]}: convert and validate")
+        say(self.progress, f"{' '.join(cell[:2])} on {cell[2]}: {self.what}")
         return prepare_cell(self.recipe, self.source, self.inputs, *cell, self.validation, self.calibration, self.cache, self.use_cache)
 
 
@@ -111,17 +128,20 @@ def tune(
     data = [data_path(recipe.resolve(section.path), workdir, layout) for section in (recipe.validation, recipe.calibration)]
     full = Work(recipe, source, inputs, *data, workdir / ".cache", use_cache, progress, ray)
     screen = replace(full, recipe=screening(recipe))
+    proxy = replace(full, recipe=latency_proxy(recipe), what="convert a latency proxy (timed, not judged)")
     gates = Gates(recipe.gates, default_gates)
     ruled_out, worth = _worth_converting(recipe)
-    prepared = prepare_cells(ray, *_ray_arguments(screen, worth)) if ray else _prepare_here(screen, worth, deadline)
-    dropped, alive = _screen(prepared, gates, thread_counts, optimistic=screen.recipe is not recipe)
+    proxied = [cell for cell in worth if proxied_cell(recipe, cell)]
+    prepared = _prepare(screen, [c for c in worth if c not in proxied], deadline) + _prepare(proxy, proxied, deadline)
+    dropped, alive = _screen(prepared, gates, thread_counts, screen.recipe is not recipe, proxied)
     timed = [*alive]
     finalists = successive_halving(alive, recipe.latency, deadline, progress)
-    if screen.recipe is not recipe:
+    if screen.recipe is not recipe or proxied:
         finalists = _confirmed(finalists, timed, full, gates)
     warnings = [_final_timing(c, recipe.latency, progress) for c in finalists]
     for candidate in timed:
-        gates.judge(candidate)
+        if not candidate.proxy:  # a proxy's accuracy is not the real int8's
+            gates.judge(candidate)
     chosen = min((c for c in finalists if c.stage == "finalist" and c.row["passed"]), key=Candidate.speed, default=None)
     if chosen:
         chosen.stage, chosen.why = CHOSEN, "the fastest finalist that passes every gate"
@@ -131,7 +151,12 @@ def tune(
     report["warnings"] += [w for w in warnings if w]
     report.update(
         model=recipe.model.path,
-        data={"validation": data[0], "calibration": data[1], "screening_samples": screen.recipe.validation.limit},
+        data={
+            "validation": data[0],
+            "calibration": data[1],
+            "screening_samples": screen.recipe.validation.limit,
+            "int8_latency_proxy": {"calibration_samples": PROXY_CALIBRATION_SAMPLES, "method": "minmax"} if proxied else None,
+        },
         thresholds=with_default_gates(recipe.gates, default_gates).to_dict(),
         requested_thresholds=recipe.gates.to_dict(),
         default_gates=default_gates,
@@ -159,6 +184,27 @@ def _ray_arguments(work: Work, cells: list[tuple]) -> tuple:
     return work.recipe, work.source, work.inputs, cells, work.validation, work.calibration, work.cache, work.use_cache, work.progress
 
 
+def _prepare(work: Work, cells: list[tuple], deadline: float) -> list[PreparedCell]:
+    """The host work of `cells` by `work`: as Ray tasks where asked, else here one after the other."""
+    if not cells:
+        return []
+    return prepare_cells(work.ray, *_ray_arguments(work, cells)) if work.ray else _prepare_here(work, cells, deadline)
+
+
+def proxied_cell(recipe: Recipe, cell: tuple[str, str, str]) -> bool:
+    """Whether a cell is first timed on an int8 latency proxy: static int8 of a model that is not a language model."""
+    return cell[1] == "int8" and recipe.convert.task != TEXT_GENERATION
+
+
+def latency_proxy(recipe: Recipe) -> Recipe:
+    """The recipe an int8 cell is first converted by: min-max ranges from PROXY_CALIBRATION_SAMPLES samples, no layer
+    kept in float, no accuracy control, validated on PROXY_VALIDATION_SAMPLES samples (its timing's inputs)."""
+    calibration = replace(recipe.calibration, samples=min(recipe.calibration.samples, PROXY_CALIBRATION_SAMPLES), method="minmax")
+    convert = replace(recipe.convert, keep_sensitive=False, **dict.fromkeys(ACCURACY_CONTROL))
+    validation = replace(recipe.validation, limit=PROXY_VALIDATION_SAMPLES)
+    return replace(recipe, calibration=calibration, convert=convert, validation=validation)
+
+
 def screening(recipe: Recipe) -> Recipe:
     """The recipe the cells are first validated by: at most SCREEN_SAMPLES of the validation data (the seeded subset
     `--limit` takes); the finalists are then validated on all of it. A language model's is its own."""
@@ -181,17 +227,19 @@ def _worth_converting(recipe: Recipe) -> tuple[list[dict], list[tuple]]:
 
 
 def _screen(
-    prepared: list[PreparedCell], gates: Gates, thread_counts: tuple[int, ...], optimistic: bool
+    prepared: list[PreparedCell], gates: Gates, thread_counts: tuple[int, ...], optimistic: bool, proxied: list[tuple]
 ) -> tuple[list[dict], list[Candidate]]:
     """The rows of the cells no timing can save, and the candidates (each other cell at each thread count); on a
-    screening sample (`optimistic`), a cell is dropped only where the favourable end of each interval misses too."""
+    screening sample (`optimistic`), a cell is dropped only where the favourable end of each interval misses too. A
+    `proxied` cell's latency proxy is not judged by its gates (its accuracy is not the real int8's)."""
     dropped, alive = [], []
     for cell in prepared:
-        row = _ruled_out(cell, gates, optimistic)
+        proxy = tuple(cell.base.values()) in proxied
+        row = _ruled_out(cell, gates, optimistic, judged=not proxy)
         if row:
             dropped.append(row)
         else:
-            alive += [Candidate(cell, threads) for threads in thread_counts]
+            alive += [Candidate(cell, threads, proxy=proxy) for threads in thread_counts]
     return dropped, alive
 
 
@@ -206,13 +254,14 @@ def _confirmed(finalists: list[Candidate], timed: list[Candidate], full: Work, g
             break
         key = tuple(candidate.cell.base.values())
         if key not in validated:  # a screening that saw all of the data stands; else the cell is validated on all of it
-            saw_all = (candidate.cell.report.get("data") or {}).get("samples", 0) < SCREEN_SAMPLES
-            validated[key] = candidate.cell if saw_all else full.prepare(key)
-        candidate.cell = validated[key]
+            saw_all = not candidate.proxy and (candidate.cell.report.get("data") or {}).get("samples", 0) < SCREEN_SAMPLES
+            validated[key] = candidate.cell if saw_all else full.prepare(key)  # a proxy: the real int8, converted now
+        candidate.cell, was_proxy, candidate.proxy = validated[key], candidate.proxy, False
         missed = _ruled_out(candidate.cell, gates)  # strictly now: the metric itself, not its interval's favourable end
         if missed:
             candidate.row, candidate.stage = {**missed, "threads": candidate.threads}, "dropped"
-            candidate.why = f"{missed['tune']['why']} (on all the validation data)"
+            where = "the real int8, converted in full after its latency proxy's timings" if was_proxy else "all the validation data"
+            candidate.why = f"{missed['tune']['why']} (on {where})"
             continue
         candidate.stage, candidate.why = "timed", None
         kept.append(candidate)
@@ -259,10 +308,11 @@ def _prepare_here(work: Work, cells: list[tuple], deadline: float) -> list[Prepa
     return prepared
 
 
-def _ruled_out(cell: PreparedCell, gates: Gates, optimistic: bool = False) -> dict | None:
+def _ruled_out(cell: PreparedCell, gates: Gates, optimistic: bool = False, judged: bool = True) -> dict | None:
     """The row of a cell no timing can make pass (failed, misses a gate of accuracy, fidelity or size, or int8 that
     runs no MAC in int8), or None for a cell worth timing. `optimistic`: judged by the favourable end of each metric's
-    95% interval (a screening sample misses only where more data could not save it)."""
+    95% interval (a screening sample misses only where more data could not save it). Not `judged` (a latency proxy):
+    only its failure or coverage rules it out."""
     from edgekit.validation.validate import summary_row
 
     if cell.failure == UNTRIED:
@@ -270,7 +320,7 @@ def _ruled_out(cell: PreparedCell, gates: Gates, optimistic: bool = False) -> di
     if cell.failure:
         return _row({**cell.base, "status": cell.failure}, "failed", cell.failure.removeprefix("failed: "))
     row = {**summary_row(cell.report), **cell.base, **cell.sizes, "cached": cell.cached, "threads": None}
-    results = check_row(favourable(row) if optimistic else row, gates.of(row, timed=False))
+    results = check_row(favourable(row) if optimistic else row, gates.of(row, timed=False)) if judged else []
     row["gates"] = [r.to_dict() for r in results]
     missed = failures(results)
     if missed:
@@ -383,7 +433,8 @@ def _record(candidate: Candidate, row: dict, runs: int, shares: dict) -> None:
     if row["status"] != "ok":
         candidate.stage, candidate.why = "failed", row["status"]
         return
-    candidate.rounds.append({"runs": runs, "p50_ms": row.get("p50_ms"), "ms_per_item": ms_per_item(row), **shares})
+    proxy = {"proxy": True} if candidate.proxy else {}
+    candidate.rounds.append({"runs": runs, "p50_ms": row.get("p50_ms"), "ms_per_item": ms_per_item(row), **proxy, **shares})
 
 
 def _with_timing(request, threads: int, warmup: int, runs: int):
@@ -398,6 +449,8 @@ def _with_timing(request, threads: int, warmup: int, runs: int):
 
 def _candidate_row(candidate: Candidate) -> dict:
     row = candidate.row if candidate.row is not None else {**candidate.cell.base, "status": "not timed"}
+    if candidate.proxy:  # its timings stand for the real int8's; nothing else it measured does
+        row = {**{key: (value if key in PROXY_KEEPS else None) for key, value in row.items()}, "latency_proxy": PROXY_NOTE}
     return {**row, "threads": candidate.threads, "tune": {"stage": candidate.stage, "why": candidate.why, "rounds": candidate.rounds}}
 
 

@@ -289,6 +289,16 @@ def _cli_cases() -> list[Case]:
             ("existing-folder",),
         ),
         Case(
+            "convert -o named as another format's file",
+            ("convert", "{d}/tiny.onnx", "--to", "openvino", "-o", "{d}/out/m.openvino"),
+            ("m.openvino", "m.xml"),
+        ),
+        Case(
+            "convert -o named as another format's file",
+            ("convert", "{d}/tiny.onnx", "--to", "tflite", "-o", "{d}/out/m.onnx"),
+            ("m.onnx", ".tflite"),
+        ),
+        Case(
             "convert --calib-samples 0",
             (
                 "convert",
