@@ -20,6 +20,7 @@ from edgekit.validation.benchmark import BenchSettings
 from edgekit.zoo.names import zoo_labels
 
 log = logging.getLogger("edgekit")
+ACCURACY_CONTROL = ("val", "max_drop", "min_agreement", "min_cosine", "min_map_kept")  # a recipe's convert keys of it
 
 
 @dataclass
@@ -161,7 +162,7 @@ def _convert_options(recipe, inputs, precision, target, calibration) -> ConvertO
     if not precision.startswith("int8"):
         section["per_tensor"] = False
     if precision != "int8":  # accuracy control: static int8 only
-        section |= dict.fromkeys(("val", "max_drop", "min_agreement", "min_cosine"))
+        section |= dict.fromkeys(ACCURACY_CONTROL)
     options = ConvertOptions.from_section(precision, inputs, calibration_options, section)
     return replace(options, max_ppl_ratio=recipe.gates.max_ppl_ratio)  # a language model's convert holds the recipe's gate
 

@@ -13,13 +13,14 @@ SSH). The choice is the finalist with the lowest p50 that passes every gate.
 An int8 cell is first converted as a latency proxy (latency_proxy: min-max ranges from a few calibration samples, no
 layer kept in float), which runs the same int8 kernels as the real conversion in a fraction of its time, but whose
 accuracy says nothing: it is timed, never judged. Only an int8 cell that reaches the finals is converted in full (the
-recipe's calibration and accuracy options), validated on all the data and timed again; one that misses a gate there
-gives its place to the next fastest candidate.
+recipe's calibration, with accuracy control holding the gates it can: accuracy_held), validated on all the data and
+timed again; one that misses a gate there gives its place to the next fastest candidate.
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import platform
 import time
@@ -27,17 +28,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from edgekit.conversion import TEXT_GENERATION
+from edgekit.conversion import TEXT_GENERATION, plan
 from edgekit.isa import classify, half_precision_arithmetic, host_flags
 from edgekit.metrics.gate import Thresholds, check_row, failures, with_default_gates
 from edgekit.recipe.cache import publish
-from edgekit.recipe.cells import PreparedCell, prepare_cell, time_cell
+from edgekit.recipe.cells import ACCURACY_CONTROL, PreparedCell, prepare_cell, time_cell
 from edgekit.recipe.distributed import RayOptions, prepare_cells
 from edgekit.recipe.run import data_path, model_source, say
 from edgekit.recipe.schema import Recipe
 from edgekit.report.schema import new_report
 from edgekit.targets import device_name
 from edgekit.validation.regression import CpuWindow, Interference
+
+log = logging.getLogger("edgekit")
 
 SCHEMA = "tune"
 FIRST_RUNS = 10  # timed runs of successive halving's first round
@@ -51,7 +54,6 @@ UNTRIED = "not tried: the budget was spent"
 REBUILT = "rebuilt"  # where `edgekit run chosen.yaml` writes, in the tune's folder
 PROXY_CALIBRATION_SAMPLES = 16  # an int8 latency proxy's calibration: min-max ranges need no more
 PROXY_VALIDATION_SAMPLES = 8  # its validation only feeds its timing and reads its int8 coverage
-ACCURACY_CONTROL = ("val", "max_drop", "min_agreement", "min_cosine", "min_map_kept")
 PROXY_KEEPS = (  # what a proxy's row keeps: what its int8 kernels decide, not what its ranges do
     *("format", "precision", "target", "status", "threads", "cached", "host_work", "timed_on", "task", "emulated"),
     *("p50_ms", "p50_ms_ci95", "p90_ms", "times_ms", "peak_rss_mb", "size_bytes", "size_mb"),
@@ -253,9 +255,8 @@ def _confirmed(finalists: list[Candidate], timed: list[Candidate], full: Work, g
         if len(kept) == FINALISTS:
             break
         key = tuple(candidate.cell.base.values())
-        if key not in validated:  # a screening that saw all of the data stands; else the cell is validated on all of it
-            saw_all = not candidate.proxy and (candidate.cell.report.get("data") or {}).get("samples", 0) < SCREEN_SAMPLES
-            validated[key] = candidate.cell if saw_all else full.prepare(key)  # a proxy: the real int8, converted now
+        if key not in validated:
+            validated[key] = _in_full(candidate, full) if candidate.proxy else _on_all_data(candidate, full)
         candidate.cell, was_proxy, candidate.proxy = validated[key], candidate.proxy, False
         missed = _ruled_out(candidate.cell, gates)  # strictly now: the metric itself, not its interval's favourable end
         if missed:
@@ -266,6 +267,54 @@ def _confirmed(finalists: list[Candidate], timed: list[Candidate], full: Work, g
         candidate.stage, candidate.why = "timed", None
         kept.append(candidate)
     return kept
+
+
+def _on_all_data(candidate: Candidate, full: Work) -> PreparedCell:
+    """A cell validated on all the validation data: its screening where that saw all of it, else validated again."""
+    saw_all = (candidate.cell.report.get("data") or {}).get("samples", 0) < SCREEN_SAMPLES
+    return candidate.cell if saw_all else full.prepare(tuple(candidate.cell.base.values()))
+
+
+def _in_full(candidate: Candidate, full: Work) -> PreparedCell:
+    """A proxied int8 cell converted in full for the finals, holding the tune's gates by accuracy control where its route
+    can (accuracy_held) at the cost of a re-quantization per step; elsewhere as the recipe converts it."""
+    from edgekit.quantization.accuracy import MISSES_LIMIT
+
+    key = tuple(candidate.cell.base.values())
+    held = accuracy_held(full.recipe, (candidate.cell.report.get("task") or {}).get("name"))
+    if held is full.recipe or _rebuilds_per_step(full.source, key[0]):
+        return full.prepare(key)
+    cell = replace(full, recipe=held, what="convert in full, accuracy control holding the gates").prepare(key)
+    if cell.failure and MISSES_LIMIT not in cell.failure:
+        log.info("%s: %s; converted without accuracy control", " ".join(key), cell.failure)
+        return full.prepare(key)
+    return cell
+
+
+def _rebuilds_per_step(source, fmt: str) -> bool:
+    """Whether `fmt`'s int8 from `source` holds a limit by converting the whole model again per step (LiteRT's PT2E): too
+    slow to ask unasked, so tune converts it as the recipe does."""
+    return plan(source.family, fmt, "int8")[-1][0].accuracy_control_rebuilds
+
+
+AGREEMENT_LIMITS = {"classification": "min_agreement", "detection": "min_map_kept", "segmentation": "min_map_kept"}
+
+
+def accuracy_held(recipe: Recipe, task: str | None) -> Recipe:
+    """The recipe a proxied int8 cell is converted in full by: with accuracy control (layers back to float, most sensitive
+    first, until the limit holds on held-back calibration samples) holding the gates it can hold without labels:
+    --min-cosine, and --min-agreement as a classifier's top-1 agreement or the share of a detector's mAP@0.5 or a map's
+    F1 kept (`task`: the proxy's, as validation read it). As it is when its convert section sets a limit of its own or
+    its gates hold none of these (--max-drop needs labelled data the calibration does not hold)."""
+    if any(getattr(recipe.convert, key) is not None for key in ACCURACY_CONTROL):
+        return recipe
+    gates, limits = recipe.gates, {}
+    if gates.min_cosine is not None and 0 < gates.min_cosine <= 1:
+        limits["min_cosine"] = gates.min_cosine
+    if gates.min_agreement is not None and 0 < gates.min_agreement <= 100 and task in AGREEMENT_LIMITS:
+        key = AGREEMENT_LIMITS[task]
+        limits[key] = gates.min_agreement if key == "min_agreement" else gates.min_agreement / 100
+    return replace(recipe, convert=replace(recipe.convert, **limits)) if limits else recipe
 
 
 @dataclass(frozen=True)
@@ -451,7 +500,25 @@ def _candidate_row(candidate: Candidate) -> dict:
     row = candidate.row if candidate.row is not None else {**candidate.cell.base, "status": "not timed"}
     if candidate.proxy:  # its timings stand for the real int8's; nothing else it measured does
         row = {**{key: (value if key in PROXY_KEEPS else None) for key, value in row.items()}, "latency_proxy": PROXY_NOTE}
-    return {**row, "threads": candidate.threads, "tune": {"stage": candidate.stage, "why": candidate.why, "rounds": candidate.rounds}}
+    control = None if candidate.proxy or candidate.cell.report is None else accuracy_control(candidate.cell.report)
+    why = "; ".join(filter(None, (candidate.why, control and control["text"]))) or None
+    tune = {"stage": candidate.stage, "why": why, "rounds": candidate.rounds}
+    return {**row, "threads": candidate.threads, **({"accuracy_control": control} if control else {}), "tune": tune}
+
+
+def accuracy_control(report: dict) -> dict | None:
+    """What accuracy control did to an int8 artifact (its provenance's record, wherever its backend wrote it): the limit,
+    and the layers and activations it returned to float; None where it did not run."""
+    from edgekit.quantization.accuracy import Limit
+
+    provenance = ((report.get("artifact") or {}).get("meta") or {}).get("provenance") or {}
+    sections = [provenance, *(value for value in provenance.values() if isinstance(value, dict))]
+    record = next((s["accuracy_control"] for s in sections if isinstance(s.get("accuracy_control"), dict)), None)
+    if record is None:
+        return None
+    in_float = [*record.get("reverted_to_float", []), *record.get("activations_in_float", [])]
+    text = f"int8 held by accuracy control ({Limit.recorded(record).text()}): {len(in_float)} layers or activations in float"
+    return {"limit": Limit.recorded(record).notes(), "in_float": in_float, "text": text}
 
 
 STAGE_ORDER = {CHOSEN: 0, "finalist": 1, "halved": 2, "timed": 3, "failed": 4}  # then dropped, skipped, untried
@@ -478,7 +545,7 @@ def _choice(chosen: Candidate | None) -> dict | None:
         "metric",
         "agreement",
     )
-    return {key: row.get(key) for key in keys}
+    return {**{key: row.get(key) for key in keys}, "accuracy_control": accuracy_control(chosen.cell.report)}
 
 
 def closest(rows: list[dict]) -> dict | None:
@@ -521,4 +588,10 @@ def chosen_recipe(recipe: dict, choice: dict) -> dict:
     matrix = {"formats": [fmt], "precisions": [choice["precision"]], "targets": {fmt: [target]}}
     latency = {**recipe.get("latency", {}), "threads": choice["threads"]}
     report = {**recipe["report"], "dir": REBUILT}  # beside the recipe: the tune's own reports stay as they are
-    return {**recipe, "matrix": matrix, "latency": latency, "report": report}
+    limits = (choice.get("accuracy_control") or {}).get("limit") or {}  # an int8 held by accuracy control: its limit too
+    held = {LIMIT_KEYS.get(key, key): value for key, value in limits.items() if value is not None}
+    convert = {**recipe.get("convert", {}), **held}
+    return {**recipe, "matrix": matrix, "latency": latency, "report": report, **({"convert": convert} if convert else {})}
+
+
+LIMIT_KEYS = {"max_drop_points": "max_drop"}  # accuracy control's recorded limit -> the recipe's convert key

@@ -19,7 +19,18 @@ import pytest
 from edgekit.metrics.gate import Thresholds
 from edgekit.metrics.latency import median_interval
 from edgekit.recipe.schema import load_recipe
-from edgekit.recipe.tune import PROXY_CALIBRATION_SAMPLES, closest, disturbed, favourable, latency_proxy, not_worth_converting, proxied_cell
+from edgekit.recipe.tune import (
+    PROXY_CALIBRATION_SAMPLES,
+    accuracy_control,
+    accuracy_held,
+    chosen_recipe,
+    closest,
+    disturbed,
+    favourable,
+    latency_proxy,
+    not_worth_converting,
+    proxied_cell,
+)
 from edgekit.report.html import gate_level
 from edgekit.report.schema import load_json
 from edgekit.report.write import to_junit
@@ -192,6 +203,32 @@ def test_the_int8_latency_proxy_keeps_the_kernels_and_drops_what_only_accuracy_n
     assert proxy.convert.keep_sensitive is False and proxy.convert.min_agreement is None and proxy.validation.limit < 600
     assert (proxy.convert.per_tensor, proxy.convert.for_target) == (True, "x86-vnni")  # what decides its kernels stays
     assert proxied_cell(recipe, ("onnx", "int8", "onnxruntime:cpu")) and not proxied_cell(recipe, ("onnx", "fp16", "onnxruntime:cpu"))
+
+
+def test_the_finals_convert_int8_holding_the_gates_that_need_no_labels_by_accuracy_control(tmp_path):
+    def recipe(gates: str, convert: str = "") -> object:
+        (tmp_path / "r.yaml").write_text(f"model: {{path: zoo:fashion-cnn}}\ngates: {{{gates}}}\n{convert}")
+        return load_recipe(tmp_path / "r.yaml")
+
+    held = accuracy_held(recipe("min_agreement: 99, min_cosine: 0.999"), "classification").convert
+    assert (held.min_agreement, held.min_cosine, held.min_map_kept) == (99, 0.999, None)
+    held = accuracy_held(recipe("min_agreement: 97"), "detection").convert  # the share of fp32's mAP@0.5 kept
+    assert (held.min_agreement, held.min_map_kept) == (None, 0.97)
+    for unheld in (recipe("max_drop: 1"), recipe("min_cosine: 1.5"), recipe("min_cosine: 0.99", "convert: {min_cosine: 0.9}\n")):
+        assert accuracy_held(unheld, "classification") is unheld  # labels needed, no cosine limit, or the recipe's own
+    assert accuracy_held(recipe("min_agreement: 99"), "embedding").convert.min_agreement is None  # recall@k: no top-1
+
+
+def test_an_int8_held_by_accuracy_control_says_so_and_its_recipe_holds_the_same_limit():
+    control = {"min_agreement": 99.0, "min_cosine": None, "reverted_to_float": ["conv_1"], "activations_in_float": ["relu_2"]}
+    for provenance in ({"quantization": {"accuracy_control": control}}, {"tflite": {"accuracy_control": control}}):
+        held = accuracy_control({"artifact": {"meta": {"provenance": provenance}}})
+        assert held["in_float"] == ["conv_1", "relu_2"] and "agreement >= 99.0%" in held["text"] and "2 layers" in held["text"]
+    assert accuracy_control({"artifact": {"meta": {"provenance": {"quantization": {}}}}}) is None
+    recipe = {"model": {"path": "m.onnx"}, "convert": {"seed": 1}, "report": {"dir": "w"}}
+    choice = {"format": "onnx", "precision": "int8", "target": "onnxruntime:cpu", "threads": 2, "accuracy_control": held}
+    assert chosen_recipe(recipe, choice)["convert"] == {"seed": 1, "min_agreement": 99.0}  # rebuilt with the same limit
+    assert chosen_recipe(recipe, {**choice, "accuracy_control": None})["convert"] == {"seed": 1}
 
 
 def test_a_screening_sample_drops_a_cell_only_where_more_data_could_not_save_it():
