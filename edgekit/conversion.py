@@ -144,8 +144,6 @@ class Converter:
     import_name: ClassVar[str]
     # int8 that keeps sensitive layers in float to meet --max-drop, --min-agreement or --min-cosine (quantization.accuracy.Limit)
     accuracy_control: ClassVar[bool] = False
-    # its accuracy control converts the whole model again per step (tune does not ask it on its own: minutes a step)
-    accuracy_control_rebuilds: ClassVar[bool] = False
     # quantization options it applies ("calib_method", "per_tensor"); asking another of it is an error. None: not declared
     honours: ClassVar[frozenset[str] | None] = None
     calib_methods: ClassVar[tuple[str, ...]] = CALIB_METHODS  # the --calib-method values it has, when it honours one

@@ -23,7 +23,6 @@ from edgekit.source import open_source
 ACTIVATION = "activation"  # LayerSensitivity.op of an activation tensor (the weight layers carry their op type)
 MIN_COSINE_GAIN = 1e-5  # a step that brings the mean cosine with fp32 no closer than this is put back: float for nothing
 RANKING = "1 - mean cosine vs fp32 with only that layer's weights, or that activation, as int8 holds them (calibration samples)"
-MISSES_LIMIT = "misses the limit"  # what an accuracy-controlled int8 that held no limit says (here and OpenVINO's)
 MAX_STEPS = 12  # layers and activations returned to float before giving up: beyond that int8 is no longer the model's precision
 
 
@@ -295,7 +294,7 @@ def _missed(limit: Limit, steps: list[dict], samples: int) -> EdgekitError:
     kept = [step for step in steps if step.get("kept", True)]
     lines = [f"{_step_text(step)}: {score_text(step)}" for step in steps]
     return EdgekitError(
-        f"int8 {MISSES_LIMIT} ({limit.text()}) on {samples} validation samples: {score_text(kept[-1])} with "
+        f"int8 misses the limit ({limit.text()}) on {samples} validation samples: {score_text(kept[-1])} with "
         f"{len(kept) - 1} layers or activations in float (all int8: {score_text(steps[0])})",
         hint=f"the {len(steps) - 1} most sensitive layers and activations went back to float one at a time, each kept where it "
         "brought the outputs closer to fp32 (below): lower the limit, calibrate on data like the validation data "

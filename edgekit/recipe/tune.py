@@ -9,18 +9,11 @@ count, are timed by successive halving: all with short runs, the faster half aga
 until FINALISTS remain or the runs reach the full protocol's; the finalists are then timed with the full protocol (the
 recipe's warm-up and runs). Every timing is a fresh process alone on the machine that runs the target (a board's over
 SSH). The choice is the finalist with the lowest p50 that passes every gate.
-
-An int8 cell is first converted as a latency proxy (latency_proxy: min-max ranges from a few calibration samples, no
-layer kept in float), which runs the same int8 kernels as the real conversion in a fraction of its time, but whose
-accuracy says nothing: it is timed, never judged. Only an int8 cell that reaches the finals is converted in full (the
-recipe's calibration, with accuracy control holding the gates it can: accuracy_held), validated on all the data and
-timed again; one that misses a gate there gives its place to the next fastest candidate.
 """
 
 from __future__ import annotations
 
 import copy
-import logging
 import math
 import platform
 import time
@@ -28,19 +21,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from edgekit.conversion import TEXT_GENERATION, plan
+from edgekit.conversion import TEXT_GENERATION
 from edgekit.isa import classify, half_precision_arithmetic, host_flags
 from edgekit.metrics.gate import Thresholds, check_row, failures, with_default_gates
 from edgekit.recipe.cache import publish
-from edgekit.recipe.cells import ACCURACY_CONTROL, PreparedCell, prepare_cell, time_cell
+from edgekit.recipe.cells import PreparedCell, prepare_cell, time_cell
 from edgekit.recipe.distributed import RayOptions, prepare_cells
 from edgekit.recipe.run import data_path, model_source, say
 from edgekit.recipe.schema import Recipe
 from edgekit.report.schema import new_report
 from edgekit.targets import device_name
 from edgekit.validation.regression import CpuWindow, Interference
-
-log = logging.getLogger("edgekit")
 
 SCHEMA = "tune"
 FIRST_RUNS = 10  # timed runs of successive halving's first round
@@ -52,14 +43,6 @@ CHOSEN = "chosen"  # the folder of the chosen artifact in the tune's folder
 RECIPE_NAME = "chosen.yaml"
 UNTRIED = "not tried: the budget was spent"
 REBUILT = "rebuilt"  # where `edgekit run chosen.yaml` writes, in the tune's folder
-PROXY_CALIBRATION_SAMPLES = 16  # an int8 latency proxy's calibration: min-max ranges need no more
-PROXY_VALIDATION_SAMPLES = 8  # its validation only feeds its timing and reads its int8 coverage
-PROXY_KEEPS = (  # what a proxy's row keeps: what its int8 kernels decide, not what its ranges do
-    *("format", "precision", "target", "status", "threads", "cached", "host_work", "timed_on", "task", "emulated"),
-    *("p50_ms", "p50_ms_ci95", "p90_ms", "times_ms", "peak_rss_mb", "size_bytes", "size_mb"),
-    *("int8_coverage", "int8_coverage_detail", "fallback", "npu_fallback", "random_data"),
-)
-PROXY_NOTE = "int8 latency proxy (min-max ranges, nothing kept in float): timed only, its accuracy not measured"
 
 
 @dataclass
@@ -72,7 +55,6 @@ class Candidate:
     rounds: list[dict] = field(default_factory=list)  # each timing: runs, p50_ms
     stage: str = "timed"  # timed, halved, finalist, chosen, failed
     why: str | None = None
-    proxy: bool = False  # `cell` is an int8 latency proxy (timed only), until the finals convert it in full
 
     def speed(self) -> float:
         return ms_per_item(self.row or {})
@@ -102,12 +84,11 @@ class Work:
     use_cache: bool
     progress: Callable[[str], None] | None
     ray: RayOptions | None = None  # the host work as Ray tasks
-    what: str = "convert and validate"  # what the progress line says it does
 
     def prepare(self, cell: tuple[str, str, str]) -> PreparedCell:
         if self.ray:
             return prepare_cells(self.ray, *_ray_arguments(self, [cell]))[0]
-        say(self.progress, f"{' '.join(cell[:2])} on {cell[2]}: {self.what}")
+        say(self.progress, f"{' '.join(cell[:2])} on {cell[2]}: convert and validate")
         return prepare_cell(self.recipe, self.source, self.inputs, *cell, self.validation, self.calibration, self.cache, self.use_cache)
 
 
@@ -130,20 +111,17 @@ def tune(
     data = [data_path(recipe.resolve(section.path), workdir, layout) for section in (recipe.validation, recipe.calibration)]
     full = Work(recipe, source, inputs, *data, workdir / ".cache", use_cache, progress, ray)
     screen = replace(full, recipe=screening(recipe))
-    proxy = replace(full, recipe=latency_proxy(recipe), what="convert a latency proxy (timed, not judged)")
     gates = Gates(recipe.gates, default_gates)
     ruled_out, worth = _worth_converting(recipe)
-    proxied = [cell for cell in worth if proxied_cell(recipe, cell)]
-    prepared = _prepare(screen, [c for c in worth if c not in proxied], deadline) + _prepare(proxy, proxied, deadline)
-    dropped, alive = _screen(prepared, gates, thread_counts, screen.recipe is not recipe, proxied)
+    prepared = prepare_cells(ray, *_ray_arguments(screen, worth)) if ray else _prepare_here(screen, worth, deadline)
+    dropped, alive = _screen(prepared, gates, thread_counts, optimistic=screen.recipe is not recipe)
     timed = [*alive]
     finalists = successive_halving(alive, recipe.latency, deadline, progress)
-    if screen.recipe is not recipe or proxied:
+    if screen.recipe is not recipe:
         finalists = _confirmed(finalists, timed, full, gates)
     warnings = [_final_timing(c, recipe.latency, progress) for c in finalists]
     for candidate in timed:
-        if not candidate.proxy:  # a proxy's accuracy is not the real int8's
-            gates.judge(candidate)
+        gates.judge(candidate)
     chosen = min((c for c in finalists if c.stage == "finalist" and c.row["passed"]), key=Candidate.speed, default=None)
     if chosen:
         chosen.stage, chosen.why = CHOSEN, "the fastest finalist that passes every gate"
@@ -153,12 +131,7 @@ def tune(
     report["warnings"] += [w for w in warnings if w]
     report.update(
         model=recipe.model.path,
-        data={
-            "validation": data[0],
-            "calibration": data[1],
-            "screening_samples": screen.recipe.validation.limit,
-            "int8_latency_proxy": {"calibration_samples": PROXY_CALIBRATION_SAMPLES, "method": "minmax"} if proxied else None,
-        },
+        data={"validation": data[0], "calibration": data[1], "screening_samples": screen.recipe.validation.limit},
         thresholds=with_default_gates(recipe.gates, default_gates).to_dict(),
         requested_thresholds=recipe.gates.to_dict(),
         default_gates=default_gates,
@@ -186,27 +159,6 @@ def _ray_arguments(work: Work, cells: list[tuple]) -> tuple:
     return work.recipe, work.source, work.inputs, cells, work.validation, work.calibration, work.cache, work.use_cache, work.progress
 
 
-def _prepare(work: Work, cells: list[tuple], deadline: float) -> list[PreparedCell]:
-    """The host work of `cells` by `work`: as Ray tasks where asked, else here one after the other."""
-    if not cells:
-        return []
-    return prepare_cells(work.ray, *_ray_arguments(work, cells)) if work.ray else _prepare_here(work, cells, deadline)
-
-
-def proxied_cell(recipe: Recipe, cell: tuple[str, str, str]) -> bool:
-    """Whether a cell is first timed on an int8 latency proxy: static int8 of a model that is not a language model."""
-    return cell[1] == "int8" and recipe.convert.task != TEXT_GENERATION
-
-
-def latency_proxy(recipe: Recipe) -> Recipe:
-    """The recipe an int8 cell is first converted by: min-max ranges from PROXY_CALIBRATION_SAMPLES samples, no layer
-    kept in float, no accuracy control, validated on PROXY_VALIDATION_SAMPLES samples (its timing's inputs)."""
-    calibration = replace(recipe.calibration, samples=min(recipe.calibration.samples, PROXY_CALIBRATION_SAMPLES), method="minmax")
-    convert = replace(recipe.convert, keep_sensitive=False, **dict.fromkeys(ACCURACY_CONTROL))
-    validation = replace(recipe.validation, limit=PROXY_VALIDATION_SAMPLES)
-    return replace(recipe, calibration=calibration, convert=convert, validation=validation)
-
-
 def screening(recipe: Recipe) -> Recipe:
     """The recipe the cells are first validated by: at most SCREEN_SAMPLES of the validation data (the seeded subset
     `--limit` takes); the finalists are then validated on all of it. A language model's is its own."""
@@ -229,19 +181,17 @@ def _worth_converting(recipe: Recipe) -> tuple[list[dict], list[tuple]]:
 
 
 def _screen(
-    prepared: list[PreparedCell], gates: Gates, thread_counts: tuple[int, ...], optimistic: bool, proxied: list[tuple]
+    prepared: list[PreparedCell], gates: Gates, thread_counts: tuple[int, ...], optimistic: bool
 ) -> tuple[list[dict], list[Candidate]]:
     """The rows of the cells no timing can save, and the candidates (each other cell at each thread count); on a
-    screening sample (`optimistic`), a cell is dropped only where the favourable end of each interval misses too. A
-    `proxied` cell's latency proxy is not judged by its gates (its accuracy is not the real int8's)."""
+    screening sample (`optimistic`), a cell is dropped only where the favourable end of each interval misses too."""
     dropped, alive = [], []
     for cell in prepared:
-        proxy = tuple(cell.base.values()) in proxied
-        row = _ruled_out(cell, gates, optimistic, judged=not proxy)
+        row = _ruled_out(cell, gates, optimistic)
         if row:
             dropped.append(row)
         else:
-            alive += [Candidate(cell, threads, proxy=proxy) for threads in thread_counts]
+            alive += [Candidate(cell, threads) for threads in thread_counts]
     return dropped, alive
 
 
@@ -255,66 +205,18 @@ def _confirmed(finalists: list[Candidate], timed: list[Candidate], full: Work, g
         if len(kept) == FINALISTS:
             break
         key = tuple(candidate.cell.base.values())
-        if key not in validated:
-            validated[key] = _in_full(candidate, full) if candidate.proxy else _on_all_data(candidate, full)
-        candidate.cell, was_proxy, candidate.proxy = validated[key], candidate.proxy, False
+        if key not in validated:  # a screening that saw all of the data stands; else the cell is validated on all of it
+            saw_all = (candidate.cell.report.get("data") or {}).get("samples", 0) < SCREEN_SAMPLES
+            validated[key] = candidate.cell if saw_all else full.prepare(key)
+        candidate.cell = validated[key]
         missed = _ruled_out(candidate.cell, gates)  # strictly now: the metric itself, not its interval's favourable end
         if missed:
             candidate.row, candidate.stage = {**missed, "threads": candidate.threads}, "dropped"
-            where = "the real int8, converted in full after its latency proxy's timings" if was_proxy else "all the validation data"
-            candidate.why = f"{missed['tune']['why']} (on {where})"
+            candidate.why = f"{missed['tune']['why']} (on all the validation data)"
             continue
         candidate.stage, candidate.why = "timed", None
         kept.append(candidate)
     return kept
-
-
-def _on_all_data(candidate: Candidate, full: Work) -> PreparedCell:
-    """A cell validated on all the validation data: its screening where that saw all of it, else validated again."""
-    saw_all = (candidate.cell.report.get("data") or {}).get("samples", 0) < SCREEN_SAMPLES
-    return candidate.cell if saw_all else full.prepare(tuple(candidate.cell.base.values()))
-
-
-def _in_full(candidate: Candidate, full: Work) -> PreparedCell:
-    """A proxied int8 cell converted in full for the finals, holding the tune's gates by accuracy control where its route
-    can (accuracy_held) at the cost of a re-quantization per step; elsewhere as the recipe converts it."""
-    from edgekit.quantization.accuracy import MISSES_LIMIT
-
-    key = tuple(candidate.cell.base.values())
-    held = accuracy_held(full.recipe, (candidate.cell.report.get("task") or {}).get("name"))
-    if held is full.recipe or _rebuilds_per_step(full.source, key[0]):
-        return full.prepare(key)
-    cell = replace(full, recipe=held, what="convert in full, accuracy control holding the gates").prepare(key)
-    if cell.failure and MISSES_LIMIT not in cell.failure:
-        log.info("%s: %s; converted without accuracy control", " ".join(key), cell.failure)
-        return full.prepare(key)
-    return cell
-
-
-def _rebuilds_per_step(source, fmt: str) -> bool:
-    """Whether `fmt`'s int8 from `source` holds a limit by converting the whole model again per step (LiteRT's PT2E): too
-    slow to ask unasked, so tune converts it as the recipe does."""
-    return plan(source.family, fmt, "int8")[-1][0].accuracy_control_rebuilds
-
-
-AGREEMENT_LIMITS = {"classification": "min_agreement", "detection": "min_map_kept", "segmentation": "min_map_kept"}
-
-
-def accuracy_held(recipe: Recipe, task: str | None) -> Recipe:
-    """The recipe a proxied int8 cell is converted in full by: with accuracy control (layers back to float, most sensitive
-    first, until the limit holds on held-back calibration samples) holding the gates it can hold without labels:
-    --min-cosine, and --min-agreement as a classifier's top-1 agreement or the share of a detector's mAP@0.5 or a map's
-    F1 kept (`task`: the proxy's, as validation read it). As it is when its convert section sets a limit of its own or
-    its gates hold none of these (--max-drop needs labelled data the calibration does not hold)."""
-    if any(getattr(recipe.convert, key) is not None for key in ACCURACY_CONTROL):
-        return recipe
-    gates, limits = recipe.gates, {}
-    if gates.min_cosine is not None and 0 < gates.min_cosine <= 1:
-        limits["min_cosine"] = gates.min_cosine
-    if gates.min_agreement is not None and 0 < gates.min_agreement <= 100 and task in AGREEMENT_LIMITS:
-        key = AGREEMENT_LIMITS[task]
-        limits[key] = gates.min_agreement if key == "min_agreement" else gates.min_agreement / 100
-    return replace(recipe, convert=replace(recipe.convert, **limits)) if limits else recipe
 
 
 @dataclass(frozen=True)
@@ -357,11 +259,10 @@ def _prepare_here(work: Work, cells: list[tuple], deadline: float) -> list[Prepa
     return prepared
 
 
-def _ruled_out(cell: PreparedCell, gates: Gates, optimistic: bool = False, judged: bool = True) -> dict | None:
+def _ruled_out(cell: PreparedCell, gates: Gates, optimistic: bool = False) -> dict | None:
     """The row of a cell no timing can make pass (failed, misses a gate of accuracy, fidelity or size, or int8 that
     runs no MAC in int8), or None for a cell worth timing. `optimistic`: judged by the favourable end of each metric's
-    95% interval (a screening sample misses only where more data could not save it). Not `judged` (a latency proxy):
-    only its failure or coverage rules it out."""
+    95% interval (a screening sample misses only where more data could not save it)."""
     from edgekit.validation.validate import summary_row
 
     if cell.failure == UNTRIED:
@@ -369,7 +270,7 @@ def _ruled_out(cell: PreparedCell, gates: Gates, optimistic: bool = False, judge
     if cell.failure:
         return _row({**cell.base, "status": cell.failure}, "failed", cell.failure.removeprefix("failed: "))
     row = {**summary_row(cell.report), **cell.base, **cell.sizes, "cached": cell.cached, "threads": None}
-    results = check_row(favourable(row) if optimistic else row, gates.of(row, timed=False)) if judged else []
+    results = check_row(favourable(row) if optimistic else row, gates.of(row, timed=False))
     row["gates"] = [r.to_dict() for r in results]
     missed = failures(results)
     if missed:
@@ -482,8 +383,7 @@ def _record(candidate: Candidate, row: dict, runs: int, shares: dict) -> None:
     if row["status"] != "ok":
         candidate.stage, candidate.why = "failed", row["status"]
         return
-    proxy = {"proxy": True} if candidate.proxy else {}
-    candidate.rounds.append({"runs": runs, "p50_ms": row.get("p50_ms"), "ms_per_item": ms_per_item(row), **proxy, **shares})
+    candidate.rounds.append({"runs": runs, "p50_ms": row.get("p50_ms"), "ms_per_item": ms_per_item(row), **shares})
 
 
 def _with_timing(request, threads: int, warmup: int, runs: int):
@@ -498,27 +398,7 @@ def _with_timing(request, threads: int, warmup: int, runs: int):
 
 def _candidate_row(candidate: Candidate) -> dict:
     row = candidate.row if candidate.row is not None else {**candidate.cell.base, "status": "not timed"}
-    if candidate.proxy:  # its timings stand for the real int8's; nothing else it measured does
-        row = {**{key: (value if key in PROXY_KEEPS else None) for key, value in row.items()}, "latency_proxy": PROXY_NOTE}
-    control = None if candidate.proxy or candidate.cell.report is None else accuracy_control(candidate.cell.report)
-    why = "; ".join(filter(None, (candidate.why, control and control["text"]))) or None
-    tune = {"stage": candidate.stage, "why": why, "rounds": candidate.rounds}
-    return {**row, "threads": candidate.threads, **({"accuracy_control": control} if control else {}), "tune": tune}
-
-
-def accuracy_control(report: dict) -> dict | None:
-    """What accuracy control did to an int8 artifact (its provenance's record, wherever its backend wrote it): the limit,
-    and the layers and activations it returned to float; None where it did not run."""
-    from edgekit.quantization.accuracy import Limit
-
-    provenance = ((report.get("artifact") or {}).get("meta") or {}).get("provenance") or {}
-    sections = [provenance, *(value for value in provenance.values() if isinstance(value, dict))]
-    record = next((s["accuracy_control"] for s in sections if isinstance(s.get("accuracy_control"), dict)), None)
-    if record is None:
-        return None
-    in_float = [*record.get("reverted_to_float", []), *record.get("activations_in_float", [])]
-    text = f"int8 held by accuracy control ({Limit.recorded(record).text()}): {len(in_float)} layers or activations in float"
-    return {"limit": Limit.recorded(record).notes(), "in_float": in_float, "text": text}
+    return {**row, "threads": candidate.threads, "tune": {"stage": candidate.stage, "why": candidate.why, "rounds": candidate.rounds}}
 
 
 STAGE_ORDER = {CHOSEN: 0, "finalist": 1, "halved": 2, "timed": 3, "failed": 4}  # then dropped, skipped, untried
@@ -545,7 +425,7 @@ def _choice(chosen: Candidate | None) -> dict | None:
         "metric",
         "agreement",
     )
-    return {**{key: row.get(key) for key in keys}, "accuracy_control": accuracy_control(chosen.cell.report)}
+    return {key: row.get(key) for key in keys}
 
 
 def closest(rows: list[dict]) -> dict | None:
@@ -588,10 +468,4 @@ def chosen_recipe(recipe: dict, choice: dict) -> dict:
     matrix = {"formats": [fmt], "precisions": [choice["precision"]], "targets": {fmt: [target]}}
     latency = {**recipe.get("latency", {}), "threads": choice["threads"]}
     report = {**recipe["report"], "dir": REBUILT}  # beside the recipe: the tune's own reports stay as they are
-    limits = (choice.get("accuracy_control") or {}).get("limit") or {}  # an int8 held by accuracy control: its limit too
-    held = {LIMIT_KEYS.get(key, key): value for key, value in limits.items() if value is not None}
-    convert = {**recipe.get("convert", {}), **held}
-    return {**recipe, "matrix": matrix, "latency": latency, "report": report, **({"convert": convert} if convert else {})}
-
-
-LIMIT_KEYS = {"max_drop_points": "max_drop"}  # accuracy control's recorded limit -> the recipe's convert key
+    return {**recipe, "matrix": matrix, "latency": latency, "report": report}

@@ -133,7 +133,6 @@ def _tune_cells(row: dict) -> list[str]:
         timing = f"{1000 / row['tokens_per_s']:.2f}/token"
     coverage = fmt(_percent(row.get("int8_coverage")), ".1f") + ("%" if row.get("int8_coverage") is not None else "")
     size = fmt_size(row["size_bytes"]) if row.get("size_bytes") else "-"
-    stage += " (int8 proxy)" if row.get("latency_proxy") else ""  # timed on a latency proxy, never judged
     return [*head, metric, versus, labels, timing, size, fmt(row.get("peak_rss_mb"), ".0f"), coverage, stage]
 
 

@@ -177,14 +177,14 @@ NNCF_MISSED = (
 
 def _validated_ir(fp32: Path, ir: Path, data: ConversionData, options: ConvertOptions, missed: tuple[str, str]) -> dict:
     """The written IR scored against the fp32 model `fp32` (.onnx or IR) on OpenVINO; a miss of the limit is an error."""
-    from edgekit.quantization.accuracy import MISSES_LIMIT, Limit, Reading, Validator, on_target, score_text
+    from edgekit.quantization.accuracy import Limit, Reading, Validator, on_target, score_text
 
     validator, limit = Validator(fp32, data.validation, on_target(VALIDATED_ON), Reading.of(options)), Limit.of(options)
     validator.check(limit)
     score = validator.score(ir)
     if not limit.holds(score):
         raise ConversionError(
-            f"the OpenVINO IR {MISSES_LIMIT} ({limit.text()}) {missed[0]}: {score_text(score)} on {len(data.validation)} validation samples",
+            f"the OpenVINO IR misses the limit ({limit.text()}) {missed[0]}: {score_text(score)} on {len(data.validation)} validation samples",
             hint=missed[1],
         )
     return score

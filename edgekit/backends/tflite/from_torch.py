@@ -41,7 +41,6 @@ class TorchToTflite(Converter):
     calib_methods = ("minmax", "histogram")  # backends.torch.pt2e.OBSERVERS: torchao has no entropy or percentile observer
     default_calib_method = "histogram"  # the stock quantizer's own observer; Lite0 on LiteRT 96.00% vs 94.50% with minmax
     accuracy_control = True  # --max-drop / --min-agreement / --min-cosine: backends.tflite.accuracy
-    accuracy_control_rebuilds = True  # a PT2E calibration and LiteRT conversion per step: EfficientNet-Lite0 > 15 min in all
     package = "litert-torch"
     import_name = "litert_torch"
 

@@ -1,9 +1,7 @@
 """`edgekit tune` on the committed FashionCNN and real Fashion-MNIST images: ONNX Runtime and OpenVINO, fp32 and int8,
-one and two threads, 600 validation images (500 to screen each cell, all 600 for the finalists). The int8 cells are
-timed on their latency proxies beside the fp32 cells by successive halving; the gate asks for outputs closer to the
-reference's than int8 gives, so an int8 cell that reaches the finals is converted in full and dropped there, and the
-choice is the fastest fp32 finalist. One tune serves the module; the other runs reuse its conversions (the same
-folder's cache)."""
+one and two threads, 600 validation images (500 to screen each cell, all 600 for the finalists). The gate asks for outputs closer to the reference's than int8 gives, so the int8 cells are dropped
+before any timing; the fp32 candidates are timed by successive halving, and the choice is the fastest finalist. One
+tune serves the module; the other runs reuse its conversions (the same folder's cache)."""
 
 from __future__ import annotations
 
@@ -18,19 +16,7 @@ import pytest
 
 from edgekit.metrics.gate import Thresholds
 from edgekit.metrics.latency import median_interval
-from edgekit.recipe.schema import load_recipe
-from edgekit.recipe.tune import (
-    PROXY_CALIBRATION_SAMPLES,
-    accuracy_control,
-    accuracy_held,
-    chosen_recipe,
-    closest,
-    disturbed,
-    favourable,
-    latency_proxy,
-    not_worth_converting,
-    proxied_cell,
-)
+from edgekit.recipe.tune import closest, disturbed, favourable, not_worth_converting
 from edgekit.report.html import gate_level
 from edgekit.report.schema import load_json
 from edgekit.report.write import to_junit
@@ -40,11 +26,10 @@ pytestmark = pytest.mark.e2e
 SPACE = ("--target", "onnxruntime:cpu,openvino:cpu", "--precisions", "fp32,int8", "--threads", "1,2", "--limit", "600")
 GATE = ("--min-cosine", "0.99999")  # int8's logits are at cosine ~0.9995 of the reference's here; fp32's at 1 - 1e-7
 SCREEN = 500  # each cell is judged on the first 500 of the 600 samples; the finalists on all 600
-FULL_RUNS = 40  # --runs: the full protocol's timed runs
 
 
 def _tune(folder: Path, *extra: str):
-    result = run_cli("tune", "zoo:fashion-cnn", *SPACE, "--runs", str(FULL_RUNS), "--workdir", folder, "--quiet", *extra)
+    result = run_cli("tune", "zoo:fashion-cnn", *SPACE, "--runs", "40", "--workdir", folder, "--quiet", *extra)
     report = load_json(folder / "report.json") if (folder / "report.json").exists() else None  # checked against the schema
     return result, report
 
@@ -61,22 +46,16 @@ def _stages(report: dict) -> dict[tuple, dict]:
     return {(r["format"], r["precision"], r.get("threads")): r["tune"] for r in report["rows"]}
 
 
-def test_int8_cells_are_timed_on_a_latency_proxy_and_judged_only_when_converted_in_full(tuned):
+def test_cells_that_miss_a_gate_no_timing_can_change_are_dropped_before_any_timing(tuned):
     _, _, report = tuned
     stages = _stages(report)
     for fmt in ("onnx", "openvino"):
+        int8 = stages[(fmt, "int8", None)]
+        assert int8["stage"] == "dropped" and int8["rounds"] == [], int8
+        assert "cosine" in int8["why"] and "no timing can change that" in int8["why"]
         for threads in (1, 2):
             assert stages[(fmt, "fp32", threads)]["stage"] in ("chosen", "finalist", "halved")
-            int8 = stages[(fmt, "int8", threads)]
-            assert int8["rounds"] and all(r["proxy"] for r in int8["rounds"]), int8  # timed on the proxy only
-            if int8["stage"] == "halved":  # never converted in full: nothing but its timings is shown
-                (row,) = [r for r in report["rows"] if (r["format"], r["precision"], r["threads"]) == (fmt, "int8", threads)]
-                assert row["latency_proxy"] and row["cosine"] is None and row["agreement"] is None and row["artifact"] is None
-                assert row["p50_ms"] > 0 and row.get("passed") is None
-            else:  # a finalist on its proxy's timings: converted in full, then judged by the gate, which int8 misses
-                assert int8["stage"] == "dropped" and "cosine" in int8["why"] and "the real int8" in int8["why"], int8
-    assert report["search"]["cells"] == 4 and report["search"]["candidates"] == 8
-    assert report["data"]["int8_latency_proxy"] == {"calibration_samples": PROXY_CALIBRATION_SAMPLES, "method": "minmax"}
+    assert report["search"]["cells"] == 4 and report["search"]["candidates"] == 4
     assert report["space"] == {
         "formats": ["onnx", "openvino"],
         "precisions": ["fp32", "int8"],
@@ -85,38 +64,25 @@ def test_int8_cells_are_timed_on_a_latency_proxy_and_judged_only_when_converted_
     }
 
 
-def _halving_rounds(row: dict) -> list[dict]:
-    return [r for r in row["tune"]["rounds"] if r["runs"] < FULL_RUNS]
-
-
 def test_successive_halving_times_the_finalists_with_the_full_protocol_and_chooses_the_fastest_that_passes(tuned):
     folder, result, report = tuned
     timed = [r for r in report["rows"] if r["tune"]["rounds"]]
     finalists = [r for r in timed if r["tune"]["stage"] in ("chosen", "finalist")]
     halved = [r for r in timed if r["tune"]["stage"] == "halved"]
-    assert len(finalists) == 2 and len(timed) == 8  # 8 candidates: rounds of 10 and 20 runs, each keeping the faster half
-    assert all([round_["runs"] for round_ in r["tune"]["rounds"]] in ([10], [10, 20]) for r in halved)
+    assert len(finalists) == 2 and len(halved) == 2  # 4 candidates: one round of 10 runs, the faster half to the finals
+    assert all([round_["runs"] for round_ in r["tune"]["rounds"]] == [10] for r in halved)
     for row in finalists:
-        rounds = [round_["runs"] for round_ in row["tune"]["rounds"]]
-        finals = rounds[len(_halving_rounds(row)) :]
-        assert rounds[0] == 10 and finals in ([FULL_RUNS], [FULL_RUNS, FULL_RUNS]) and len(row["times_ms"]) == FULL_RUNS
-        assert len(finals) == 1 or disturbed(row["tune"]["rounds"][-2])  # a final timing is repeated only when the CPU was shared
+        rounds = row["tune"]["rounds"]
+        assert [round_["runs"] for round_ in rounds] in ([10, 40], [10, 40, 40]) and len(row["times_ms"]) == 40
+        assert len(rounds) == 2 or disturbed(rounds[1])  # a final timing is repeated only when the CPU was shared
         low, high = row["p50_ms_ci95"]
         assert low <= row["p50_ms"] <= high and row["passed"]
-    last = max(len(_halving_rounds(r)) for r in timed) - 1
-    for k in range(last + 1):  # each round kept its faster half (after the last one: the finalists, whatever came of them)
-        reached = [r for r in timed if len(_halving_rounds(r)) == k + 1]
-        went_on = [r for r in timed if len(_halving_rounds(r)) > k + 1] + [
-            r for r in reached if k == last and r["tune"]["stage"] != "halved"
-        ]
-        stopped = [r for r in reached if r not in went_on]
-        p50s = [[_halving_rounds(r)[k]["p50_ms"] for r in rows] for rows in (went_on, stopped)]
-        assert went_on and (not stopped or max(p50s[0]) <= min(p50s[1])), (k, p50s)
     assert report["data"]["screening_samples"] == SCREEN
-    assert [r["samples"] for r in finalists] == [600, 600]
-    assert {r["samples"] for r in halved if r["precision"] == "fp32"} <= {SCREEN}
+    assert [r["samples"] for r in finalists] == [600, 600] and {r["samples"] for r in halved} == {SCREEN}
     (chosen,) = [r for r in finalists if r["tune"]["stage"] == "chosen"]
     assert chosen["p50_ms"] == min(r["p50_ms"] for r in finalists)
+    slowest_kept = max(r["tune"]["rounds"][0]["p50_ms"] for r in finalists)
+    assert all(r["tune"]["rounds"][0]["p50_ms"] >= slowest_kept for r in halved)  # the round kept the faster half
     choice = report["choice"]
     assert (choice["format"], choice["precision"], choice["threads"]) == (chosen["format"], chosen["precision"], chosen["threads"])
     assert report["passed"] and report["closest"] is None
@@ -125,7 +91,7 @@ def test_successive_halving_times_the_finalists_with_the_full_protocol_and_choos
     assert f"chosen: {choice['format']} fp32 on {choice['target']}" in result.stdout
     suite = ET.fromstring(to_junit(report))  # CI reads the choice's gates; the other candidates were not chosen, not failed
     assert suite.get("failures") == "0" and suite.get("errors") == "0" and suite.get("skipped") == str(len(report["rows"]) - 1)
-    assert {c.find("skipped").get("message").split(":")[0] for c in suite if c.get("name") == "tune"} <= {"finalist", "halved", "dropped"}
+    assert {c.find("skipped").get("message").split(":")[0] for c in suite if c.get("name") == "tune"} == {"finalist", "halved", "dropped"}
     assert "Accuracy vs p50 latency" in (folder / "report.html").read_text()
 
 
@@ -159,10 +125,7 @@ def test_nothing_passes_exits_2_naming_the_closest_candidate_and_what_it_missed(
     result, report = _tune(folder, "--min-cosine", "1.5")
     assert result.code == 2, result.stdout + result.stderr
     assert not report["passed"] and report["choice"] is None and not (folder / "chosen.yaml").exists()
-    assert all(r["tune"]["stage"] == "dropped" for r in report["rows"])  # every int8 proxy converted in full, then judged
-    int8 = [r for r in report["rows"] if r["precision"] == "int8"]
-    assert len(int8) == 4 and all("the real int8, converted in full" in r["tune"]["why"] and r["cosine"] < 1 for r in int8)
-    assert all(r["samples"] == 600 and not r.get("latency_proxy") for r in int8)
+    assert all(r["tune"]["stage"] == "dropped" for r in report["rows"])
     near = report["closest"]
     assert near["precision"] == "fp32" and "at least 1.5 allowed" in near["missed"][0], near
     assert "nothing passes; the closest" in result.stdout
@@ -188,47 +151,6 @@ def test_fp16_is_not_converted_for_a_cpu_without_half_precision_arithmetic():
     assert not_worth_converting("onnx", "fp16", "onnxruntime:cpu", Thresholds(max_size_mb=1.0), avx2) is None  # its smaller file may pass
     assert not_worth_converting("onnx", "fp16", "onnxruntime:cuda", Thresholds(), avx2) is None
     assert not_worth_converting("onnx", "fp32", "onnxruntime:cpu", Thresholds(), avx2) is None
-
-
-def test_the_int8_latency_proxy_keeps_the_kernels_and_drops_what_only_accuracy_needs(tmp_path):
-    recipe_file = tmp_path / "r.yaml"
-    recipe_file.write_text(
-        "model: {path: zoo:fashion-cnn}\nvalidation: {path: zoo:fashion-mnist-test, limit: 600}\n"
-        "calibration: {path: zoo:fashion-mnist-calib, samples: 300, method: entropy}\n"
-        "convert: {min_agreement: 99, per_tensor: true, for_target: x86-vnni}\n"
-    )
-    recipe = load_recipe(recipe_file)
-    proxy = latency_proxy(recipe)
-    assert (proxy.calibration.samples, proxy.calibration.method) == (PROXY_CALIBRATION_SAMPLES, "minmax")
-    assert proxy.convert.keep_sensitive is False and proxy.convert.min_agreement is None and proxy.validation.limit < 600
-    assert (proxy.convert.per_tensor, proxy.convert.for_target) == (True, "x86-vnni")  # what decides its kernels stays
-    assert proxied_cell(recipe, ("onnx", "int8", "onnxruntime:cpu")) and not proxied_cell(recipe, ("onnx", "fp16", "onnxruntime:cpu"))
-
-
-def test_the_finals_convert_int8_holding_the_gates_that_need_no_labels_by_accuracy_control(tmp_path):
-    def recipe(gates: str, convert: str = "") -> object:
-        (tmp_path / "r.yaml").write_text(f"model: {{path: zoo:fashion-cnn}}\ngates: {{{gates}}}\n{convert}")
-        return load_recipe(tmp_path / "r.yaml")
-
-    held = accuracy_held(recipe("min_agreement: 99, min_cosine: 0.999"), "classification").convert
-    assert (held.min_agreement, held.min_cosine, held.min_map_kept) == (99, 0.999, None)
-    held = accuracy_held(recipe("min_agreement: 97"), "detection").convert  # the share of fp32's mAP@0.5 kept
-    assert (held.min_agreement, held.min_map_kept) == (None, 0.97)
-    for unheld in (recipe("max_drop: 1"), recipe("min_cosine: 1.5"), recipe("min_cosine: 0.99", "convert: {min_cosine: 0.9}\n")):
-        assert accuracy_held(unheld, "classification") is unheld  # labels needed, no cosine limit, or the recipe's own
-    assert accuracy_held(recipe("min_agreement: 99"), "embedding").convert.min_agreement is None  # recall@k: no top-1
-
-
-def test_an_int8_held_by_accuracy_control_says_so_and_its_recipe_holds_the_same_limit():
-    control = {"min_agreement": 99.0, "min_cosine": None, "reverted_to_float": ["conv_1"], "activations_in_float": ["relu_2"]}
-    for provenance in ({"quantization": {"accuracy_control": control}}, {"tflite": {"accuracy_control": control}}):
-        held = accuracy_control({"artifact": {"meta": {"provenance": provenance}}})
-        assert held["in_float"] == ["conv_1", "relu_2"] and "agreement >= 99.0%" in held["text"] and "2 layers" in held["text"]
-    assert accuracy_control({"artifact": {"meta": {"provenance": {"quantization": {}}}}}) is None
-    recipe = {"model": {"path": "m.onnx"}, "convert": {"seed": 1}, "report": {"dir": "w"}}
-    choice = {"format": "onnx", "precision": "int8", "target": "onnxruntime:cpu", "threads": 2, "accuracy_control": held}
-    assert chosen_recipe(recipe, choice)["convert"] == {"seed": 1, "min_agreement": 99.0}  # rebuilt with the same limit
-    assert chosen_recipe(recipe, {**choice, "accuracy_control": None})["convert"] == {"seed": 1}
 
 
 def test_a_screening_sample_drops_a_cell_only_where_more_data_could_not_save_it():
