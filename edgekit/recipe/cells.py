@@ -20,7 +20,7 @@ from edgekit.validation.benchmark import BenchSettings
 from edgekit.zoo.names import zoo_labels
 
 log = logging.getLogger("edgekit")
-ACCURACY_CONTROL = ("val", "max_drop", "min_agreement", "min_cosine", "min_map_kept")  # a recipe's convert keys of it
+ACCURACY_CONTROL = ("val", "max_drop", "min_agreement", "min_cosine", "min_map_kept")  # convert keys of static int8 only
 
 
 @dataclass
@@ -138,7 +138,7 @@ def _artifact(recipe, source, inputs, fmt, precision, target, calibration, cache
                 f"matrix format {fmt} is the model itself, but the model is {source.format}", hint=f"list {source.family} instead"
             )
         return source, False
-    options = _convert_options(recipe, inputs, precision, target, calibration)
+    options = cell_options(recipe, inputs, precision, target, calibration)
     out = artifact_path(recipe, source, inputs, fmt, precision, target, calibration, cache)
     if options.language_model:
         from edgekit.converters.causal_lm import convert_lm as convert
@@ -151,11 +151,11 @@ def artifact_path(recipe, source, inputs, fmt, precision, target, calibration, c
     """Where a cell's artifact lives in the content-addressed cache (None: the cell runs the model itself)."""
     if fmt in SOURCE_FORMATS:
         return None
-    options = _convert_options(recipe, inputs, precision, target, calibration)
+    options = cell_options(recipe, inputs, precision, target, calibration)
     return cache / cache_key(source, fmt, options) / f"{source.name}.{precision}{SUFFIXES[fmt]}"
 
 
-def _convert_options(recipe, inputs, precision, target, calibration) -> ConvertOptions:
+def cell_options(recipe, inputs, precision, target, calibration) -> ConvertOptions:
     """The cell's options: the recipe's calibration and `convert:` section (quantization options on int8 cells only)."""
     calibration_options = CalibrationOptions.from_section(vars(recipe.calibration) | {"path": calibration})
     section = vars(recipe.convert) | {"for_target": recipe.convert.for_target or target, "val": recipe.resolve(recipe.convert.val)}

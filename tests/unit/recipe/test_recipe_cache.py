@@ -14,6 +14,8 @@ import pytest
 from edgekit.conversion import ConvertOptions
 from edgekit.converters.pipeline import convert
 from edgekit.recipe.cache import MANIFEST, RUN_LOCK, cached_build, damage, file_lock
+from edgekit.recipe.cells import cell_options
+from edgekit.recipe.schema import load_recipe
 from edgekit.source import open_source
 from tests.conftest import assert_clean_error, run_cli
 from tests.corpus.make_corpus import _tiny_onnx
@@ -93,3 +95,13 @@ def test_a_second_run_into_the_same_report_folder_is_refused(tiny, tmp_path):
     (tmp_path / "rep").mkdir()
     with file_lock(tmp_path / "rep" / RUN_LOCK):  # a run in progress
         assert_clean_error(run_cli("run", str(recipe)), "another `edgekit run`", "rep")
+
+
+def test_accuracy_control_reaches_the_int8_cells_only(tmp_path):
+    (tmp_path / "r.yaml").write_text("model: {path: zoo:fashion-cnn}\nconvert: {min_map_kept: 0.97, min_agreement: 99}\n")
+    recipe = load_recipe(tmp_path / "r.yaml")
+    for precision in ("fp32", "fp16"):  # a limit there would be refused: accuracy control is static int8's
+        options = cell_options(recipe, [], precision, "onnxruntime:cpu", None)
+        assert (options.min_map_kept, options.min_agreement) == (None, None)
+    options = cell_options(recipe, [], "int8", "onnxruntime:cpu", None)
+    assert (options.min_map_kept, options.min_agreement) == (0.97, 99)
