@@ -69,7 +69,10 @@ def convert(source: ModelSource, to: str, out: Path, options: ConvertOptions) ->
 def _check_suffix(out: Path, to: str) -> None:
     """Refuse, before any work, an output named as another format's file, or an OpenVINO model not named .xml (its
     serializer writes the weights beside the .xml and takes no other name)."""
-    expected = registry.backend(to).suffix
+    backend = registry.backend(to)
+    if backend is None:  # an unknown format: plan() names the ones there are
+        return
+    expected = backend.suffix
     owner = {suffix: b.format for b in registry.backends().values() for suffix in b.suffixes}.get(out.suffix.lower())
     if out.suffix.lower() != expected and (owner not in (None, to) or expected == ".xml"):
         raise EdgekitError(f"-o {out} is not named as a {to} file, which ends in {expected}", hint=f"e.g. -o {out.with_suffix(expected)}")
