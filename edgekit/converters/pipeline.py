@@ -75,7 +75,7 @@ def _check_suffix(out: Path, to: str) -> None:
     expected = backend.suffix
     owner = {suffix: b.format for b in registry.backends().values() for suffix in b.suffixes}.get(out.suffix.lower())
     if out.suffix.lower() != expected and (owner not in (None, to) or expected == ".xml"):
-        raise EdgekitError(f"-o {out} is not named as a {to} file, which ends in {expected}", hint=f"e.g. -o {out.with_suffix(expected)}")
+        raise EdgekitError(f"-o {out} does not end in {expected}, the suffix of {to} models", hint=f"e.g. -o {out.with_suffix(expected)}")
 
 
 def _verified(source: ModelSource, final: Path, to: str, options: ConvertOptions, specs: list[TensorSpec], data: ConversionData) -> dict:
