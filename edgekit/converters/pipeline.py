@@ -72,9 +72,9 @@ def _check_suffix(out: Path, to: str) -> None:
     backend = registry.backend(to)
     if backend is None:  # an unknown format: plan() names the ones there are
         return
-    expected = backend.suffix
-    owner = {suffix: b.format for b in registry.backends().values() for suffix in b.suffixes}.get(out.suffix.lower())
-    if out.suffix.lower() != expected and (owner not in (None, to) or expected == ".xml"):
+    expected, suffix = backend.suffix, out.suffix.lower()
+    owner = next((b.format for b in registry.backends().values() if suffix in b.suffixes), None)
+    if suffix != expected and (owner not in (None, to) or expected == ".xml"):
         raise EdgekitError(f"-o {out} does not end in {expected}, the suffix of {to} models", hint=f"e.g. -o {out.with_suffix(expected)}")
 
 

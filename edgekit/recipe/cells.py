@@ -20,7 +20,7 @@ from edgekit.validation.benchmark import BenchSettings
 from edgekit.zoo.names import zoo_labels
 
 log = logging.getLogger("edgekit")
-ACCURACY_CONTROL = ("val", "max_drop", "min_agreement", "min_cosine", "min_map_kept")  # convert keys of static int8 only
+STATIC_INT8_ONLY = ("val", "max_drop", "min_agreement", "min_cosine", "min_map_kept")  # accuracy control's convert keys
 
 
 @dataclass
@@ -162,7 +162,7 @@ def cell_options(recipe, inputs, precision, target, calibration) -> ConvertOptio
     if not precision.startswith("int8"):
         section["per_tensor"] = False
     if precision != "int8":  # accuracy control: static int8 only
-        section |= dict.fromkeys(ACCURACY_CONTROL)
+        section |= dict.fromkeys(STATIC_INT8_ONLY)
     options = ConvertOptions.from_section(precision, inputs, calibration_options, section)
     return replace(options, max_ppl_ratio=recipe.gates.max_ppl_ratio)  # a language model's convert holds the recipe's gate
 
