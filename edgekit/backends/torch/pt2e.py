@@ -4,7 +4,9 @@ the steps both backends run.
 `quantize()` runs them in order: export, fold pads, record the spans concatenations read, prepare with the backend's
 quantizer (its patterns: backends.torch.pt2e_patterns), calibrate, convert, fit the weight codes, correct the biases
 (backends.torch.pt2e_weights); `int8()` calls it once with the layers to keep float, or once per trial of the
-sensitivity search (`int8_keeping_sensitive`: the same search for both backends). The activation observer follows
+sensitivity search (`int8_keeping_sensitive`: the same search for both backends). A process keeps a module's
+calibrated observers and float layer means by its weights and the batches (`_kept_passes`): the search's later trials
+and each step of LiteRT's accuracy control take them instead of calibrating again. The activation observer follows
 --calib-method, the weight scheme --per-tensor (`static_config`). Import lazily (it imports torch and torchao).
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 
 import torch
 from torch.fx import GraphModule
@@ -19,7 +22,10 @@ from torch.fx import GraphModule
 from edgekit.artifact import fixed_batch
 from edgekit.backends.torch.loader import exported_batch
 from edgekit.backends.torch.pt2e_patterns import fold_zero_pads, record_concat_spans
-from edgekit.backends.torch.pt2e_weights import SAMPLES_FOR_MEANS, correct_biases, fit_weight_rounding, float_output_means
+from edgekit.backends.torch.pt2e_weights import SAMPLES_FOR_MEANS, correct_biases, fit_weight_rounding, float_output_means, quantized_layers
+from edgekit.memo import Kept
+
+_kept_passes: Kept[dict] = Kept(entries=2)  # observers after calibration and float layer means, by module and batches
 
 # --calib-method -> the activation observer PT2E calibrates with, and what it computes (for the provenance)
 OBSERVERS = {
@@ -58,15 +64,71 @@ def quantize(module, args, quantizer, batches: list, fold_quantize: bool) -> tup
     folded = fold_zero_pads(exported)  # before quantize/dequantize pairs hide the pad from the backends' own folding
     record_concat_spans(exported, batches[:SAMPLES_FOR_MEANS])  # what float_uneven_concats decides from
     prepared = prepare_pt2e(exported, quantizer)
-    for tensors in batches:  # one pass through the observers
-        prepared(*tensors)
+    kept = _kept_passes.get_or_make(_content_key(module, batches), dict)
+    _calibrate(prepared, batches, kept.setdefault("observers", {}))
     converted = convert_pt2e(prepared, fold_quantize=False)  # the fit edits the float weights the quantize ops read
-    means = float_output_means(converted, batches)  # before the fit edits the weights
+    means = _float_means(converted, batches, kept.setdefault("means", {}))  # before the fit edits the weights
     notes = {"calibration_samples": len(batches), "zero_pads_folded": folded, "weight_rounding": fit_weight_rounding(converted, batches)}
     notes["bias_correction"] = correct_biases(converted, batches, means)
     if fold_quantize:
         _fold_weight_quantize(converted)
     return converted, notes
+
+
+def _content_key(module, batches: list) -> str:
+    """What a calibration pass's results follow from: the module's weights and buffers, and the batches' bytes."""
+    digest = hashlib.sha256()
+    for name, value in [*module.state_dict().items(), *((str(i), t) for i, b in enumerate(batches) for t in b)]:
+        digest.update(name.encode())
+        digest.update(value.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _calibrate(prepared: GraphModule, batches: list, kept: dict) -> None:
+    """One pass of `batches` through the prepared model's observers, or none where each of them is in `kept` (observers
+    after an earlier pass over the same module and batches): the sensitivity search and accuracy control quantize one
+    module again with a few layers float, and its observers then see the same float values (PT2E calibrates in float).
+    An observer is matched by its kind and settings and by every tensor it observes."""
+    observers = _observers(prepared)
+    if observers and all(key in kept for key in observers):
+        for key, names in observers.items():
+            observer = copy.deepcopy(kept[key])
+            for name in names:
+                setattr(prepared, name, observer)
+        return
+    for tensors in batches:
+        prepared(*tensors)
+    kept.update({key: copy.deepcopy(getattr(prepared, names[0])) for key, names in observers.items()})
+
+
+def _observers(prepared: GraphModule) -> dict[tuple, list[str]]:
+    """{(an observer's kind and settings, the tensors it observes): the attributes it is held under} of a PT2E-prepared
+    model (an observer shared between tensors is one, under one or more attributes)."""
+    names: dict[int, list[str]] = {}
+    observed: dict[int, set] = {}
+    for node in prepared.graph.nodes:
+        if node.op == "call_module" and node.target.startswith("activation_post_process"):
+            source = node.args[0]
+            while source.op == "call_module" and source.target.startswith("activation_post_process"):
+                source = source.args[0]
+            observer = id(getattr(prepared, node.target))
+            names.setdefault(observer, []).append(node.target)
+            observed.setdefault(observer, set()).add(source.name)
+    return {(_settings(getattr(prepared, held[0])), tuple(sorted(observed[o]))): held for o, held in names.items()}
+
+
+def _settings(observer) -> tuple:
+    attributes = ("dtype", "qscheme", "quant_min", "quant_max", "ch_axis", "bins", "eps", "reduce_range")
+    return (type(observer).__name__, *(str(getattr(observer, a, None)) for a in attributes))
+
+
+def _float_means(converted: GraphModule, batches: list, kept: dict) -> dict:
+    """float_output_means of `converted`, from `kept` (by node name: the float model is the same whichever layers stay
+    float) where an earlier quantization of the module over the same batches measured each of its layers."""
+    layers = quantized_layers(converted)
+    if not all(node.name in kept for node in layers):
+        kept.update({node.name: mean for node, mean in float_output_means(converted, batches).items()})
+    return {node: kept[node.name] for node in layers}
 
 
 def int8(module, args, make_quantizer, samples, specs, *, fold_quantize: bool, search: bool, layout: str = "nchw", keep_float=()) -> tuple:
@@ -90,8 +152,8 @@ def int8_module(module, args, make_quantizer, batches: list, keep_float: tuple[s
 def int8_keeping_sensitive(module, args, make_quantizer, batches: list, samples, specs, fold_quantize: bool) -> tuple:
     """PT2E int8 keeping in float the prefix of the sensitivity outliers (most sensitive first, as ONNX Runtime's
     default does) that brings the quantized model's outputs closest to fp32 on the ranking's samples, all-int8
-    included: layers interact. Each trial is the full PT2E pass; only the closest is held. EfficientNet-Lite0's three
-    outliers kept (with the ops that feed them: `unannotate_modules`), 600 photo crops against fp32 (x86-vnni):
+    included: layers interact. Each trial is a PT2E quantization (calibrated once: `_calibrate`); only the closest is
+    held. EfficientNet-Lite0's three outliers kept (with the ops that feed them: `unannotate_modules`), 600 photo crops against fp32 (x86-vnni):
     LiteRT 96.00 -> 97.17%, ExecuTorch 95.50 -> 97.67%, cosine 0.9981 -> 0.9989 (docs/int8-schemes.md)."""
     from edgekit.backends.torch.sensitivity import torch_sensitivity
     from edgekit.quantization.sensitivity import SAMPLES, losses_by_kept, outliers, output_loss, provenance

@@ -167,10 +167,15 @@ def _conv2d_params(conv: Node) -> tuple:
     return tuple(given + [[1, 1], [0, 0], [1, 1], 1][len(given) :])
 
 
+def quantized_layers(model: GraphModule) -> list[Node]:
+    """The conv/linear nodes of a converted PT2E model whose weights go through a quantize/dequantize pair."""
+    return [layer.node for node in model.graph.nodes if (layer := _QuantizedLayer.of(model, node)) is not None]
+
+
 def float_output_means(model: GraphModule, batches) -> dict:
     """{conv/linear node: per-channel mean of its output} in float: the converted graph run with every quantize and
     dequantize as identity (the fp32 model, its zero pads folded; call it before fit_weight_rounding edits weights)."""
-    layers = [layer.node for node in model.graph.nodes if (layer := _QuantizedLayer.of(model, node)) is not None]
+    layers = quantized_layers(model)
     means = {}
     _walk(
         model,

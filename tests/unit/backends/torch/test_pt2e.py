@@ -185,3 +185,45 @@ def test_litert_sensitivity_search_converts_the_trial_closest_to_fp32(tmp_path, 
     from tests.unit.backends.tflite.test_litert_accuracy import _float_kernels
 
     assert _float_kernels(result.path) == ([[1, 3, 3, 32]] if kept else [])
+
+
+def test_a_second_quantization_of_one_module_reuses_its_calibration_and_gives_what_a_fresh_one_does(demo_data, monkeypatch):
+    """The sensitivity search and accuracy control quantize one module again with a few layers float (PT2E calibrates
+    in float, so each observer sees the same values): the second quantization takes the observers and float layer
+    means the first measured, with no pass of its own, and its model is the one a fresh calibration gives; other
+    batches calibrate afresh."""
+    import torch
+    from torchao.quantization.pt2e.observer import HistogramObserver
+
+    from edgekit.backends.tflite.quantizer import litert_quantizer
+    from edgekit.backends.torch import pt2e
+    from edgekit.calibration import load_samples
+    from edgekit.conversion import load_for_conversion
+
+    pytest.importorskip("litert_torch")
+    module, specs = load_for_conversion(open_source("zoo:fashion-cnn"), [])
+    module.eval()
+    batches = list(pt2e.calibration_batches(load_samples(str(demo_data[1]), specs=specs, limit=32), specs, "nchw"))
+    options = ConvertOptions("int8", (), CalibrationOptions(str(demo_data[1]), 32, "histogram"))
+    observed, means = [], []
+    forward, float_means = HistogramObserver.forward, pt2e.float_output_means
+    monkeypatch.setattr(HistogramObserver, "forward", lambda self, x: observed.append(1) or forward(self, x))
+    monkeypatch.setattr(pt2e, "float_output_means", lambda *a: means.append(1) or float_means(*a))
+    monkeypatch.setattr(pt2e, "_kept_passes", pt2e.Kept(entries=2))
+
+    def quantized(keep_float, on=batches):
+        model, _ = pt2e.quantize(module, batches[0], litert_quantizer(options, keep_float)[0], on, fold_quantize=False)
+        return model
+
+    pt2e.quantize(module, batches[0], litert_quantizer(options)[0], batches, fold_quantize=False)
+    passes = (len(observed), len(means))
+    second = quantized(("features.0.0",))
+    assert (len(observed), len(means)) == passes  # no pass through the observers, the means kept
+    pt2e._kept_passes.clear()
+    fresh = quantized(("features.0.0",))
+    assert len(observed) > passes[0] and len(means) == passes[1] + 1
+    with torch.no_grad():
+        assert all(torch.equal(second(*b), fresh(*b)) for b in batches)
+    observed.clear()
+    quantized(("features.0.0",), batches[:16])
+    assert observed  # other batches: calibrated afresh
