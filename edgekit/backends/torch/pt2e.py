@@ -96,9 +96,30 @@ def _calibrate(prepared: GraphModule, batches: list, kept: dict) -> None:
             for name in names:
                 setattr(prepared, name, observer)
         return
-    for tensors in batches:
-        prepared(*tensors)
+    _observe(prepared, batches)
     kept.update({key: copy.deepcopy(getattr(prepared, names[0])) for key, names in observers.items()})
+
+
+def _observe(prepared: GraphModule, batches: list) -> None:
+    """`batches` through the prepared model; an observer of weights alone (a constant: each batch would show it the
+    same values) sees the first, and passes the others through (nn.Identity in its place)."""
+    constant = {
+        node.target
+        for node in prepared.graph.nodes
+        if node.op == "call_module" and node.target.startswith("activation_post_process") and node.args[0].op == "get_attr"
+    }
+    shared = {
+        id(getattr(prepared, node.target)) for node in prepared.graph.nodes if node.op == "call_module" and node.target not in constant
+    }
+    constant = {name for name in constant if id(getattr(prepared, name)) not in shared}  # one also watching an activation: kept
+    held = {name: getattr(prepared, name) for name in constant}
+    for index, tensors in enumerate(batches):
+        prepared(*tensors)
+        if index == 0:
+            for name in held:
+                setattr(prepared, name, torch.nn.Identity())
+    for name, observer in held.items():
+        setattr(prepared, name, observer)
 
 
 def _observers(prepared: GraphModule) -> dict[tuple, list[str]]:

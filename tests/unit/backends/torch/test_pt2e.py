@@ -227,3 +227,50 @@ def test_a_second_quantization_of_one_module_reuses_its_calibration_and_gives_wh
     observed.clear()
     quantized(("features.0.0",), batches[:16])
     assert observed  # other batches: calibrated afresh
+
+
+def test_weight_observers_see_one_batch_and_the_model_is_what_observing_all_gives(demo_data, monkeypatch):
+    """A weight is a constant: its observers see the first calibration batch only, and the quantized model is the one
+    every observer seeing every batch gives."""
+    import torch
+
+    from edgekit.backends.tflite.quantizer import litert_quantizer
+    from edgekit.backends.torch import pt2e
+    from edgekit.calibration import load_samples
+    from edgekit.conversion import load_for_conversion
+
+    pytest.importorskip("litert_torch")
+    module, specs = load_for_conversion(open_source("zoo:fashion-cnn"), [])
+    module.eval()
+    batches = list(pt2e.calibration_batches(load_samples(str(demo_data[1]), specs=specs, limit=16), specs, "nchw"))
+    options = ConvertOptions("int8", (), CalibrationOptions(str(demo_data[1]), 16, "histogram"))
+    seen = []
+    observe = pt2e._observe
+    monkeypatch.setattr(pt2e, "_observe", lambda prepared, on: seen.append(_weight_observations(prepared, on, observe)))
+
+    def quantized():
+        monkeypatch.setattr(pt2e, "_kept_passes", pt2e.Kept(entries=2))
+        return pt2e.quantize(module, batches[0], litert_quantizer(options)[0], batches, fold_quantize=False)[0]
+
+    once = quantized()
+    monkeypatch.setattr(pt2e, "_observe", lambda prepared, on: seen.append(_weight_observations(prepared, on, _every_batch)))
+    every = quantized()
+    assert seen == [1, len(batches)]
+    with torch.no_grad():
+        assert all(torch.equal(once(*b), every(*b)) for b in batches)
+
+
+def _every_batch(prepared, batches):
+    for tensors in batches:
+        prepared(*tensors)
+
+
+def _weight_observations(prepared, batches, observe) -> int:
+    """How many batches the first weight's observer saw while `observe` ran."""
+    name = next(n.target for n in prepared.graph.nodes if n.op == "call_module" and n.args and n.args[0].op == "get_attr")
+    observer, calls = getattr(prepared, name), []
+    forward = observer.forward
+    observer.forward = lambda x: calls.append(1) or forward(x)
+    observe(prepared, batches)
+    del observer.forward
+    return len(calls)
