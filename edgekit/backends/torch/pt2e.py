@@ -103,16 +103,12 @@ def _calibrate(prepared: GraphModule, batches: list, kept: dict) -> None:
 def _observe(prepared: GraphModule, batches: list) -> None:
     """`batches` through the prepared model; an observer of weights alone (a constant: each batch would show it the
     same values) sees the first, and passes the others through (nn.Identity in its place)."""
-    constant = {
-        node.target
-        for node in prepared.graph.nodes
-        if node.op == "call_module" and node.target.startswith("activation_post_process") and node.args[0].op == "get_attr"
+    held = {
+        name: getattr(prepared, name)
+        for names, sources in _observer_sites(prepared).values()
+        if all(source.op == "get_attr" for source in sources)
+        for name in names
     }
-    shared = {
-        id(getattr(prepared, node.target)) for node in prepared.graph.nodes if node.op == "call_module" and node.target not in constant
-    }
-    constant = {name for name in constant if id(getattr(prepared, name)) not in shared}  # one also watching an activation: kept
-    held = {name: getattr(prepared, name) for name in constant}
     for index, tensors in enumerate(batches):
         prepared(*tensors)
         if index == 0:
@@ -124,18 +120,26 @@ def _observe(prepared: GraphModule, batches: list) -> None:
 
 def _observers(prepared: GraphModule) -> dict[tuple, list[str]]:
     """{(an observer's kind and settings, the tensors it observes): the attributes it is held under} of a PT2E-prepared
-    model (an observer shared between tensors is one, under one or more attributes)."""
-    names: dict[int, list[str]] = {}
-    observed: dict[int, set] = {}
+    model."""
+    return {
+        (_settings(getattr(prepared, names[0])), tuple(sorted({source.name for source in sources}))): names
+        for names, sources in _observer_sites(prepared).values()
+    }
+
+
+def _observer_sites(prepared: GraphModule) -> dict[int, tuple[list[str], list]]:
+    """{observer: (the attributes it is held under, the nodes whose values it observes)}: an observer shared between
+    tensors is one, under one or more attributes."""
+    sites: dict[int, tuple[list[str], list]] = {}
     for node in prepared.graph.nodes:
         if node.op == "call_module" and node.target.startswith("activation_post_process"):
             source = node.args[0]
             while source.op == "call_module" and source.target.startswith("activation_post_process"):
                 source = source.args[0]
-            observer = id(getattr(prepared, node.target))
-            names.setdefault(observer, []).append(node.target)
-            observed.setdefault(observer, set()).add(source.name)
-    return {(_settings(getattr(prepared, held[0])), tuple(sorted(observed[o]))): held for o, held in names.items()}
+            names, sources = sites.setdefault(id(getattr(prepared, node.target)), ([], []))
+            names.append(node.target)
+            sources.append(source)
+    return sites
 
 
 def _settings(observer) -> tuple:

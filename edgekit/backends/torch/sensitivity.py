@@ -3,10 +3,11 @@ weight fake-quantized in turn, the module's first output compared with its float
 
 A layer's weight changes only the ops it reaches, so the ranking runs torch.export's graph of the module and, for each
 layer, only those ops, from the values the reference pass kept where they read the rest (`_SuffixRuns`): on
-EfficientNet-Lite0 each layer reruns on average about half the network. Where the module does not export or the kept
-values would pass KEPT_BYTES, every layer reruns the whole module, as it does for a model so small that the reruns
-would take less than the export (SUFFIX_FROM_SECONDS, from the timed reference run). Both ways give the same losses
-(EfficientNet-Lite0, 16 crops: equal to the last bit, 28 -> 15 CPU-seconds with the export)."""
+EfficientNet-Lite0 each layer reruns on average about half the network. Where the module does not export, the kept
+values would pass KEPT_BYTES or the graph's outputs are not the module's to the last bit, every layer reruns the whole
+module, as it does for a model so small that the reruns would take less than the export (SUFFIX_FROM_SECONDS, from the
+timed reference run). Both ways give the same losses (EfficientNet-Lite0, 16 crops: equal to the last bit, 28 -> 15
+CPU-seconds with the export)."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def torch_sensitivity(module, samples, specs, count: int = SAMPLES, fixed: int |
     with torch.no_grad():
         reference = [module(*args) for args, _ in feeds]
     worth = (time.perf_counter() - started) * len(layers) > SUFFIX_FROM_SECONDS
-    runs = _SuffixRuns.of(module, [name for name, _ in layers], [args for args, _ in feeds]) if worth else None
+    runs = _SuffixRuns.of(module, [name for name, _ in layers], [args for args, _ in feeds], reference) if worth else None
 
     def evaluate(layer: WeightLayer | None) -> list[np.ndarray]:
         target = dict(layers)[layer.name] if layer else None
@@ -79,9 +80,9 @@ class _SuffixRuns:
         self.reached = {name: _reached(node) for name, node in weights.items()}
 
     @classmethod
-    def of(cls, module, layers: list[str], batches: list) -> _SuffixRuns | None:
-        """None where the module does not export on the first batch, a layer's weight is not a graph attribute, or the
-        values to keep pass KEPT_BYTES."""
+    def of(cls, module, layers: list[str], batches: list, eager: list) -> _SuffixRuns | None:
+        """None where the module does not export on the first batch, a layer's weight is not a graph attribute, the
+        values to keep pass KEPT_BYTES, or the graph's outputs are not the module's `eager` ones to the last bit."""
         try:
             graph = torch.export.export(copy.deepcopy(module), tuple(batches[0])).module()
         except Exception:  # noqa: BLE001 - whatever stops the export, the whole module reruns instead
@@ -99,6 +100,8 @@ class _SuffixRuns:
             if keeper.over:
                 return None
             kept.append(keeper.kept)
+        if not all(np.array_equal(first_output(a), first_output(b)) for a, b in zip(reference, eager, strict=True)):
+            return None
         return cls(graph, batches, weights, kept, reference)
 
     def outputs(self, layer: str | None, weight: torch.Tensor | None) -> list:
