@@ -28,7 +28,7 @@ demo: setup
 	$(BIN)/edgekit demo --detector
 
 # Two workers, a test file each (its module fixtures built once), each pinned to its own core (tests/conftest.py):
-# 12m15s on a 2-core Zen 4 from a clean clone (2026-11-27; 15m41s with issues 46-47's tests, 2026-11-28, clean clone); unpinned on the 2-core Zen 3, 14m26s instead of 18m09s serial.
+# the time a clean clone takes is in docs/development.md (Test time).
 test: setup
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit.errors import EdgekitError
 from edgekit.source import open_source
 
 log = logging.getLogger("edgekit")
@@ -30,7 +31,9 @@ def fold_same_pads(path: Path) -> int:
 
     original = Path(path).read_bytes()
     try:
-        graph = _Graph(schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(original, 0)), schema)
+        model = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(original, 0))
+        _inline_buffers(model, original)
+        graph = _Graph(model, schema)
         folded = sum(graph.fold(index) for index in range(len(graph.ops)))
         rewritten = graph.packed() if folded else None
     except Exception as exc:  # a flatbuffer this pass does not know: the model stays as litert-torch wrote it, and says so
@@ -45,9 +48,22 @@ def fold_same_pads(path: Path) -> int:
             log.warning("folding %d pads into their convolutions changed the outputs: the .tflite is kept as converted", folded)
             return 0
         probe.replace(path)
+    except EdgekitError as exc:  # the rewritten model does not load: the fold is an optimisation, the conversion stands
+        log.warning("pads not folded into their convolutions: the rewritten model did not load (%s)", exc.message.splitlines()[0][:200])
+        return 0
     finally:
         probe.unlink(missing_ok=True)
     return folded
+
+
+def _inline_buffers(model, original: bytes) -> None:
+    """Constants the converter stored after the flatbuffer (a buffer's offset and size into the file: litert-torch's
+    fp16 EfficientNet-Lite0) moved into it, so that packing the model again keeps them (packed, such a model lost its
+    data: "Constant buffer 1 specified an out of range offset")."""
+    for buffer in model.buffers:
+        if buffer.offset > 1:  # 1 marks an empty buffer in that layout (the TFLite schema)
+            buffer.data = np.frombuffer(original, np.uint8, buffer.size, buffer.offset)
+            buffer.offset = buffer.size = 0
 
 
 class _Graph:

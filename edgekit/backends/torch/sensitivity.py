@@ -75,9 +75,9 @@ class _SuffixRuns:
     """The module's outputs with one layer's weight replaced, computing only the ops that weight reaches: torch.export's
     graph of the module, run by torch.fx's Interpreter from the values the reference pass kept."""
 
-    def __init__(self, graph, batches: list, weights: dict, kept: list[dict], reference: list) -> None:
-        self.graph, self.batches, self.weights, self.kept, self.reference = graph, batches, weights, kept, reference
-        self.reached = {name: _reached(node) for name, node in weights.items()}
+    def __init__(self, graph, batches: list, weights: dict, reached: dict, kept: list[dict], reference: list) -> None:
+        self.graph, self.batches, self.weights, self.reached = graph, batches, weights, reached
+        self.kept, self.reference = kept, reference
 
     @classmethod
     def of(cls, module, layers: list[str], batches: list, eager: list) -> _SuffixRuns | None:
@@ -91,7 +91,8 @@ class _SuffixRuns:
         if any(f"{name}.weight" not in attributes for name in layers):
             return None
         weights = {name: attributes[f"{name}.weight"] for name in layers}
-        frontier = {n for weight in weights.values() for n in _read_by(_reached(weight))}
+        reached = {name: _reached(node) for name, node in weights.items()}
+        frontier = {n for nodes in reached.values() for n in _read_by(nodes)}
         kept, reference = [], []
         for args in batches:
             keeper = _Keeper(graph, frontier, KEPT_BYTES - sum(_bytes(v) for values in kept for v in values.values()))
@@ -102,7 +103,7 @@ class _SuffixRuns:
             kept.append(keeper.kept)
         if not all(np.array_equal(first_output(a), first_output(b)) for a, b in zip(reference, eager, strict=True)):
             return None
-        return cls(graph, batches, weights, kept, reference)
+        return cls(graph, batches, weights, reached, kept, reference)
 
     def outputs(self, layer: str | None, weight: torch.Tensor | None) -> list:
         """The outputs on each batch with `layer`'s weight `weight` (None: the reference's)."""

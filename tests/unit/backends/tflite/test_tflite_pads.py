@@ -143,3 +143,45 @@ def test_a_graph_the_pass_cannot_read_stays_as_converted(unfolded, tmp_path, mon
         assert tflite_pads.fold_same_pads(copy) == 0
     assert copy.read_bytes() == original.read_bytes()
     assert "pads not folded" in caplog.text
+
+
+def test_constants_stored_after_the_flatbuffer_are_kept_when_folding(unfolded, tmp_path):
+    """litert-torch writes some models (its fp16 EfficientNet-Lite0) with the constants after the flatbuffer, each
+    found by its offset into the file: the fold moves them into the model it packs again (packed without them, that
+    model did not load: "Constant buffer 1 specified an out of range offset", and the conversion failed)."""
+    from edgekit.backends.tflite.pads import fold_same_pads
+
+    original, calib = unfolded
+    external = tmp_path / "external.tflite"
+    external.write_bytes(_with_constants_after_the_flatbuffer(original.read_bytes()))
+    expected = _outputs(external, calib)
+    np.testing.assert_array_equal(expected, _outputs(original, calib))  # the layout loads as it is
+    assert fold_same_pads(external) == 2
+    np.testing.assert_array_equal(_outputs(external, calib), expected)
+
+
+def _with_constants_after_the_flatbuffer(model_bytes: bytes) -> bytes:
+    """The same .tflite with every non-empty buffer's data stored after the flatbuffer (offset and size into the
+    file, 16-byte aligned), as the TFLite schema lays out models over 2 GB."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(model_bytes, 0))
+    moved = [(buffer, bytes(np.asarray(buffer.data, np.uint8))) for buffer in model.buffers if buffer.data is not None and len(buffer.data)]
+    for buffer, data in moved:
+        buffer.data, buffer.offset, buffer.size = None, 2, len(data)  # placeholders of the final fields' size
+
+    def packed() -> bytes:
+        builder = flatbuffers.Builder(1024)
+        builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+        return bytes(builder.Output())
+
+    end = len(packed())
+    for buffer, data in moved:
+        end += -end % 16
+        buffer.offset, end = end, end + len(data)
+    head = packed()
+    tail = bytearray()
+    for buffer, data in moved:
+        tail += bytes(buffer.offset - len(head) - len(tail)) + data
+    return head + bytes(tail)
