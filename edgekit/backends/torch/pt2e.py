@@ -80,7 +80,7 @@ def _content_key(module, batches: list) -> str:
     digest = hashlib.sha256()
     for name, value in [*module.state_dict().items(), *((str(i), t) for i, b in enumerate(batches) for t in b)]:
         digest.update(name.encode())
-        digest.update(value.detach().cpu().contiguous().numpy().tobytes())
+        digest.update(value.detach().cpu().contiguous().numpy().tobytes() if torch.is_tensor(value) else repr(value).encode())
     return digest.hexdigest()
 
 

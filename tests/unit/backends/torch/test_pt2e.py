@@ -274,3 +274,27 @@ def _weight_observations(prepared, batches, observe) -> int:
     observe(prepared, batches)
     del observer.forward
     return len(calls)
+
+
+def test_the_calibration_key_follows_weights_and_batches_and_takes_a_modules_extra_state():
+    """The key a module's calibration is kept under changes with its weights and with the batches, and a module with
+    extra state (state_dict entries that are no tensors) gets one too."""
+    import torch
+
+    from edgekit.backends.torch.pt2e import _content_key
+
+    class WithExtraState(torch.nn.Linear):
+        def get_extra_state(self):
+            return {"calibrated_for": "int8"}
+
+        def set_extra_state(self, state):
+            pass
+
+    module = WithExtraState(4, 2)
+    batches = [(torch.ones(1, 4),)]
+    key = _content_key(module, batches)
+    assert key == _content_key(module, [(torch.ones(1, 4),)])
+    assert key != _content_key(module, [(torch.zeros(1, 4),)])
+    with torch.no_grad():
+        module.weight[0, 0] += 1
+    assert key != _content_key(module, batches)
