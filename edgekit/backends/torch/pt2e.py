@@ -89,23 +89,24 @@ def _calibrate(prepared: GraphModule, batches: list, kept: dict) -> None:
     after an earlier pass over the same module and batches): the sensitivity search and accuracy control quantize one
     module again with a few layers float, and its observers then see the same float values (PT2E calibrates in float).
     An observer is matched by its kind and settings and by every tensor it observes."""
-    observers = _observers(prepared)
+    sites = _observer_sites(prepared)
+    observers = _observers(prepared, sites)
     if observers and all(key in kept for key in observers):
         for key, names in observers.items():
             observer = copy.deepcopy(kept[key])
             for name in names:
                 setattr(prepared, name, observer)
         return
-    _observe(prepared, batches)
+    _observe(prepared, batches, sites)
     kept.update({key: copy.deepcopy(getattr(prepared, names[0])) for key, names in observers.items()})
 
 
-def _observe(prepared: GraphModule, batches: list) -> None:
+def _observe(prepared: GraphModule, batches: list, sites: dict) -> None:
     """`batches` through the prepared model; an observer of weights alone (a constant: each batch would show it the
-    same values) sees the first, and passes the others through (nn.Identity in its place)."""
+    same values) sees the first, and passes the others through (nn.Identity in its place). `sites`: _observer_sites."""
     held = {
         name: getattr(prepared, name)
-        for names, sources in _observer_sites(prepared).values()
+        for names, sources in sites.values()
         if all(source.op == "get_attr" for source in sources)
         for name in names
     }
@@ -118,12 +119,12 @@ def _observe(prepared: GraphModule, batches: list) -> None:
         setattr(prepared, name, observer)
 
 
-def _observers(prepared: GraphModule) -> dict[tuple, list[str]]:
+def _observers(prepared: GraphModule, sites: dict) -> dict[tuple, list[str]]:
     """{(an observer's kind and settings, the tensors it observes): the attributes it is held under} of a PT2E-prepared
-    model."""
+    model, from its _observer_sites."""
     return {
         (_settings(getattr(prepared, names[0])), tuple(sorted({source.name for source in sources}))): names
-        for names, sources in _observer_sites(prepared).values()
+        for names, sources in sites.values()
     }
 
 

@@ -46,14 +46,14 @@ def torch_sensitivity(module, samples, specs, count: int = SAMPLES, fixed: int |
     runs = _SuffixRuns.of(module, [name for name, _ in layers], [args for args, _ in feeds], reference) if worth else None
 
     def evaluate(layer: WeightLayer | None) -> list[np.ndarray]:
-        target = dict(layers)[layer.name] if layer else None
-        quantized = torch.from_numpy(fake_quantize(target.weight.detach().numpy(), 0)) if target is not None else None
-        with torch.no_grad():
-            if runs is not None:
-                outs = runs.outputs(layer.name if layer else None, quantized)
-            else:
-                outs = _whole_runs(module, target, quantized, feeds) if target is not None else reference
+        outs = reference if layer is None else replaced(layer.name)
         return [unpadded([first_output(o)], fixed, real)[0] for o, (_, real) in zip(outs, feeds, strict=True)]
+
+    def replaced(name: str) -> list:
+        target = dict(layers)[name]
+        quantized = torch.from_numpy(fake_quantize(target.weight.detach().numpy(), 0))
+        with torch.no_grad():
+            return runs.outputs(name, quantized) if runs is not None else _whole_runs(module, target, quantized, feeds)
 
     weights = [WeightLayer(name, type(m).__name__, "weight", 0, m.weight.numel()) for name, m in layers]
     return rank(weights, evaluate), sum(p.numel() for p in module.parameters())
@@ -61,14 +61,11 @@ def torch_sensitivity(module, samples, specs, count: int = SAMPLES, fixed: int |
 
 def _whole_runs(module, target, quantized, feeds) -> list:
     """The module's outputs on each batch with `target`'s weight replaced by `quantized` (restored after)."""
-    saved = target.weight.data if target is not None else None
-    if target is not None:
-        target.weight.data = quantized
+    saved, target.weight.data = target.weight.data, quantized
     try:
         return [module(*args) for args, _ in feeds]
     finally:
-        if target is not None:
-            target.weight.data = saved
+        target.weight.data = saved
 
 
 class _SuffixRuns:
@@ -105,9 +102,9 @@ class _SuffixRuns:
             return None
         return cls(graph, batches, weights, reached, kept, reference)
 
-    def outputs(self, layer: str | None, weight: torch.Tensor | None) -> list:
-        """The outputs on each batch with `layer`'s weight `weight` (None: the reference's)."""
-        reached = self.reached[layer] if layer is not None else set()
+    def outputs(self, layer: str, weight: torch.Tensor) -> list:
+        """The outputs on each batch with `layer`'s weight `weight`."""
+        reached = self.reached[layer]
         if not any(n.op == "output" for n in reached):  # the layer does not reach the outputs
             return self.reference
         unread = {n: None for n in self.graph.graph.nodes if n not in reached and n.op not in ("get_attr", "output")}

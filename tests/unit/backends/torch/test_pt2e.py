@@ -246,32 +246,32 @@ def test_weight_observers_see_one_batch_and_the_model_is_what_observing_all_give
     options = ConvertOptions("int8", (), CalibrationOptions(str(demo_data[1]), 16, "histogram"))
     seen = []
     observe = pt2e._observe
-    monkeypatch.setattr(pt2e, "_observe", lambda prepared, on: seen.append(_weight_observations(prepared, on, observe)))
+    monkeypatch.setattr(pt2e, "_observe", lambda prepared, on, sites: seen.append(_weight_observations(prepared, on, sites, observe)))
 
     def quantized():
         monkeypatch.setattr(pt2e, "_kept_passes", pt2e.Kept(entries=2))
         return pt2e.quantize(module, batches[0], litert_quantizer(options)[0], batches, fold_quantize=False)[0]
 
     once = quantized()
-    monkeypatch.setattr(pt2e, "_observe", lambda prepared, on: seen.append(_weight_observations(prepared, on, _every_batch)))
+    monkeypatch.setattr(pt2e, "_observe", lambda prepared, on, sites: seen.append(_weight_observations(prepared, on, sites, _every_batch)))
     every = quantized()
     assert seen == [1, len(batches)]
     with torch.no_grad():
         assert all(torch.equal(once(*b), every(*b)) for b in batches)
 
 
-def _every_batch(prepared, batches):
+def _every_batch(prepared, batches, sites):
     for tensors in batches:
         prepared(*tensors)
 
 
-def _weight_observations(prepared, batches, observe) -> int:
+def _weight_observations(prepared, batches, sites, observe) -> int:
     """How many batches the first weight's observer saw while `observe` ran."""
     name = next(n.target for n in prepared.graph.nodes if n.op == "call_module" and n.args and n.args[0].op == "get_attr")
     observer, calls = getattr(prepared, name), []
     forward = observer.forward
     observer.forward = lambda x: calls.append(1) or forward(x)
-    observe(prepared, batches)
+    observe(prepared, batches, sites)
     del observer.forward
     return len(calls)
 
