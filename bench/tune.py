@@ -1,7 +1,8 @@
 """`python -m bench tune`: `edgekit tune` against the exhaustive recipe matrix over the same space, side by side in one
 run (issue 60).
 
-For each model: the matrix first (`edgekit run` of every format x precision on ONNX Runtime, OpenVINO and LiteRT, once
+For each model: the matrix first (`edgekit run` of every format x precision on ONNX Runtime, OpenVINO and LiteRT, and
+of every int8 cell again under accuracy control holding the gate (tune's int8+fallback), once
 per thread count: the first run converts, the second reuses its cache, as a user running it twice would), then
 `edgekit tune` over the same space from a cold cache with the same data and gate (1 point). The table gives the wall
 time of each and tune's share, the fastest passing cell of the matrix and tune's choice with their p50s, and the
@@ -54,19 +55,27 @@ def _edgekit(*args: str) -> tuple[float, int, str]:
 
 
 def _matrix(case: dict, folder: Path) -> tuple[float, list[dict]]:
-    """The exhaustive matrix at each thread count (one report folder: the second run reuses the first's conversions)."""
+    """The exhaustive matrix at each thread count (one report folder: the second run reuses the first's conversions),
+    then its int8 cells again under accuracy control holding the gate on the validation data: tune's int8+fallback."""
     seconds, rows = 0.0, []
     folder.mkdir(parents=True)
-    for threads in THREADS:
-        recipe = {"version": 1, **case, "matrix": {"formats": list(FORMATS), "precisions": list(PRECISIONS)}}
-        recipe |= {"latency": {"threads": threads}, "report": {"dir": str(folder), "formats": ["json"]}}
-        path = folder.parent / f"matrix-{threads}.yaml"
-        path.write_text(yaml.safe_dump(recipe, sort_keys=False))
-        took, code, output = _edgekit("run", str(path), "--quiet")
-        if code not in (0, 2):
-            raise RuntimeError(f"edgekit run failed ({code}): {output[-2000:]}")
-        seconds += took
-        rows += [{**r, "threads": threads} for r in json.loads((folder / "report.json").read_text())["rows"]]
+    fallback = {key: case["gates"][key] for key in ("max_drop", "min_agreement") if key in case["gates"]}
+    fallback |= {"val": case["validation"]["path"]} | (
+        {"val_samples": case["validation"]["limit"]} if "limit" in case["validation"] else {}
+    )
+    for precisions, convert in ((PRECISIONS, None), (("int8",), fallback)):
+        for threads in THREADS:
+            recipe = {"version": 1, **case, "matrix": {"formats": list(FORMATS), "precisions": list(precisions)}}
+            recipe |= {"latency": {"threads": threads}, "report": {"dir": str(folder), "formats": ["json"]}}
+            recipe |= {"convert": convert} if convert else {}
+            path = folder.parent / f"matrix-{threads}{'-fallback' if convert else ''}.yaml"
+            path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+            took, code, output = _edgekit("run", str(path), "--quiet")
+            if code not in (0, 2):
+                raise RuntimeError(f"edgekit run failed ({code}): {output[-2000:]}")
+            seconds += took
+            report = json.loads((folder / "report.json").read_text())["rows"]
+            rows += [{**r, "threads": threads, **({"control": convert} if convert else {})} for r in report]
     return seconds, rows
 
 
@@ -103,7 +112,9 @@ def _side_by_side(tuned: dict, best: dict, rounds: int = 4) -> float:
 
 
 def _name(row: dict | None) -> str:
-    return f"{row['format']} {row['precision']} x{row['threads']}" if row else "none"
+    from edgekit.report.tables import precision_label
+
+    return f"{row['format']} {precision_label(row)} x{row['threads']}" if row else "none"
 
 
 def run() -> None:
@@ -142,11 +153,13 @@ def run() -> None:
     columns = ["model", "matrix s", "tune s", "tune / matrix", "matrix's fastest passing (p50 ms)", "tune's choice (p50 ms)",
                "p50 ratio (each run's)", "p50 ratio (re-timed side by side)", "matrix cells passing", "tune searched"]  # fmt: skip
     notes.append(
-        "matrix: every format x precision at 1 and 2 threads, each cell validated and timed with the full protocol (100 runs); "
-        "tune: the same space from a cold cache; both on this machine alone, one after the other"
+        "matrix: every format x precision at 1 and 2 threads, and every int8 cell again under accuracy control holding the "
+        "gate on the validation data (int8+fallback), each cell validated and timed with the full protocol (100 runs); "
+        "tune: the same space from a cold cache (it converts an int8+fallback only where int8's interval reaches past the "
+        "gate); both on this machine alone, one after the other"
     )
     notes.append(
         "re-timed side by side: tune's choice and the matrix's fastest passing cell, A B B A in fresh processes (4 rounds, "
-        "100 runs each), the ratio of their median p50s: the matrix's fastest of 18 noisy p50s is biased low"
+        "100 runs each), the ratio of their median p50s: the matrix's fastest of 18-24 noisy p50s is biased low"
     )
     publish("tune", "edgekit tune against the exhaustive matrix (1-point gate)", columns, rows, notes)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from edgekit.errors import EdgekitError
 from edgekit.metrics.gate import GateResult, Thresholds, check_row, compare_latency, failures, with_default_gates
+from edgekit.report.tables import precision_label
 from edgekit.source import open_source
 
 FIDELITY_KINDS = ("validate", "matrix", "tune")  # reports with outputs compared against a reference: the default gates apply
@@ -150,7 +151,7 @@ def _same_choice(row: dict, baseline: dict) -> dict:
 
 
 def _choice_name(choice: dict) -> str:
-    return f"{choice['format']} {choice['precision']} on {choice['target']} x {choice.get('threads')} thread(s)"
+    return f"{choice['format']} {precision_label(choice)} on {choice['target']} x {choice.get('threads')} thread(s)"
 
 
 def _latency_verdict(row: dict, before: dict, latency: LatencyCheck) -> dict | None:

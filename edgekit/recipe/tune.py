@@ -9,6 +9,12 @@ count, are timed by successive halving: all with short runs, the faster half aga
 until FINALISTS remain or the runs reach the full protocol's; the finalists are then timed with the full protocol (the
 recipe's warm-up and runs). Every timing is a fresh process alone on the machine that runs the target (a board's over
 SSH). The choice is the finalist with the lowest p50 that passes every gate.
+
+Int8 with fallback layers: an int8 cell whose task metric may miss its gate (--max-drop, --min-agreement: the 95%
+interval on the screening sample reaches past it) while every other gate holds is converted once more under accuracy
+control, which returns layers to float in the order of measured sensitivity until that gate holds on the validation
+data (`fallback_limit`); the variant joins the search as a cell of its own, `int8+fallback`, beside the plain one.
+Where the recipe's convert section already asks for accuracy control, every int8 cell has it and none is added.
 """
 
 from __future__ import annotations
@@ -25,11 +31,12 @@ from edgekit.conversion import TEXT_GENERATION
 from edgekit.isa import classify, half_precision_arithmetic, host_flags
 from edgekit.metrics.gate import Thresholds, check_row, failures, with_default_gates
 from edgekit.recipe.cache import publish
-from edgekit.recipe.cells import PreparedCell, prepare_cell, time_cell
+from edgekit.recipe.cells import STATIC_INT8_ONLY, PreparedCell, prepare_cell, time_cell
 from edgekit.recipe.distributed import RayOptions, prepare_cells
 from edgekit.recipe.run import data_path, model_source, say
 from edgekit.recipe.schema import Recipe
 from edgekit.report.schema import new_report
+from edgekit.report.tables import precision_label
 from edgekit.targets import device_name
 from edgekit.validation.regression import CpuWindow, Interference
 
@@ -61,7 +68,7 @@ class Candidate:
 
     def name(self) -> str:
         base = self.cell.base
-        return f"{base['format']} {base['precision']} on {base['target']} ({self.threads} thread{'s' if self.threads > 1 else ''})"
+        return f"{base['format']} {precision_label(base)} on {base['target']} ({self.threads} thread{'s' if self.threads > 1 else ''})"
 
 
 def ms_per_item(row: dict) -> float:
@@ -85,9 +92,26 @@ class Work:
     progress: Callable[[str], None] | None
     ray: RayOptions | None = None  # the host work as Ray tasks
 
-    def prepare(self, cell: tuple[str, str, str]) -> PreparedCell:
-        if self.ray:
-            return prepare_cells(self.ray, *_ray_arguments(self, [cell]))[0]
+    def prepare(self, cell: tuple[str, str, str], deadline: float = math.inf, control: dict | None = None) -> PreparedCell:
+        """The cell's host work (with accuracy control holding `control`, convert's limits); once the time is up, not tried."""
+        return self.prepare_all([cell], deadline, control)[0]
+
+    def prepare_all(self, cells: list[tuple], deadline: float = math.inf, control: dict | None = None) -> list[PreparedCell]:
+        """Each cell's host work: as Ray tasks, or here one after the other (once the time is up, the rest are not tried)."""
+        work = replace(self, recipe=replace(self.recipe, convert=replace(self.recipe.convert, **control))) if control else self
+        if control and cells:
+            say(
+                self.progress,
+                f"int8 missed the task metric on {len(cells)} cell(s): again with layers back in float ({_limit_text(control)})",
+            )
+        prepared = prepare_cells(work.ray, *_ray_arguments(work, cells)) if work.ray else [work._prepare_here(c, deadline) for c in cells]
+        for cell in prepared:
+            cell.base.update({"control": control} if control else {})
+        return prepared
+
+    def _prepare_here(self, cell: tuple[str, str, str], deadline: float) -> PreparedCell:
+        if time.monotonic() > deadline:
+            return PreparedCell(dict(zip(("format", "precision", "target"), cell, strict=True)), failure=UNTRIED)
         say(self.progress, f"{' '.join(cell[:2])} on {cell[2]}: convert and validate")
         return prepare_cell(self.recipe, self.source, self.inputs, *cell, self.validation, self.calibration, self.cache, self.use_cache)
 
@@ -113,8 +137,14 @@ def tune(
     screen = replace(full, recipe=screening(recipe))
     gates = Gates(recipe.gates, default_gates)
     ruled_out, worth = _worth_converting(recipe)
-    prepared = prepare_cells(ray, *_ray_arguments(screen, worth)) if ray else _prepare_here(screen, worth, deadline)
-    dropped, alive = _screen(prepared, gates, thread_counts, optimistic=screen.recipe is not recipe)
+    optimistic = screen.recipe is not recipe
+    prepared = screen.prepare_all(worth, deadline)
+    dropped, alive = _screen(prepared, gates, thread_counts, optimistic)
+    control = fallback_limit(recipe, data[0])
+    again = _fallback_cells(prepared, gates, source.family, optimistic) if control else []
+    if again:
+        more_dropped, more_alive = _screen(screen.prepare_all(again, deadline, control), gates, thread_counts, optimistic)
+        dropped, alive = dropped + more_dropped, alive + more_alive
     timed = [*alive]
     finalists = successive_halving(alive, recipe.latency, deadline, progress)
     if screen.recipe is not recipe:
@@ -142,6 +172,7 @@ def tune(
         passed=chosen is not None,
         search={
             "cells": len(recipe.matrix.cells()),
+            "fallback_cells": len(again),  # int8+fallback: int8 cells converted again under accuracy control
             "candidates": len(timed),
             "timings": sum(len(c.rounds) for c in timed),
             "timed_runs": sum(r["runs"] for c in timed for r in c.rounds),
@@ -204,10 +235,12 @@ def _confirmed(finalists: list[Candidate], timed: list[Candidate], full: Work, g
     for candidate in order:
         if len(kept) == FINALISTS:
             break
-        key = tuple(candidate.cell.base.values())
+        base = candidate.cell.base
+        cell, control = (base["format"], base["precision"], base["target"]), base.get("control")
+        key = (*cell, tuple(sorted((control or {}).items())))
         if key not in validated:  # a screening that saw all of the data stands; else the cell is validated on all of it
             saw_all = (candidate.cell.report.get("data") or {}).get("samples", 0) < SCREEN_SAMPLES
-            validated[key] = candidate.cell if saw_all else full.prepare(key)
+            validated[key] = candidate.cell if saw_all else full.prepare(cell, control=control)
         candidate.cell = validated[key]
         missed = _ruled_out(candidate.cell, gates)  # strictly now: the metric itself, not its interval's favourable end
         if missed:
@@ -248,28 +281,70 @@ def not_worth_converting(fmt: str, precision: str, target: str, gates: Threshold
     return None
 
 
-def _prepare_here(work: Work, cells: list[tuple], deadline: float) -> list[PreparedCell]:
-    """Each cell's host work in this process, one after the other; once the time is up, the rest are not tried."""
-    prepared = []
-    for cell in cells:
-        if time.monotonic() > deadline:
-            prepared.append(PreparedCell(dict(zip(("format", "precision", "target"), cell, strict=True)), failure=UNTRIED))
-        else:
-            prepared.append(work.prepare(cell))
-    return prepared
+TASK_METRIC_GATES = ("max_drop", "min_agreement")  # the gates accuracy control holds (fallback_limit)
+
+
+def fallback_limit(recipe: Recipe, validation: str | None) -> dict | None:
+    """Convert's accuracy control that holds the user's task-metric gates on the `validation` data they are judged on,
+    as NNCF's accuracy control does: layers (and ONNX Runtime's activations) ranked by sensitivity on calibration
+    samples go back to float until --max-drop (labels) and --min-agreement (fp32's answers; a detector's mAP@0.5 of
+    fp32's detections, a map's F1) hold there. None without validation data or a task-metric gate, or where the
+    recipe's convert section already asks for accuracy control (then every int8 cell has it)."""
+    gates, convert = recipe.gates, recipe.convert
+    if validation is None or convert.task == TEXT_GENERATION or any(getattr(convert, key) is not None for key in STATIC_INT8_ONLY):
+        return None
+    limits = {key: getattr(gates, key) for key in TASK_METRIC_GATES if getattr(gates, key) is not None}
+    samples = {"val_samples": recipe.validation.limit} if recipe.validation.limit else {}
+    return {**limits, "val": validation, **samples} if limits else None
+
+
+def _limit_text(control: dict) -> str:
+    limits = [f"drop <= {control['max_drop']:g} pts" if "max_drop" in control else None]
+    limits += [f"agreement >= {control['min_agreement']:g}%" if "min_agreement" in control else None]
+    return " and ".join(filter(None, limits)) + " on the validation data"
+
+
+def _fallback_cells(prepared: list[PreparedCell], gates: Gates, family: str, optimistic: bool) -> list[tuple[str, str, str]]:
+    """The int8 cells worth converting again with accuracy control: those whose task metric may miss its gate (the
+    unfavourable end of its 95% interval on the screening sample misses: the variant stands beside a cell that all of
+    the data may still drop), with every other gate held, some multiply-accumulates in int8, and a converter that has
+    accuracy control."""
+    from edgekit.conversion import plan
+
+    cells = []
+    for cell in prepared:
+        if cell.failure or cell.base["precision"] != "int8":
+            continue
+        row = _cell_row(cell)
+        limits = gates.of(row, timed=False)
+        task = Thresholds(**{key: getattr(limits, key) for key in TASK_METRIC_GATES})
+        others = replace(limits, **dict.fromkeys(TASK_METRIC_GATES))
+        if (
+            failures(check_row(unfavourable(row), task))
+            and not failures(check_row(favourable(row) if optimistic else row, others))
+            and row.get("int8_coverage") != 0
+            and plan(family, row["format"], "int8")[-1][0].accuracy_control
+        ):
+            cells.append((row["format"], "int8", row["target"]))
+    return cells
+
+
+def _cell_row(cell: PreparedCell) -> dict:
+    """The row of a prepared cell (validated, not timed)."""
+    from edgekit.validation.validate import summary_row
+
+    return {**summary_row(cell.report), **cell.base, **cell.sizes, "cached": cell.cached, "threads": None}
 
 
 def _ruled_out(cell: PreparedCell, gates: Gates, optimistic: bool = False) -> dict | None:
     """The row of a cell no timing can make pass (failed, misses a gate of accuracy, fidelity or size, or int8 that
     runs no MAC in int8), or None for a cell worth timing. `optimistic`: judged by the favourable end of each metric's
     95% interval (a screening sample misses only where more data could not save it)."""
-    from edgekit.validation.validate import summary_row
-
     if cell.failure == UNTRIED:
         return _row({**cell.base, "status": "not tried"}, "untried", "the budget was spent")
     if cell.failure:
         return _row({**cell.base, "status": cell.failure}, "failed", cell.failure.removeprefix("failed: "))
-    row = {**summary_row(cell.report), **cell.base, **cell.sizes, "cached": cell.cached, "threads": None}
+    row = _cell_row(cell)
     results = check_row(favourable(row) if optimistic else row, gates.of(row, timed=False))
     row["gates"] = [r.to_dict() for r in results]
     missed = failures(results)
@@ -292,6 +367,11 @@ INTERVALS = (
 def favourable(row: dict) -> dict:
     """`row` with each metric at the end of its 95% interval that favours the artifact."""
     return {**row, **{key: row[ci][end] for key, ci, end in INTERVALS if row.get(key) is not None and row.get(ci)}}
+
+
+def unfavourable(row: dict) -> dict:
+    """`row` with each metric at the other end of its 95% interval."""
+    return {**row, **{key: row[ci][1 - end] for key, ci, end in INTERVALS if row.get(key) is not None and row.get(ci)}}
 
 
 def _row(row: dict, stage: str, why: str) -> dict:
@@ -424,6 +504,7 @@ def _choice(chosen: Candidate | None) -> dict | None:
         "tokens_per_s",
         "metric",
         "agreement",
+        "control",
     )
     return {key: row.get(key) for key in keys}
 
@@ -468,4 +549,5 @@ def chosen_recipe(recipe: dict, choice: dict) -> dict:
     matrix = {"formats": [fmt], "precisions": [choice["precision"]], "targets": {fmt: [target]}}
     latency = {**recipe.get("latency", {}), "threads": choice["threads"]}
     report = {**recipe["report"], "dir": REBUILT}  # beside the recipe: the tune's own reports stay as they are
-    return {**recipe, "matrix": matrix, "latency": latency, "report": report}
+    convert = {**recipe.get("convert", {}), **(choice.get("control") or {})}  # int8+fallback: its accuracy control
+    return {**recipe, **({"convert": convert} if convert else {}), "matrix": matrix, "latency": latency, "report": report}

@@ -17,7 +17,7 @@ import numpy as np
 
 from edgekit.errors import EdgekitError
 from edgekit.report.schema import fmt_size
-from edgekit.report.tables import cells, columns, failed_gates, machine_text, row_notes
+from edgekit.report.tables import cells, columns, failed_gates, machine_text, precision_label, row_notes
 
 LOG_SPREAD = 5.0  # largest / smallest plotted latency above which an axis is logarithmic
 PRECISION_SYMBOLS = {"fp32": "circle", "fp16": "diamond", "bf16": "diamond-open", "int8": "square", "int8-dynamic": "square-open"}
@@ -429,4 +429,4 @@ def _group(row: dict) -> str:
 
 def _series(row: dict) -> str:
     options = row["target"].partition("[")[2].rstrip("]")
-    return row["precision"] + (f" [{options}]" if options else "")
+    return precision_label(row) + (f" [{options}]" if options else "")

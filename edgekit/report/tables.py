@@ -120,7 +120,7 @@ def _language_cells(row: dict) -> list[str]:
 
 def _tune_cells(row: dict) -> list[str]:
     stage = row["tune"]["stage"]
-    head = [row["format"], row["precision"], row["target"], fmt(row.get("threads"), "d")]
+    head = [row["format"], precision_label(row), row["target"], fmt(row.get("threads"), "d")]
     if row["status"] != "ok":
         return [*head, *["-"] * 7, row["status"] if stage == "failed" else stage]
     if row.get("ppl_ratio") is not None:
@@ -155,7 +155,12 @@ def _agreement(row: dict) -> float | None:
 def row_label(row: dict) -> str:
     """A matrix row as the notes under a table name it: `onnx int8 on onnxruntime:cpu` (a tune's: `... x 2 threads`)."""
     threads = f" x {row['threads']} thread{'s' if row['threads'] > 1 else ''}" if "tune" in row and row.get("threads") else ""
-    return f"{row['format']} {row['precision']} on {row['target']}{threads}"
+    return f"{row['format']} {precision_label(row)} on {row['target']}{threads}"
+
+
+def precision_label(row: dict) -> str:
+    """A row's precision as tables name it: `int8+fallback` for tune's int8 under accuracy control (layers in float)."""
+    return row["precision"] + ("+fallback" if row.get("control") else "")
 
 
 def row_notes(report: dict) -> list[str]:

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from edgekit.cli.render.table import console, gate_verdict, value_and_limit
-from edgekit.report.tables import cells, columns, failed_gates, machine_text, row_notes
+from edgekit.report.tables import cells, columns, failed_gates, machine_text, precision_label, row_notes
 
 
 def print_run(result: dict, written) -> None:
@@ -37,11 +37,14 @@ def print_tune(result: dict, written) -> None:
     """The candidates' table, then the choice (or the closest miss) and where it was written."""
     print_run(result, written)
     choice, search = result["choice"], result["search"]
-    measured = f"{search['candidates']} candidates of {search['cells']} cells, {search['timings']} timings, {search['seconds']:.0f} s"
+    fallback = f" and {search['fallback_cells']} int8+fallback" if search.get("fallback_cells") else ""
+    measured = (
+        f"{search['candidates']} candidates of {search['cells']} cells{fallback}, {search['timings']} timings, {search['seconds']:.0f} s"
+    )
     if choice:
         threads = f"{choice['threads']} thread{'s' if choice['threads'] > 1 else ''}"
         console.print(
-            f"[bold green]chosen: {escape(choice['format'])} {escape(choice['precision'])} on {escape(choice['target'])}, {threads}"
+            f"[bold green]chosen: {escape(choice['format'])} {escape(precision_label(choice))} on {escape(choice['target'])}, {threads}"
             f"{_speed(choice)}[/] ({measured}); {escape(str(choice.get('published') or choice['artifact']))}"
         )
     else:

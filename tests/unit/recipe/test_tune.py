@@ -16,9 +16,10 @@ import pytest
 
 from edgekit.metrics.gate import Thresholds
 from edgekit.metrics.latency import median_interval
-from edgekit.recipe.tune import closest, disturbed, favourable, not_worth_converting
+from edgekit.recipe.tune import closest, disturbed, fallback_limit, favourable, not_worth_converting, unfavourable
 from edgekit.report.html import gate_level
 from edgekit.report.schema import load_json
+from edgekit.report.tables import precision_label
 from edgekit.report.write import to_junit
 from tests.conftest import assert_clean_error, run_cli
 
@@ -133,6 +134,43 @@ def test_nothing_passes_exits_2_naming_the_closest_candidate_and_what_it_missed(
     assert int(ET.fromstring(to_junit(report)).get("failures")) >= len(report["rows"])  # nothing chosen: every miss fails
 
 
+def test_int8_that_misses_the_task_metric_gets_a_fallback_variant_that_the_chosen_recipe_rebuilds(tmp_path, demo_data):
+    """Calibrated on images 100x too dark, plain int8 loses points and misses a 1-point gate; the int8 cell is then
+    converted again under accuracy control on the validation data (layers back in float until the drop holds). That
+    variant passes, is the only candidate, is chosen, and its recipe rebuilds it byte for byte."""
+    dark = tmp_path / "dark.npz"
+    with np.load(demo_data[1]) as npz:
+        np.savez(dark, image=npz["image"][:100] * 0.01)
+    folder = tmp_path / "fallback"
+    space = ("--target", "onnxruntime:cpu", "--precisions", "int8", "--threads", "1", "-d", demo_data[0], "--limit", "600")
+    result = run_cli("tune", "zoo:fashion-cnn", *space, "--calib", dark, "--max-drop", "1", "--runs", "40", "--workdir", folder, "--quiet")
+    assert result.code == 0, result.stdout + result.stderr
+    report = load_json(folder / "report.json")
+    rows = {precision_label(r): r for r in report["rows"]}
+    plain, fallback = rows["int8"], rows["int8+fallback"]
+    assert plain["tune"]["stage"] == "dropped" and plain["drop_points"] > 3 and "accuracy_drop" in plain["tune"]["why"]
+    assert fallback["control"] == {"max_drop": 1.0, "val": str(demo_data[0]), "val_samples": 600}
+    assert fallback["drop_points"] <= 1.0 and fallback["passed"] and fallback["tune"]["stage"] == "chosen"
+    control = json.loads(Path(fallback["artifact"] + ".edgekit.json").read_text())["quantization"]["accuracy_control"]
+    assert control["reverted_to_float"] or control["activations_in_float"], control  # something went back to float
+    assert fallback["int8_coverage"] < 1.0 or not control["reverted_to_float"]
+    assert report["search"]["fallback_cells"] == 1 and report["choice"]["control"] == fallback["control"]
+    assert "chosen: onnx int8+fallback on onnxruntime:cpu" in result.stdout
+
+    assert run_cli("run", folder / "chosen.yaml", "-q", cwd=tmp_path).code == 0
+    (row,) = json.loads((folder / "rebuilt" / "report.json").read_text())["rows"]
+    assert _sha(row["artifact"]) == _sha(fallback["artifact"])
+
+
+def test_the_fallback_holds_the_task_metric_gates_on_the_validation_data():
+    both = {"max_drop": 1.0, "min_agreement": 99.5}
+    assert fallback_limit(_recipe(both), "val.npz") == {**both, "val": "val.npz"}
+    assert fallback_limit(_recipe({"max_drop": 1.0}, limit=600), "val.npz") == {"max_drop": 1.0, "val": "val.npz", "val_samples": 600}
+    assert fallback_limit(_recipe({"min_cosine": 0.999}), "val.npz") is None  # no gate on the task metric
+    assert fallback_limit(_recipe({"max_drop": 1.0}), None) is None  # nothing to hold it on
+    assert fallback_limit(_recipe({"max_drop": 1.0}, {"min_cosine": 0.99}), "val.npz") is None  # the recipe's own control
+
+
 def test_bad_requests_get_one_clear_line(tmp_path):
     cases = {
         ("--target", "tensorflowlite:cpu"): "unknown runtime 'tensorflowlite'",
@@ -156,6 +194,7 @@ def test_fp16_is_not_converted_for_a_cpu_without_half_precision_arithmetic():
 def test_a_screening_sample_drops_a_cell_only_where_more_data_could_not_save_it():
     row = {"drop_points": 1.4, "drop_points_ci95": [0.6, 2.2], "agreement": 98.0, "agreement_ci95": [97.1, 98.8], "cosine": 0.99}
     assert favourable(row) == {**row, "drop_points": 0.6, "agreement": 98.8}  # the ends that favour the artifact
+    assert unfavourable(row) == {**row, "drop_points": 2.2, "agreement": 97.1}
     assert favourable({"drop_points": None, "cosine": 0.9}) == {"drop_points": None, "cosine": 0.9}
 
 
@@ -202,3 +241,14 @@ def test_the_median_interval_covers_the_median_about_95_percent_of_the_time():
 
 def _sha(path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _recipe(gates: dict, convert: dict | None = None, limit: int | None = None):
+    """A recipe with these gates (convert section, validation limit), parsed as `edgekit run` parses one."""
+    import yaml
+
+    from edgekit.recipe.schema import parse
+
+    text = {"version": 1, "model": {"path": "zoo:fashion-cnn"}, "gates": gates, "convert": convert or {}}
+    text["validation"] = {"limit": limit} if limit else {}
+    return parse(yaml.compose(yaml.safe_dump(text)), "tune", Path.cwd())
