@@ -176,7 +176,8 @@ def cache_key(source: ModelSource, fmt: str, options: ConvertOptions) -> str:
         "inputs": [s.to_dict() for s in options.inputs],
         "calibration": {
             **options.calibration.__dict__,
-            "data": file_hash(options.calibration.data) if options.precision == "int8" else None,
+            # the data's content wherever it may shape the artifact: int8's ranges, a language model's AWQ, int4 share and check
+            "data": file_hash(options.calibration.data) if options.precision not in ("fp32", "fp16") else None,
         },
         "options": {k: v for k, v in options.__dict__.items() if k not in ("precision", "inputs", "calibration", "for_target")},
         # the int8 scheme depends on where the cell runs: a cache made on a VNNI host is not an AVX2 host's

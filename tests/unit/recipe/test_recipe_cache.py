@@ -14,7 +14,7 @@ import pytest
 from edgekit.conversion import ConvertOptions
 from edgekit.converters.pipeline import convert
 from edgekit.recipe.cache import MANIFEST, RUN_LOCK, cached_build, damage, file_lock
-from edgekit.recipe.cells import cell_options
+from edgekit.recipe.cells import cache_key, cell_options
 from edgekit.recipe.schema import load_recipe
 from edgekit.source import open_source
 from tests.conftest import assert_clean_error, run_cli
@@ -105,3 +105,25 @@ def test_accuracy_control_reaches_the_int8_cells_only(tmp_path):
         assert (options.min_map_kept, options.min_agreement) == (None, None)
     options = cell_options(recipe, [], "int8", "onnxruntime:cpu", None)
     assert (options.min_map_kept, options.min_agreement) == (0.97, 99)
+
+
+def test_a_language_models_weight_compression_is_cached_by_its_calibration_texts_content(tmp_path):
+    """int4/int8 weights of a language model are calibrated (AWQ, the int4 share and its perplexity check): another text
+    under the same name is another artifact; fp32 is not calibrated and keeps its entry."""
+    text = tmp_path / "calib.txt"
+    recipe_file = tmp_path / "r.yaml"
+    recipe_file.write_text(f"model: {{path: zoo:stdlib-lm}}\ncalibration: {{path: {text}}}\nconvert: {{task: text-generation}}\n")
+    recipe, source = load_recipe(recipe_file), open_source("zoo:stdlib-lm")
+
+    def keys() -> dict[str, str]:
+        return {
+            p: cache_key(source, "onnx", cell_options(recipe, [], p, "onnxruntime:cpu", str(text)))
+            for p in ("fp32", "int4-weights", "int8-weights", "int8")
+        }
+
+    text.write_text("def f():\n    return 1\n")
+    before = keys()
+    text.write_text("class C:\n    pass\n")
+    after = keys()
+    assert before["fp32"] == after["fp32"]
+    assert all(before[p] != after[p] for p in ("int4-weights", "int8-weights", "int8"))
