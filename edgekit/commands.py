@@ -668,6 +668,8 @@ TUNE = Command(
         CALIB,
         CALIB_SAMPLES,
         *TASK_OPTIONS,
+        *LANGUAGE_MODEL[1:],  # --task is TASK_OPTIONS'
+        *GENERATION,
         *THRESHOLDS,
         *LM_GATES,
         Option("budget", None, "--budget", "Try no new candidate after this long (90s, 20m, 1h); what was measured by then decides."),

@@ -316,6 +316,7 @@ def _ray_options(args, after: str):
 
 
 DEFAULT_TUNE_TARGETS = ("onnxruntime:cpu", "openvino:cpu", "litert:cpu")
+LM_LATENCY = ("prompt_len", "new_tokens")  # a language model's generation (latency section)
 LM_PRECISIONS, PRECISIONS = ("fp32", "int8-weights", "int4-weights"), ("fp32", "fp16", "int8")
 
 
@@ -330,8 +331,10 @@ def _tune_recipe(args) -> dict:
     recipe["matrix"] = {"formats": list(by_format), "precisions": precisions, "targets": by_format}
     recipe |= {key: _recipe_section(values, key) for key in ("latency", "gates")}
     recipe["report"] = {"dir": str(Path(args.workdir).resolve()), "formats": ["json", "md", "html"]}
-    if language_model:
-        recipe["convert"] = {"task": "text-generation"}
+    if language_model:  # its export's and generation's settings; a vision model has none
+        recipe["convert"] = {**_recipe_section(values, "convert"), "task": "text-generation"}
+    else:
+        recipe["latency"] = {k: v for k, v in recipe["latency"].items() if k not in LM_LATENCY}
     if is_zoo(args.model):  # a zoo model's own data where none is given
         entry = zoo_entry(args.model)
         for key, default in (("calibration", entry.calibration), ("validation", entry.validation)):

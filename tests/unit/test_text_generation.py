@@ -1,20 +1,22 @@
 """Language models with their KV cache on real runtimes: zoo:stdlib-lm (trained here on the Python standard library).
 
 The exports are built once for the module: fp32 on ONNX Runtime (by `edgekit run` on a language-model recipe, whose row
-one test reads), OpenVINO and ExecuTorch, int4 weights on ONNX Runtime (the defaults: groups of 32, calibrated on the
-text that ships with edgekit, checked on held-back sequences) and on OpenVINO (--group-size 96, which divides the 768-wide
-layers but not the 256-wide ones). Each export costs 20-100 s (ExecuTorch's lowering the most: 51 XNNPACK partitions),
+one test reads), int4 weights on ONNX Runtime (by `edgekit tune` over fp32 and int4 on that run's cache; the defaults:
+groups of 32, calibrated on the text that ships with edgekit, checked on held-back sequences), OpenVINO and ExecuTorch
+fp32, and OpenVINO int4 (--group-size 96, which divides the 768-wide layers but not the 256-wide ones). Each export costs 20-100 s (ExecuTorch's lowering the most: 51 XNNPACK partitions),
 so none is made twice.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+import yaml
 
 import edgekit
 from edgekit.source import open_source
@@ -52,18 +54,50 @@ def lm_recipe(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def lm(tmp_path_factory, lm_recipe):
+def lm_tuned(tmp_path_factory, lm_recipe):
+    """`edgekit tune` of the zoo LM on ONNX Runtime, fp32 and int4 weights at one thread, on 4 held-out sequences, in a
+    folder holding a copy of the run's cache (its fp32 export is taken as it is): the folder, the result, the report."""
     folder, result = lm_recipe
     assert result.code == 0, result.stdout + result.stderr
+    workdir = tmp_path_factory.mktemp("lm-tune")
+    shutil.copytree(folder / ".cache", workdir / ".cache")
+    space = ("-t", "onnxruntime:cpu", "--precisions", "fp32,int4-weights", "--threads", "1", "--limit", "4")
+    generation = ("--max-seq-len", str(MAX_SEQ), "--prompt-len", "32", "--new-tokens", "32", "--warmup", "1", "--runs", "5")
+    tuned = run_cli("tune", "zoo:stdlib-lm", "--task", "text-generation", *space, *generation, "--workdir", workdir, "--quiet")
+    assert tuned.code == 0, tuned.stdout + tuned.stderr
+    return workdir, tuned, json.loads((workdir / "report.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def lm(tmp_path_factory, lm_recipe, lm_tuned):
+    folder, _ = lm_recipe
     (row,) = json.loads((folder / "report.json").read_text())["rows"]
+    int4 = next(r for r in lm_tuned[2]["rows"] if r["precision"] == "int4-weights")
     out = tmp_path_factory.mktemp("lm")
     return {
         "onnx": Path(row["artifact"]),  # the recipe's, in its cache: `edgekit run` converts through the same convert_lm
         "openvino": _convert(out, "openvino").artifact.path,
         "executorch": _convert(out, "executorch").artifact.path,
-        "onnx-int4": _convert(out, "onnx", "int4-weights").artifact.path,
+        "onnx-int4": Path(int4["artifact"]),  # tune's, converted by the same convert_lm with the same defaults
         "openvino-int4-g96": _convert(out, "openvino", "int4-weights", group_size=96).artifact.path,
     }
+
+
+def test_tune_chooses_a_language_models_precision_by_its_decode_speed_within_its_perplexity_gates(lm_tuned):
+    """Both candidates pass their gates by precision (fp32: greedy match 1.0; int4: perplexity ratio <= 1.03) and are
+    the two finalists; the choice is the one with the least time per generated token; its recipe keeps the export's
+    and the generation's settings."""
+    workdir, result, report = lm_tuned
+    rows = {r["precision"]: r for r in report["rows"]}
+    assert rows["fp32"]["cached"] and not rows["int4-weights"]["cached"]  # the run's fp32 export, taken from its cache
+    assert rows["fp32"]["greedy_match"] == 1.0 and rows["int4-weights"]["ppl_ratio"] <= 1.03
+    assert all(r["passed"] and r["tokens_per_s"] > 0 and r["tune"]["stage"] in ("chosen", "finalist") for r in rows.values())
+    chosen = min(rows.values(), key=lambda r: 1000 / r["tokens_per_s"] if r.get("p50_ms") is None else r["p50_ms"])
+    assert chosen["tune"]["stage"] == "chosen" and report["choice"]["precision"] == chosen["precision"]
+    recipe = yaml.safe_load((workdir / "chosen.yaml").read_text())
+    assert recipe["convert"]["task"] == "text-generation" and recipe["convert"]["max_seq_len"] == MAX_SEQ
+    assert recipe["latency"]["new_tokens"] == 32 and recipe["matrix"]["precisions"] == [chosen["precision"]]
+    assert "ppl ratio" in result.stdout and f"chosen: onnx {chosen['precision']}" in result.stdout
 
 
 @pytest.fixture(scope="module")
