@@ -7,8 +7,11 @@ none of its multiply-accumulates in int8 (int8 coverage 0: it cannot be faster t
 half-precision arithmetic is not even converted (it runs in fp32 there). The rest, at every thread
 count, are timed by successive halving: all with short runs, the faster half again with twice the runs, and so on
 until FINALISTS remain or the runs reach the full protocol's; the finalists are then timed with the full protocol (the
-recipe's warm-up and runs). Every timing is a fresh process alone on the machine that runs the target (a board's over
-SSH). The choice is the finalist with the lowest p50 that passes every gate.
+recipe's warm-up and runs), and where their p50s lie within CLOSE of each other, timed again in reverse order (A B B A,
+as the gate re-times), each one's timed runs of both processes pooled: one process of a small model can land in a
+slow or fast mode of its own (docs/ci.md), and two finalists that close are told apart by more than one. Every timing
+is a fresh process alone on the machine that runs the target (a board's over SSH). The choice is the finalist with the
+lowest p50 that passes every gate.
 
 Int8 with fallback layers: an int8 cell whose task metric may miss its gate (--max-drop, --min-agreement: the 95%
 interval on the screening sample reaches past it) while every other gate holds is converted once more under accuracy
@@ -43,6 +46,7 @@ from edgekit.validation.regression import CpuWindow, Interference
 SCHEMA = "tune"
 FIRST_RUNS = 10  # timed runs of successive halving's first round
 FINALISTS = 2  # timed with the full protocol
+CLOSE = 0.10  # finalists whose p50s differ by less than this are timed again in reverse order (A B B A), runs pooled
 SCREEN_SAMPLES = 500  # validation samples each cell is first judged on; the finalists then on all of them
 LM_RUNS_PER_GENERATION = 20  # a language model's generation (prompt + new tokens) counts as this many runs
 TIMING_GATES = {"max_p50_ms": None, "max_p90_ms": None, "min_speedup": None}
@@ -150,6 +154,8 @@ def tune(
     if screen.recipe is not recipe:
         finalists = _confirmed(finalists, timed, full, gates)
     warnings = [_final_timing(c, recipe.latency, progress) for c in finalists]
+    if close(finalists):
+        warnings += [_final_timing(c, recipe.latency, progress, pool_with=c.row) for c in reversed(finalists)]
     for candidate in timed:
         gates.judge(candidate)
     chosen = min((c for c in finalists if c.stage == "finalist" and c.row["passed"]), key=Candidate.speed, default=None)
@@ -417,19 +423,40 @@ def _time_round(candidates: list[Candidate], warmup: int, runs: int, progress) -
             _record(candidate, time_cell(cell, result), runs, window.shares)
 
 
-def _final_timing(candidate: Candidate, latency, progress) -> str | None:
+def _final_timing(candidate: Candidate, latency, progress, pool_with: dict | None = None) -> str | None:
     """A finalist timed with the full protocol, again once if other processes or the hypervisor took the CPU meanwhile;
-    a warning when both timings were disturbed."""
+    a warning when both timings were disturbed. `pool_with`: its earlier final row, whose timed runs join this one's."""
     for _ in range(2):
         _time(candidate, latency.warmup, latency.runs, progress)
         if candidate.stage == "failed":
             return None
         if not disturbed(candidate.rounds[-1]):
             break
+    if pool_with:
+        candidate.row = pooled(pool_with, candidate.row)
     candidate.stage = "finalist"
     if disturbed(candidate.rounds[-1]):
         return f"{candidate.name()} was timed while {_disturbance(candidate.rounds[-1])}: its p50 may be too slow; tune again on a quiet machine"
     return None
+
+
+def close(finalists: list[Candidate]) -> bool:
+    """Whether two finalists timed per batch (a language model's generations are not pooled) lie within CLOSE."""
+    if len(finalists) != 2 or any(c.stage != "finalist" or c.row.get("p50_ms") is None for c in finalists):
+        return False
+    fast, slow = sorted(c.row["p50_ms"] for c in finalists)
+    return slow < fast * (1 + CLOSE)
+
+
+def pooled(earlier: dict, later: dict) -> dict:
+    """`later`'s row with its latency figures (p50, p90, the median's interval) over both timings' runs."""
+    import numpy as np
+
+    from edgekit.metrics.latency import median_interval
+
+    times = [*earlier["times_ms"], *later["times_ms"]]
+    p50, p90 = (float(x) for x in np.percentile(times, [50, 90]))
+    return {**later, "times_ms": times, "p50_ms": p50, "p90_ms": p90, "p50_ms_ci95": median_interval(times), "processes": 2}
 
 
 def disturbed(round_: dict) -> bool:

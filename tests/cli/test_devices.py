@@ -222,7 +222,9 @@ def test_tune_times_its_candidates_on_the_device(loop, small_test_npz, tmp_path)
     report = json.loads((tmp_path / "tune" / "report.json").read_text())
     timed = [r for r in report["rows"] if r["tune"]["rounds"]]
     assert len(timed) == 4 and all(r["timed_on"]["machine"] == loop and r["target"] == f"onnxruntime:cpu@{loop}" for r in timed)
-    assert sorted(len(r["tune"]["rounds"]) for r in timed) == [1, 1, 2, 2]  # two halved after 10 runs, two finalists
+    again = [r.get("processes") == 2 for r in timed if len(r["tune"]["rounds"]) > 1]  # close finalists: A B B A
+    finals = [2, 2] if not any(again) else [3, 3]
+    assert sorted(len(r["tune"]["rounds"]) for r in timed) == [1, 1, *finals] and len(set(again)) == 1  # two halved after 10 runs
     assert report["choice"]["target"] == f"onnxruntime:cpu@{loop}" and report["choice"]["threads"] in (1, 2)
 
 
