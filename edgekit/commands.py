@@ -470,6 +470,8 @@ QUANTIZE = Command(
 
 # --- prune ---------------------------------------------------------------------------------------------------------
 
+FINETUNE = Option("finetune", None, "--finetune", "Labelled training data for fine-tuning (PyTorch).", recipe="compress.finetune")
+EPOCHS = Option("epochs", 0, "--epochs", "Fine-tuning epochs (magnitude: a gradual sparsity schedule over them).", recipe="compress.epochs")
 PRUNE = Command(
     "prune",
     (
@@ -516,8 +518,8 @@ PRUNE = Command(
             recipe="compress.surgery",
         ),
         Option("data", None, "--data -d", "Labelled data: batch-norm recalibration and the stage comparison.", recipe="validation.path"),
-        Option("finetune", None, "--finetune", "Labelled training data for fine-tuning (PyTorch).", recipe="compress.finetune"),
-        Option("epochs", 0, "--epochs", "Fine-tuning epochs (magnitude: a gradual sparsity schedule over them).", recipe="compress.epochs"),
+        FINETUNE,
+        EPOCHS,
         Option("lr", 1e-3, "--lr", "Fine-tuning learning rate.", recipe="compress.lr"),
         Option(
             "precision",
@@ -670,6 +672,16 @@ TUNE = Command(
         *TASK_OPTIONS,
         *LANGUAGE_MODEL[1:],  # --task is TASK_OPTIONS'
         *GENERATION,
+        FINETUNE,
+        EPOCHS,
+        Option(
+            "prune_channels",
+            None,
+            "--prune-channels",
+            "With --finetune: the channel-pruning fractions tried (comma-separated; default 0.25,0.5), each pruned model "
+            "fine-tuned (--epochs, 2 when not given) and searched like the model itself.",
+            list,
+        ),
         *THRESHOLDS,
         *LM_GATES,
         Option("budget", None, "--budget", "Try no new candidate after this long (90s, 20m, 1h); what was measured by then decides."),

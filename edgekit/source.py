@@ -29,6 +29,7 @@ class ModelSource:
     weights: Path | None = None
     allow_pickle: bool = False
     zoo: str | None = None  # the zoo: name it came from (provenance keeps it: `validate ARTIFACT` finds its reference)
+    original: ModelSource | None = None  # tune's pruned variant: the model before pruning, its artifacts' reference
 
     @property
     def family(self) -> str:

@@ -289,19 +289,52 @@ def tune(args) -> Tuned:
     threads = tuple(int(t) for t in _listed(args.thread_counts, "--threads")) or _thread_counts()
     with report_folder(Path(recipe["report"]["dir"])) as folder:
         ray = _ray_options(args, "the model")
-        report = search(parsed, threads, _seconds(args.budget), not args.no_default_gates, not args.no_cache, args.progress, ray)
+        pruning = _tune_pruning(args)
+        report = search(parsed, threads, _seconds(args.budget), not args.no_default_gates, not args.no_cache, args.progress, ray, pruning)
         written = write_reports(report, folder, ("json", "md", "html"))
         if report["choice"]:
             text = yaml.safe_dump(chosen_recipe(recipe, report["choice"]), sort_keys=False)
             write_text(
                 folder / RECIPE_NAME,
-                "# Written by edgekit tune: `edgekit run` on this file rebuilds and re-checks its choice.\n" + text,
+                "# Written by edgekit tune: `edgekit run` on this file rebuilds and re-checks its choice.\n" + _pruned_note(report) + text,
                 force=True,
             )
             written.append(folder / RECIPE_NAME)
     tuned = Tuned.from_dict(report)
     tuned.written = written
     return tuned
+
+
+def _pruned_note(report: dict) -> str:
+    """chosen.yaml's word on a pruned choice: `run` judges it against the pruned model, tune did against the model."""
+    if not report["choice"].get("compress"):
+        return ""
+    return (
+        "# Its compress stage prunes the model first: `run` judges the rows against the pruned model, tune judged them against the model.\n"
+    )
+
+
+def _tune_pruning(args):
+    """The pruned variants tune searches beside the model (--finetune, --prune-channels, --epochs), or None."""
+    from edgekit.recipe.tune import PRUNE_CHANNELS, PRUNE_EPOCHS, Pruning
+
+    listed = _listed(args.prune_channels, "--prune-channels")
+    if not args.finetune:
+        if listed:
+            raise EdgekitError(
+                "--prune-channels needs --finetune: each pruned model is fine-tuned", hint="pass --finetune DATA (labelled training data)"
+            )
+        return None
+    try:
+        fractions = tuple(float(x) for x in listed) or PRUNE_CHANNELS
+    except ValueError:
+        fractions = ()
+    if not fractions or not all(0 < f < 1 for f in fractions):
+        raise EdgekitError(
+            f"--prune-channels {','.join(listed)} is not a list of fractions: the share of channels removed lies in (0, 1)",
+            hint="e.g. --prune-channels 0.25,0.5",
+        )
+    return Pruning(_absolute(args.finetune), fractions, args.epochs or PRUNE_EPOCHS)
 
 
 def _ray_options(args, after: str):

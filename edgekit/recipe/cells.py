@@ -43,7 +43,8 @@ def run_cell(recipe, source, inputs, fmt, precision, target, validation, calibra
 
 
 def prepare_cell(recipe, source, inputs, fmt, precision, target, validation, calibration, cache: Path, use_cache: bool) -> PreparedCell:
-    """The host-side work of a cell (convert or reuse, fidelity and accuracy): the part that may run anywhere."""
+    """The host-side work of a cell (convert or reuse, fidelity and accuracy): the part that may run anywhere. The
+    artifact is judged against the model it is converted from, or a pruned variant's original (ModelSource.original)."""
     from edgekit.metrics.task_metrics import TaskSettings
     from edgekit.validation.validate import ValidationRequest, evaluate
 
@@ -52,10 +53,10 @@ def prepare_cell(recipe, source, inputs, fmt, precision, target, validation, cal
         artifact, cell.cached = _artifact(recipe, source, inputs, fmt, precision, target, calibration, cache, use_cache)
         lat = recipe.latency
         if recipe.convert.task == TEXT_GENERATION:
-            return _prepare_language_model(cell, recipe, artifact, source, target, validation)
+            return _prepare_language_model(cell, recipe, artifact, source.original or source, target, validation)
         cell.request = ValidationRequest(
             artifact,
-            source,
+            source.original or source,
             target,
             validation,
             recipe.validation.limit,

@@ -31,15 +31,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from edgekit.conversion import TEXT_GENERATION
+from edgekit.errors import EdgekitError
 from edgekit.isa import classify, half_precision_arithmetic, host_flags
 from edgekit.metrics.gate import Thresholds, check_row, failures, with_default_gates
+from edgekit.metrics.latency import median_interval
 from edgekit.recipe.cache import publish
 from edgekit.recipe.cells import STATIC_INT8_ONLY, PreparedCell, prepare_cell, time_cell
 from edgekit.recipe.distributed import RayOptions, prepare_cells
-from edgekit.recipe.run import data_path, model_source, say
-from edgekit.recipe.schema import Recipe
+from edgekit.recipe.run import apply_compression, data_path, model_source, say
+from edgekit.recipe.schema import CompressSection, Recipe
 from edgekit.report.schema import new_report
 from edgekit.report.tables import precision_label
+from edgekit.source import file_hash
 from edgekit.targets import device_name
 from edgekit.validation.regression import CpuWindow, Interference
 
@@ -95,6 +98,7 @@ class Work:
     use_cache: bool
     progress: Callable[[str], None] | None
     ray: RayOptions | None = None  # the host work as Ray tasks
+    compress: dict | None = None  # a pruned variant's compression stage (its source is the pruned model)
 
     def prepare(self, cell: tuple[str, str, str], deadline: float = math.inf, control: dict | None = None) -> PreparedCell:
         """The cell's host work (with accuracy control holding `control`, convert's limits); once the time is up, not tried."""
@@ -111,6 +115,7 @@ class Work:
         prepared = prepare_cells(work.ray, *_ray_arguments(work, cells)) if work.ray else [work._prepare_here(c, deadline) for c in cells]
         for cell in prepared:
             cell.base.update({"control": control} if control else {})
+            cell.base.update({"compress": self.compress} if self.compress else {})
         return prepared
 
     def _prepare_here(self, cell: tuple[str, str, str], deadline: float) -> PreparedCell:
@@ -128,9 +133,11 @@ def tune(
     use_cache: bool = True,
     progress: Callable[[str], None] | None = None,
     ray: RayOptions | None = None,
+    pruning: Pruning | None = None,
 ) -> dict:
-    """Search `recipe`'s matrix x `thread_counts`; the tune report (rows of every candidate, the choice). `ray`: the
-    cells' host work (conversion, accuracy) as Ray tasks; the timings stay alone on their machine, here or on a board."""
+    """Search `recipe`'s matrix x `thread_counts` (and `pruning`'s variants of the model); the tune report (rows of every
+    candidate, the choice). `ray`: the cells' host work (conversion, accuracy) as Ray tasks; the timings stay alone on
+    their machine, here or on a board."""
     started = time.monotonic()
     deadline = started + budget_s if budget_s else math.inf
     workdir = Path(recipe.resolve(recipe.report.dir))
@@ -142,17 +149,34 @@ def tune(
     gates = Gates(recipe.gates, default_gates)
     ruled_out, worth = _worth_converting(recipe)
     optimistic = screen.recipe is not recipe
-    prepared = screen.prepare_all(worth, deadline)
+    variants = {None: (full, screen)}
+    for stage in pruning.stages() if pruning else []:  # each pruned variant: its fp32 first, then the rest
+        pruned, failed = _pruned(full, stage)
+        if failed:
+            ruled_out += [
+                _row({**b, "compress": stage, "status": failed}, "failed", failed.removeprefix("failed: ")) for b in _bases(worth)
+            ]
+        else:
+            variants[_key(stage)] = (pruned, replace(pruned, recipe=screen.recipe))
+    prepared, skipped = [], []
+    for work in (screen for _, screen in variants.values()):
+        done, not_done = _prepare_variant(work, worth, deadline, gates, optimistic)
+        prepared, skipped = prepared + done, skipped + not_done
     dropped, alive = _screen(prepared, gates, thread_counts, optimistic)
     control = fallback_limit(recipe, data[0])
     again = _fallback_cells(prepared, gates, source.family, optimistic) if control else []
-    if again:
-        more_dropped, more_alive = _screen(screen.prepare_all(again, deadline, control), gates, thread_counts, optimistic)
+    for key in {_key(plain.base.get("compress")) for plain in again}:
+        plain = [c for c in again if _key(c.base.get("compress")) == key]
+        fallback = variants[key][1].prepare_all([(c.base["format"], "int8", c.base["target"]) for c in plain], deadline, control)
+        same = [f for f, p in zip(fallback, plain, strict=True) if not f.failure and _same_artifact(f, p)]
+        dropped += [_row(_cell_row(f), "dropped", "accuracy control kept every layer in int8: the plain int8's model") for f in same]
+        more_dropped, more_alive = _screen([f for f in fallback if f not in same], gates, thread_counts, optimistic)
         dropped, alive = dropped + more_dropped, alive + more_alive
+    dropped += skipped
     timed = [*alive]
     finalists = successive_halving(alive, recipe.latency, deadline, progress)
     if screen.recipe is not recipe:
-        finalists = _confirmed(finalists, timed, full, gates)
+        finalists = _confirmed(finalists, timed, {key: full for key, (full, _) in variants.items()}, gates)
     warnings = [_final_timing(c, recipe.latency, progress) for c in finalists]
     if close(finalists):
         warnings += [_final_timing(c, recipe.latency, progress, pool_with=c.row) for c in reversed(finalists)]
@@ -171,7 +195,7 @@ def tune(
         thresholds=with_default_gates(recipe.gates, default_gates).to_dict(),
         requested_thresholds=recipe.gates.to_dict(),
         default_gates=default_gates,
-        space=_space(recipe, thread_counts),
+        space={**_space(recipe, thread_counts), "pruned_channels": list(pruning.fractions) if pruning else []},
         rows=rows,
         choice=_choice(chosen),
         closest=None if chosen else closest(rows),
@@ -232,9 +256,9 @@ def _screen(
     return dropped, alive
 
 
-def _confirmed(finalists: list[Candidate], timed: list[Candidate], full: Work, gates: Gates) -> list[Candidate]:
-    """The finalists validated on all the data (once per cell); one that misses a gate there is dropped and the next
-    fastest candidate takes its place, until FINALISTS hold or none is left."""
+def _confirmed(finalists: list[Candidate], timed: list[Candidate], fulls: dict[str | None, Work], gates: Gates) -> list[Candidate]:
+    """The finalists validated on all the data (once per cell; `fulls`: each variant's work by its key); one that misses
+    a gate there is dropped and the next fastest candidate takes its place, until FINALISTS hold or none is left."""
     order = finalists + sorted((c for c in timed if c.stage == "halved"), key=Candidate.speed)
     validated: dict[tuple, PreparedCell] = {}
     kept = []
@@ -242,11 +266,11 @@ def _confirmed(finalists: list[Candidate], timed: list[Candidate], full: Work, g
         if len(kept) == FINALISTS:
             break
         base = candidate.cell.base
-        cell, control = (base["format"], base["precision"], base["target"]), base.get("control")
-        key = (*cell, tuple(sorted((control or {}).items())))
+        cell, control, variant = (base["format"], base["precision"], base["target"]), base.get("control"), _key(base.get("compress"))
+        key = (*cell, _key(control), variant)
         if key not in validated:  # a screening that saw all of the data stands; else the cell is validated on all of it
             saw_all = (candidate.cell.report.get("data") or {}).get("samples", 0) < SCREEN_SAMPLES
-            validated[key] = candidate.cell if saw_all else full.prepare(cell, control=control)
+            validated[key] = candidate.cell if saw_all else fulls[variant].prepare(cell, control=control)
         candidate.cell = validated[key]
         missed = _ruled_out(candidate.cell, gates)  # strictly now: the metric itself, not its interval's favourable end
         if missed:
@@ -287,6 +311,59 @@ def not_worth_converting(fmt: str, precision: str, target: str, gates: Threshold
     return None
 
 
+PRUNE_CHANNELS = (0.25, 0.5)  # the channel-pruning fractions tried where training data is given
+PRUNE_EPOCHS = 2  # each pruned model's fine-tuning, unless --epochs says
+
+
+@dataclass(frozen=True)
+class Pruning:
+    """The pruned variants searched beside the model: channel pruning at each fraction, fine-tuned on `finetune`."""
+
+    finetune: str
+    fractions: tuple[float, ...] = PRUNE_CHANNELS
+    epochs: int = PRUNE_EPOCHS
+
+    def stages(self) -> list[dict]:
+        """Each variant's compression stage, as a recipe's `compress:` holds it."""
+        return [{"method": "channels", "channels": f, "finetune": self.finetune, "epochs": self.epochs} for f in self.fractions]
+
+
+def _key(settings: dict | None) -> str | None:
+    """A hashable name of a variant's settings (a compression stage, an accuracy-control limit); None for none."""
+    return None if not settings else ",".join(f"{k}={v}" for k, v in sorted(settings.items()))
+
+
+def _bases(cells: list[tuple]) -> list[dict]:
+    return [dict(zip(("format", "precision", "target"), cell, strict=True)) for cell in cells]
+
+
+def _pruned(work: Work, stage: dict) -> tuple[Work, str | None]:
+    """`work` on the model pruned and fine-tuned by `stage` (cached like an artifact), or the failure's line."""
+
+    say(work.progress, f"pruning {stage['channels']:.0%} of the channels, {stage['epochs']} epoch(s) of fine-tuning")
+    recipe = replace(work.recipe, compress=(CompressSection(**stage),))
+    try:
+        source = apply_compression(recipe, work.source, work.inputs, work.validation, work.cache, work.progress)
+    except EdgekitError as exc:
+        return work, f"failed: {exc.one_line()}"
+    return replace(work, source=replace(source, original=work.source), compress=stage), None  # judged against the model
+
+
+def _prepare_variant(
+    work: Work, cells: list[tuple], deadline: float, gates: Gates, optimistic: bool
+) -> tuple[list[PreparedCell], list[dict]]:
+    """The cells' host work on the model, or on a pruned variant its fp32 cell first: where the pruned model already
+    misses a gate no timing changes at fp32, its other cells are not converted (their rows say why)."""
+    first = [c for c in cells if c[1] == "fp32"][:1] if work.compress else []
+    done = work.prepare_all(first, deadline)
+    missed = _ruled_out(done[0], gates, optimistic) if done else None
+    rest = [c for c in cells if c not in first]
+    if missed and missed["tune"]["stage"] == "dropped":
+        why = f"at fp32 the pruned model already {missed['tune']['why']}"
+        return done, [_row({**base, "compress": work.compress, "status": "not tried"}, "skipped", why) for base in _bases(rest)]
+    return done + work.prepare_all(rest, deadline), []
+
+
 TASK_METRIC_GATES = ("max_drop", "min_agreement")  # the gates accuracy control holds (fallback_limit)
 
 
@@ -310,7 +387,7 @@ def _limit_text(control: dict) -> str:
     return " and ".join(filter(None, limits)) + " on the validation data"
 
 
-def _fallback_cells(prepared: list[PreparedCell], gates: Gates, family: str, optimistic: bool) -> list[tuple[str, str, str]]:
+def _fallback_cells(prepared: list[PreparedCell], gates: Gates, family: str, optimistic: bool) -> list[PreparedCell]:
     """The int8 cells worth converting again with accuracy control: those whose task metric may miss its gate (the
     unfavourable end of its 95% interval on the screening sample misses: the variant stands beside a cell that all of
     the data may still drop), with every other gate held, some multiply-accumulates in int8, and a converter that has
@@ -331,8 +408,18 @@ def _fallback_cells(prepared: list[PreparedCell], gates: Gates, family: str, opt
             and row.get("int8_coverage") != 0
             and plan(family, row["format"], "int8")[-1][0].accuracy_control
         ):
-            cells.append((row["format"], "int8", row["target"]))
+            cells.append(cell)
     return cells
+
+
+def _same_artifact(a: PreparedCell, b: PreparedCell) -> bool:
+    """Whether two cells' artifacts hold the same bytes (an OpenVINO IR: its .xml and its .bin)."""
+
+    def digest(cell: PreparedCell) -> list:
+        path = Path(cell.request.artifact.spec)
+        return [file_hash(str(f)) for f in (path, path.with_suffix(".bin")) if f.exists()]
+
+    return digest(a) == digest(b)
 
 
 def _cell_row(cell: PreparedCell) -> dict:
@@ -452,8 +539,6 @@ def pooled(earlier: dict, later: dict) -> dict:
     """`later`'s row with its latency figures (p50, p90, the median's interval) over both timings' runs."""
     import numpy as np
 
-    from edgekit.metrics.latency import median_interval
-
     times = [*earlier["times_ms"], *later["times_ms"]]
     p50, p90 = (float(x) for x in np.percentile(times, [50, 90]))
     return {**later, "times_ms": times, "p50_ms": p50, "p90_ms": p90, "p50_ms_ci95": median_interval(times), "processes": 2}
@@ -532,6 +617,7 @@ def _choice(chosen: Candidate | None) -> dict | None:
         "metric",
         "agreement",
         "control",
+        "compress",
     )
     return {key: row.get(key) for key in keys}
 
@@ -577,4 +663,5 @@ def chosen_recipe(recipe: dict, choice: dict) -> dict:
     latency = {**recipe.get("latency", {}), "threads": choice["threads"]}
     report = {**recipe["report"], "dir": REBUILT}  # beside the recipe: the tune's own reports stay as they are
     convert = {**recipe.get("convert", {}), **(choice.get("control") or {})}  # int8+fallback: its accuracy control
-    return {**recipe, **({"convert": convert} if convert else {}), "matrix": matrix, "latency": latency, "report": report}
+    compress = {"compress": [choice["compress"]]} if choice.get("compress") else {}  # a pruned variant: its stage
+    return {**recipe, **compress, **({"convert": convert} if convert else {}), "matrix": matrix, "latency": latency, "report": report}

@@ -159,8 +159,11 @@ def row_label(row: dict) -> str:
 
 
 def precision_label(row: dict) -> str:
-    """A row's precision as tables name it: `int8+fallback` for tune's int8 under accuracy control (layers in float)."""
-    return row["precision"] + ("+fallback" if row.get("control") else "")
+    """A row's precision as tables name it, with tune's variants: `int8+fallback` (accuracy control returned layers to
+    float), `fp32, 25% channels pruned` (a pruned and fine-tuned model)."""
+    compress = row.get("compress")
+    pruned = f", {compress['channels']:.0%} channels pruned" if compress else ""
+    return row["precision"] + ("+fallback" if row.get("control") else "") + pruned
 
 
 def row_notes(report: dict) -> list[str]:

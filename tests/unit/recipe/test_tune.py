@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from edgekit.metrics.gate import Thresholds
 from edgekit.metrics.latency import median_interval
@@ -74,6 +75,7 @@ def test_cells_that_miss_a_gate_no_timing_can_change_are_dropped_before_any_timi
         "precisions": ["fp32", "int8"],
         "targets": ["onnxruntime:cpu", "openvino:cpu"],
         "threads": [1, 2],
+        "pruned_channels": [],
     }
 
 
@@ -178,6 +180,36 @@ def test_int8_that_misses_the_task_metric_gets_a_fallback_variant_that_the_chose
     assert _sha(row["artifact"]) == _sha(fallback["artifact"])
 
 
+def test_pruned_variants_are_searched_beside_the_model_and_judged_against_it(tuned, tmp_path, demo_data):
+    """With training data, channel-pruned and fine-tuned variants join the search. Each is judged against the model the
+    user gave, not against itself: 75% of the channels pruned after one epoch loses points there, so it is dropped at
+    fp32 and its int8 never converted; 25% keeps them. A chosen variant's recipe holds its compression stage."""
+    folder = tmp_path / "pruned"
+    shutil.copytree(tuned[0] / ".cache", folder / ".cache")  # the model's own cells: its conversions
+    space = ("--target", "onnxruntime:cpu", "--precisions", "fp32,int8", "--threads", "1", "--limit", "600", "--runs", "40")
+    pruning = ("--finetune", demo_data[1], "--prune-channels", "0.25,0.75", "--epochs", "1")
+    result = run_cli("tune", "zoo:fashion-cnn", *space, *pruning, "--max-drop", "3", "--workdir", folder, "--quiet")
+    assert result.code == 0, result.stdout + result.stderr
+    report = load_json(folder / "report.json")
+    rows = {precision_label(r): r for r in report["rows"]}
+    judged = {(r["samples"], r["reference_accuracy"]) for r in report["rows"] if r["status"] == "ok"}
+    assert len(judged) == len({samples for samples, _ in judged}) == 2  # one reference, the model's, on the 500 and the 600
+    damaged, skipped = rows["fp32, 75% channels pruned"], rows["int8, 75% channels pruned"]
+    assert damaged["tune"]["stage"] == "dropped" and damaged["drop_points"] > 3
+    assert skipped["tune"]["stage"] == "skipped" and skipped["tune"]["why"].startswith("at fp32 the pruned model already misses")
+    kept = rows["fp32, 25% channels pruned"]
+    assert kept["tune"]["rounds"] and kept["compress"] == {
+        "method": "channels",
+        "channels": 0.25,
+        "finetune": str(demo_data[1]),
+        "epochs": 1,
+    }
+    assert report["space"]["pruned_channels"] == [0.25, 0.75]
+    text = (folder / "chosen.yaml").read_text()
+    assert yaml.safe_load(text).get("compress") == ([report["choice"]["compress"]] if report["choice"]["compress"] else None)
+    assert ("judges the rows against the pruned model" in text) == bool(report["choice"]["compress"])
+
+
 def test_the_fallback_holds_the_task_metric_gates_on_the_validation_data():
     both = {"max_drop": 1.0, "min_agreement": 99.5}
     assert fallback_limit(_recipe(both), "val.npz") == {**both, "val": "val.npz"}
@@ -192,6 +224,8 @@ def test_bad_requests_get_one_clear_line(tmp_path):
         ("--target", "tensorflowlite:cpu"): "unknown runtime 'tensorflowlite'",
         ("--budget", "soon"): "--budget soon is not a duration",
         ("--threads", "1,,2"): "--threads has an empty item",
+        ("--prune-channels", "0.5"): "--prune-channels needs --finetune",
+        ("--finetune", "zoo:fashion-mnist-calib", "--prune-channels", "0.5,1.5"): "is not a list of fractions",
     }
     for args, needle in cases.items():
         assert_clean_error(run_cli("tune", "zoo:fashion-cnn", *args, "--workdir", tmp_path / "w"), needle)
