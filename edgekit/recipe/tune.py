@@ -149,30 +149,19 @@ def tune(
     gates = Gates(recipe.gates, default_gates)
     ruled_out, worth = _worth_converting(recipe)
     optimistic = screen.recipe is not recipe
-    variants = {None: (full, screen)}
-    for stage in pruning.stages() if pruning else []:  # each pruned variant: its fp32 first, then the rest
-        pruned, failed = _pruned(full, stage)
-        if failed:
-            ruled_out += [
-                _row({**b, "compress": stage, "status": failed}, "failed", failed.removeprefix("failed: ")) for b in _bases(worth)
-            ]
-        else:
-            variants[_key(stage)] = (pruned, replace(pruned, recipe=screen.recipe))
+    variants, failed = _variants(full, screen, pruning, worth)
     prepared, skipped = [], []
-    for work in (screen for _, screen in variants.values()):
+    for _, work in variants.values():
         done, not_done = _prepare_variant(work, worth, deadline, gates, optimistic)
         prepared, skipped = prepared + done, skipped + not_done
     dropped, alive = _screen(prepared, gates, thread_counts, optimistic)
     control = fallback_limit(recipe, data[0])
     again = _fallback_cells(prepared, gates, source.family, optimistic) if control else []
-    for key in {_key(plain.base.get("compress")) for plain in again}:
-        plain = [c for c in again if _key(c.base.get("compress")) == key]
-        fallback = variants[key][1].prepare_all([(c.base["format"], "int8", c.base["target"]) for c in plain], deadline, control)
-        same = [f for f, p in zip(fallback, plain, strict=True) if not f.failure and _same_artifact(f, p)]
-        dropped += [_row(_cell_row(f), "dropped", "accuracy control kept every layer in int8: the plain int8's model") for f in same]
-        more_dropped, more_alive = _screen([f for f in fallback if f not in same], gates, thread_counts, optimistic)
+    for key in {_key(cell.base.get("compress")) for cell in again}:
+        plain = [cell for cell in again if _key(cell.base.get("compress")) == key]
+        more_dropped, more_alive = _fallbacks(variants[key][1], plain, control, deadline, gates, thread_counts, optimistic)
         dropped, alive = dropped + more_dropped, alive + more_alive
-    dropped += skipped
+    dropped += skipped + failed
     timed = [*alive]
     finalists = successive_halving(alive, recipe.latency, deadline, progress)
     if screen.recipe is not recipe:
@@ -347,6 +336,35 @@ def _pruned(work: Work, stage: dict) -> tuple[Work, str | None]:
     except EdgekitError as exc:
         return work, f"failed: {exc.one_line()}"
     return replace(work, source=replace(source, original=work.source), compress=stage), None  # judged against the model
+
+
+def _variants(full: Work, screen: Work, pruning: Pruning | None, cells: list[tuple]) -> tuple[dict, list[dict]]:
+    """The model's work and each pruned variant's, by the variant's key (None: the model): (full, screening); and the
+    rows of the variants whose pruning failed (one per cell)."""
+    variants, failed = {None: (full, screen)}, []
+    for stage in pruning.stages() if pruning else []:
+        pruned, failure = _pruned(full, stage)
+        if failure:
+            failed += [_row({**b, "compress": stage, "status": failure}, "failed", failure.removeprefix("failed: ")) for b in _bases(cells)]
+        else:
+            variants[_key(stage)] = (pruned, replace(pruned, recipe=screen.recipe))
+    return variants, failed
+
+
+def _fallbacks(
+    work: Work, plain: list[PreparedCell], control: dict, deadline: float, gates: Gates, thread_counts, optimistic: bool
+) -> tuple[list[dict], list[Candidate]]:
+    """The int8+fallback variants of `plain` int8 cells, screened: (dropped rows, candidates). One whose accuracy control
+    kept every layer in int8 is the plain int8's model: dropped, not timed twice."""
+    fallback = work.prepare_all([(c.base["format"], "int8", c.base["target"]) for c in plain], deadline, control)
+    same = [not f.failure and _same_artifact(f, p) for f, p in zip(fallback, plain, strict=True)]
+    dropped = [
+        _row(_cell_row(f), "dropped", "accuracy control kept every layer in int8: the plain int8's model")
+        for f, s in zip(fallback, same, strict=True)
+        if s
+    ]
+    more_dropped, alive = _screen([f for f, s in zip(fallback, same, strict=True) if not s], gates, thread_counts, optimistic)
+    return dropped + more_dropped, alive
 
 
 def _prepare_variant(
