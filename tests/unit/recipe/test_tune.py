@@ -18,18 +18,8 @@ import yaml
 from edgekit.metrics.gate import Thresholds
 from edgekit.metrics.latency import median_interval
 from edgekit.recipe.cells import PreparedCell
-from edgekit.recipe.tune import (
-    CLOSE,
-    Candidate,
-    close,
-    closest,
-    disturbed,
-    fallback_limit,
-    favourable,
-    not_worth_converting,
-    pooled,
-    unfavourable,
-)
+from edgekit.recipe.tune import closest, fallback_limit, favourable, not_worth_converting, unfavourable
+from edgekit.recipe.tune_timing import CLOSE, Candidate, close, disturbed, pooled
 from edgekit.report.html import gate_level
 from edgekit.report.schema import load_json
 from edgekit.report.tables import precision_label
