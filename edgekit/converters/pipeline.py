@@ -21,6 +21,7 @@ from edgekit.machine import package_versions
 from edgekit.native import third_party_quiet
 from edgekit.provenance import describe, source_provenance
 from edgekit.source import ModelSource
+from edgekit.zoo.names import zoo_labels
 
 HELD_BACK = 4  # accuracy control without --val validates on every 4th calibration sample (a quarter), calibrating on the rest
 MIN_HELD_BACK = 8
@@ -263,9 +264,11 @@ def validation_samples(options: ConvertOptions, specs: list[TensorSpec]) -> Samp
     samples = load_samples(
         options.validation_data, options.validation_samples, options.calibration.seed, options.calibration.preprocess, specs
     )
-    if samples.labels is None and options.max_drop is not None:
+    boxes = zoo_labels(samples.provenance.get("source", ""))  # a zoo detection set's boxes, kept beside it
+    if samples.labels is None and boxes is None and options.max_drop is not None:
         raise EdgekitError(
-            f"{options.validation_data} has no labels", hint="accuracy control measures top-1 accuracy: add a `labels` array"
+            f"{options.validation_data} has no labels",
+            hint="accuracy control measures top-1 accuracy (a detector's mAP on a zoo set with boxes): add a `labels` array",
         )
     return samples
 

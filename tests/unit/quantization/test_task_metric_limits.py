@@ -76,3 +76,16 @@ def test_a_regression_has_no_agreement_with_fp32_to_hold():
         validator.check(Limit(None, None, None, 0.97))
     assert "--min-cosine" in refused.value.hint
     validator.check(Limit(None, None, 0.999))  # its outputs themselves can be held
+
+
+def test_max_drop_reads_a_zoo_detection_sets_boxes_and_refuses_data_without_labels(tmp_path):
+    """--max-drop on a detector is its mAP drop against the zoo set's boxes, kept beside the images (not a `labels`
+    array): the validation data is taken; an unlabelled .npz is refused with one line."""
+    from edgekit.converters.pipeline import validation_samples
+
+    boxes = ConvertOptions("int8", (), validation_data="zoo:fashion-det-test", validation_samples=20, max_drop=1.0)
+    assert len(validation_samples(boxes, []).ids) == 20
+    bare = tmp_path / "bare.npz"
+    np.savez(bare, image=np.zeros((4, 1, 96, 96), np.float32))
+    with pytest.raises(EdgekitError, match="has no labels"):
+        validation_samples(ConvertOptions("int8", (), validation_data=str(bare), max_drop=1.0), [])
