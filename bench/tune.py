@@ -70,8 +70,9 @@ def _matrix(case: dict, folder: Path) -> tuple[float, list[dict]]:
             recipe |= {"convert": convert} if convert else {}
             path = folder.parent / f"matrix-{threads}{'-fallback' if convert else ''}.yaml"
             path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+            (folder / "report.json").unlink(missing_ok=True)
             took, code, output = _edgekit("run", str(path), "--quiet")
-            if code not in (0, 2):
+            if code not in (0, 1, 2) or not (folder / "report.json").exists():  # 1: a cell failed, its row says why
                 raise RuntimeError(f"edgekit run failed ({code}): {output[-2000:]}")
             seconds += took
             report = json.loads((folder / "report.json").read_text())["rows"]
