@@ -40,6 +40,7 @@ from edgekit.recipe.run import apply_compression, data_path, model_source, say
 from edgekit.recipe.schema import CompressSection, Recipe
 from edgekit.recipe.tune_timing import FINALISTS, FIRST_RUNS, Candidate, close, final_timing, ms_per_item, successive_halving
 from edgekit.report.schema import new_report
+from edgekit.report.tables import precision_label
 from edgekit.source import file_hash
 from edgekit.targets import device_name
 
@@ -79,16 +80,19 @@ class Work:
                 self.progress,
                 f"int8 missed the task metric on {len(cells)} cell(s): again with layers back in float ({_limit_text(control)})",
             )
-        prepared = prepare_cells(work.ray, *_ray_arguments(work, cells)) if work.ray else [work._prepare_here(c, deadline) for c in cells]
+        label = {"control": control, "compress": self.compress}  # what the progress line names besides the precision
+        prepared = (
+            prepare_cells(work.ray, *_ray_arguments(work, cells)) if work.ray else [work._prepare_here(c, deadline, label) for c in cells]
+        )
         for cell in prepared:
             cell.base.update({"control": control} if control else {})
             cell.base.update({"compress": self.compress} if self.compress else {})
         return prepared
 
-    def _prepare_here(self, cell: tuple[str, str, str], deadline: float) -> PreparedCell:
+    def _prepare_here(self, cell: tuple[str, str, str], deadline: float, label: dict) -> PreparedCell:
         if time.monotonic() > deadline:
             return PreparedCell(dict(zip(("format", "precision", "target"), cell, strict=True)), failure=UNTRIED)
-        say(self.progress, f"{' '.join(cell[:2])} on {cell[2]}: convert and validate")
+        say(self.progress, f"{cell[0]} {precision_label({'precision': cell[1], **label})} on {cell[2]}: convert and validate")
         return prepare_cell(self.recipe, self.source, self.inputs, *cell, self.validation, self.calibration, self.cache, self.use_cache)
 
 
