@@ -83,7 +83,7 @@ def test_successive_halving_times_the_finalists_with_the_full_protocol_and_choos
         finals = [round_["runs"] for round_ in rounds[1:]]
         assert rounds[0]["runs"] == 10 and set(finals) == {40} and len(row["times_ms"]) == 40 * (2 if again else 1)
         assert len(finals) == (2 if again else 1) or any(disturbed(r) for r in rounds[1:])  # repeated only when shared
-        assert row["p50_ms"] == pytest.approx(float(np.median(row["times_ms"])))
+        assert row["p50_ms"] == pytest.approx(float(np.median(row["times_ms"])), rel=1e-3)  # the times are kept rounded
         low, high = row["p50_ms_ci95"]
         assert low <= row["p50_ms"] <= high and row["passed"]
     assert report["data"]["screening_samples"] == SCREEN
