@@ -136,7 +136,7 @@ def tune(
     timed = [*alive]
     finalists = successive_halving(alive, recipe.latency, deadline, progress)
     if screen.recipe is not recipe:
-        finalists = _confirmed(finalists, timed, {key: full for key, (full, _) in variants.items()}, gates)
+        finalists = _confirmed(finalists, timed, {key: work for key, (work, _) in variants.items()}, gates)
     warnings = [final_timing(c, recipe.latency, progress) for c in finalists]
     if close(finalists):
         warnings += [final_timing(c, recipe.latency, progress, pool_with=c.row) for c in reversed(finalists)]
@@ -299,7 +299,6 @@ def _bases(cells: list[tuple]) -> list[dict]:
 
 def _pruned(work: Work, stage: dict) -> tuple[Work, str | None]:
     """`work` on the model pruned and fine-tuned by `stage` (cached like an artifact), or the failure's line."""
-
     say(work.progress, f"pruning {stage['channels']:.0%} of the channels, {stage['epochs']} epoch(s) of fine-tuning")
     recipe = replace(work.recipe, compress=(CompressSection(**stage),))
     try:

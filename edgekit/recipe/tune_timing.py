@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from edgekit.metrics.latency import median_interval
+from edgekit.metrics.latency import LatencyStats, median_interval
 from edgekit.recipe.cells import PreparedCell, time_cell
 from edgekit.recipe.run import say
 from edgekit.report.tables import precision_label
@@ -117,8 +117,8 @@ def close(finalists: list[Candidate]) -> bool:
 def pooled(earlier: dict, later: dict) -> dict:
     """`later`'s row with its latency figures (p50, p90, the median's interval) over both timings' runs."""
     times = [*earlier["times_ms"], *later["times_ms"]]
-    p50, p90 = (float(x) for x in np.percentile(times, [50, 90]))
-    return {**later, "times_ms": times, "p50_ms": p50, "p90_ms": p90, "p50_ms_ci95": median_interval(times), "processes": 2}
+    stats = LatencyStats.from_times(np.asarray(times), 1)
+    return {**later, "times_ms": times, "p50_ms": stats.p50, "p90_ms": stats.p90, "p50_ms_ci95": median_interval(times), "processes": 2}
 
 
 def disturbed(round_: dict) -> bool:

@@ -90,14 +90,15 @@ class _SuffixRuns:
         weights = {name: attributes[f"{name}.weight"] for name in layers}
         reached = {name: _reached(node) for name, node in weights.items()}
         frontier = {n for nodes in reached.values() for n in _read_by(nodes)}
-        kept, reference = [], []
+        kept, reference, budget = [], [], KEPT_BYTES
         for args in batches:
-            keeper = _Keeper(graph, frontier, KEPT_BYTES - sum(_bytes(v) for values in kept for v in values.values()))
+            keeper = _Keeper(graph, frontier, budget)
             with torch.no_grad():
                 reference.append(keeper.run(*args))
             if keeper.over:
                 return None
             kept.append(keeper.kept)
+            budget = keeper.budget  # what the batches kept so far leave
         if not all(np.array_equal(first_output(a), first_output(b)) for a, b in zip(reference, eager, strict=True)):
             return None
         return cls(graph, batches, weights, reached, kept, reference)
