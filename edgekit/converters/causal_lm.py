@@ -106,7 +106,7 @@ def _export_within_limit(source, model, shape, to: str, final: Path, options, ca
         held = _perplexity(to, session, shape, held_back, reference, limit) if judged else {}
         if held:
             tried.append({"ratio": share, "ppl_ratio": held["ppl_ratio"]})
-            if held["ppl_ratio"] > limit:
+            if not held["ppl_ratio"] <= limit:  # a NaN perplexity holds nothing
                 continue
         notes["verified"] = _verified(source, model, shape, to, session, options, calibration) | held
         if held:  # held its perplexity: the greedy tokens' share is recorded, not judged

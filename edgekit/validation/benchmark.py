@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import multiprocessing
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,7 +16,7 @@ import numpy as np
 from edgekit import progress
 from edgekit.artifact import TensorSpec
 from edgekit.errors import EdgekitError
-from edgekit.machine import peak_rss_mb
+from edgekit.machine import in_fresh_process, peak_rss_mb
 from edgekit.metrics.latency import BenchResult, LatencyStats
 from edgekit.provenance import model_size, report_entry
 from edgekit.source import ModelSource
@@ -142,13 +140,6 @@ def bench(
         return bench_on_device(source, settings, inputs, feeds)
     with progress.step(f"{source.name}: timing on {settings.target or 'its runtime'}"):
         return in_fresh_process(bench_in_process, source, settings, inputs, feeds)
-
-
-def in_fresh_process(function, *args):
-    """function(*args) in a fresh spawned process (not forked: nothing of this process's state or threads), its result
-    or its exception brought back."""
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(function, *args).result()
 
 
 def bench_each(jobs: list[tuple]) -> list[BenchResult | EdgekitError]:

@@ -23,7 +23,7 @@ from edgekit.conversion import TEXT_GENERATION
 from edgekit.errors import EdgekitError, ModelLoadError, first_line
 from edgekit.fileio import sha256_of_file
 from edgekit.imports import import_attr
-from edgekit.machine import package_versions, peak_rss_mb
+from edgekit.machine import in_fresh_process, package_versions, peak_rss_mb
 from edgekit.metrics.gate import Thresholds
 from edgekit.metrics.language import compare_lm
 from edgekit.metrics.latency import BenchResult, LatencyStats
@@ -31,7 +31,6 @@ from edgekit.provenance import model_size, read_provenance
 from edgekit.report.schema import new_report
 from edgekit.source import ModelSource
 from edgekit.targets.base import default_threads
-from edgekit.validation.benchmark import in_fresh_process
 from edgekit.zoo.names import zoo_text, zoo_tokenizer
 
 log = logging.getLogger("edgekit")
@@ -77,9 +76,14 @@ def cache_of(source: ModelSource):
     if not provenance or "kv_cache" not in provenance:
         raise EdgekitError(
             f"{source.spec} does not record its KV cache (no provenance from `edgekit convert --task text-generation`)",
-            hint="convert the model with `edgekit convert MODEL --task text-generation --to onnx|openvino|executorch`",
+            hint=f"convert the model with `edgekit convert MODEL --task text-generation --to {'|'.join(_lm_formats())}`",
         )
     return CacheShape(**provenance["kv_cache"])
+
+
+def _lm_formats() -> list[str]:
+    """The formats `convert --task text-generation` writes."""
+    return [b.format for b in registry.backends().values() if b.lm_export]
 
 
 def open_session(source: ModelSource, threads: int | None = None, target: str | None = None):
@@ -88,7 +92,7 @@ def open_session(source: ModelSource, threads: int | None = None, target: str | 
         raise EdgekitError(f"text generation on a board ({target}) is not supported yet", hint="validate on this machine's runtime")
     backend = registry.backend(source.family)
     if backend is None or backend.lm_session is None:
-        raise EdgekitError(f"{source.format} models cannot be run as language models", hint="convert to onnx, openvino or executorch")
+        raise EdgekitError(f"{source.format} models cannot be run as language models", hint=f"convert to {' or '.join(_lm_formats())}")
     if target and target.split(":")[0] not in backend.runners:
         raise EdgekitError(f"a {source.format} language model runs on {', '.join(backend.runners)}, not {target}", hint="drop --target")
     try:
@@ -174,8 +178,20 @@ def _tokenizer(*models: ModelSource):
 
 
 def sequence_logits(session, shape, ids: np.ndarray) -> np.ndarray:
-    """Logits [N, T, V] of each sequence read in one prefill from an empty cache."""
-    return np.stack([session.step(row[None], shape.empty(), shape.empty())[0][0] for row in ids])
+    """Logits [N, T, V] of each sequence read from an empty cache: in one prefill, or token by token where the
+    runtime's prefill gives its last position's only (a session whose `all_logits` is False: LiteRT's signatures)."""
+    if getattr(session, "all_logits", True):
+        return np.stack([session.step(row[None], shape.empty(), shape.empty())[0][0] for row in ids])
+    return np.stack([_stepped_logits(session, shape, row) for row in ids])
+
+
+def _stepped_logits(session, shape, row: np.ndarray) -> np.ndarray:
+    keys = values = shape.empty()
+    logits = []
+    for token in row:
+        step, keys, values = session.step(np.array([[token]], np.int64), keys, values)
+        logits.append(step[0, -1])
+    return np.stack(logits)
 
 
 def generate(session, shape, prompt: np.ndarray, new_tokens: int) -> tuple[np.ndarray, float, list[float]]:
@@ -244,7 +260,7 @@ def evaluate_lm(request: LMValidationRequest) -> tuple[dict, np.ndarray]:
         ref_greedy = np.stack([generate(reference, shape, p, settings.new_tokens)[0] for p in prompts])
     language = compare_lm(ids, ref_logits, art_logits, ref_greedy, art_greedy)
     language["nonfinite"] = int(np.size(art_logits) - np.isfinite(art_logits).sum())
-    report = new_report("validate", (_package(artifact.name), "torch"))
+    report = new_report("validate", (_package(artifact), "torch"))
     report.update(
         artifact=report_entry(request.artifact, artifact.name),
         reference=report_entry(request.reference, reference.name),
@@ -310,12 +326,12 @@ def bench_lm_in_process(source: ModelSource, settings: GenerationSettings, promp
         "decode_ms_p50": float(np.percentile(step_ms, 50)),
         "decode_ms_p90": float(np.percentile(step_ms, 90)),
         "decode_ms_p99": float(np.percentile(step_ms, 99)),
-        "kv_cache_mb": shape.nbytes(settings.prompt_len + settings.new_tokens) / 1e6,
+        "kv_cache_mb": shape.nbytes(getattr(session, "cache_tokens", settings.prompt_len + settings.new_tokens)) / 1e6,
     }
     return BenchResult(
         source.spec,
         session.name,
-        _runtime_version(session.name),
+        _runtime_version(session),
         settings.threads or default_threads(),
         load_ms,
         first_ms,
@@ -327,10 +343,10 @@ def bench_lm_in_process(source: ModelSource, settings: GenerationSettings, promp
     )
 
 
-def _package(target: str) -> str:
-    return target.split(":")[0]
+def _package(session) -> str:
+    """The runtime's package: the session's own where its runtime's name is not one (LiteRT's ai-edge-litert)."""
+    return getattr(session, "package", session.name.split(":")[0])
 
 
-def _runtime_version(target: str) -> str:
-
-    return package_versions(_package(target)).get(_package(target), "")
+def _runtime_version(session) -> str:
+    return package_versions(_package(session)).get(_package(session), "")

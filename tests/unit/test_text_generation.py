@@ -3,8 +3,9 @@
 The exports are built once for the module: fp32 on ONNX Runtime (by `edgekit run` on a language-model recipe, whose row
 one test reads), int4 weights on ONNX Runtime (by `edgekit tune` over fp32 and int4 on that run's cache; the defaults:
 groups of 32, calibrated on the text that ships with edgekit, checked on held-back sequences), OpenVINO and ExecuTorch
-fp32, and OpenVINO int4 (--group-size 96, which divides the 768-wide layers but not the 256-wide ones). Each export costs 20-100 s (ExecuTorch's lowering the most: 51 XNNPACK partitions),
-so none is made twice.
+fp32, OpenVINO int4 (--group-size 96, which divides the 768-wide layers but not the 256-wide ones), and LiteRT fp32 and
+int4 (litert-torch's generative export). Each export costs 20-100 s (ExecuTorch's lowering the most: 51 XNNPACK
+partitions), so none is made twice.
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ def lm(tmp_path_factory, lm_recipe, lm_tuned):
         "executorch": _convert(out, "executorch").artifact.path,
         "onnx-int4": Path(int4["artifact"]),  # tune's, converted by the same convert_lm with the same defaults
         "openvino-int4-g96": _convert(out, "openvino", "int4-weights", group_size=96).artifact.path,
+        "tflite": _convert(out, "tflite").artifact.path,
+        "tflite-int4": _convert(out, "tflite", "int4-weights").artifact.path,
     }
 
 
@@ -108,7 +111,7 @@ def held_out():
         return npz["input_ids"]
 
 
-@pytest.mark.parametrize("fmt", ["onnx", "openvino", "executorch"])
+@pytest.mark.parametrize("fmt", ["onnx", "openvino", "executorch", "tflite"])
 def test_fp32_decodes_through_its_cache_exactly_what_transformers_generate_decodes(lm, held_out, fmt):
     """Greedy decoding on the runtime (prefill, then one token at a time through the KV cache) against
     transformers' own generate() on the PyTorch model: independent of edgekit's wrapper."""
@@ -150,6 +153,40 @@ def test_openvino_keeps_the_cache_in_its_state_and_an_ir_without_state_still_dec
     for prompt in held_out[:PROMPTS, :16]:  # twice on the stateful one: a new prompt resets its state
         ours, theirs = (tg.generate(s, shape, prompt, NEW)[0].tolist() for s in sessions)
         assert ours == theirs
+
+
+def test_litert_keeps_the_cache_in_its_buffers_reads_a_long_prompt_in_pieces_and_its_int4_holds_the_gate(lm, held_out):
+    """LiteRT (litert-torch's generative export, the signatures LiteRT-LM runs): prefill signatures and decode, the cache
+    bound in place (step gives back zero-byte stand-ins counting the tokens held). A 140-token prompt is read as 128 +
+    8 + 4 decode steps and greedily decodes what PyTorch does; int4 weights in blocks of 32 hold the 1.03 default on
+    held-out sequences, their logits read token by token (prefill gives the last position's only)."""
+    from edgekit.backends.torch.causal_lm import TorchLM
+    from edgekit.zoo.lm import build_stdlib_lm
+
+    assert _provenance(lm["tflite"])["signatures"] == ["prefill_8", "prefill_32", "prefill_128", "decode"]
+    source = open_source(str(lm["tflite"]))
+    shape, session = tg.cache_of(source), tg.open_session(source)
+    logits, keys, values = session.step(held_out[:1, :3], shape.empty(), shape.empty())
+    assert logits.shape == (1, 1, 2048) and keys.shape == values.shape == (4, 1, 2, 3, 0)
+    prompt = np.concatenate([held_out[0], held_out[1, :12]])
+    reference = TorchLM(build_stdlib_lm())
+    assert tg.generate(session, shape, prompt, NEW)[0].tolist() == tg.generate(reference, shape, prompt, NEW)[0].tolist()
+    int4 = _provenance(lm["tflite-int4"])
+    assert int4["group_size"] == 32 and int4["verified"]["ppl_ratio"] <= 1.03
+    result = edgekit.validate(str(lm["tflite-int4"]), limit=8, runs=1, warmup=0)
+    assert 1.0 < result.language["ppl_ratio"] < 1.03 and result.gate.passed and result.language["nonfinite"] == 0
+    assert result.latency.generation["kv_cache_mb"] == pytest.approx(shape.nbytes(MAX_SEQ) / 1e6)  # allocated whole
+    assert result.latency.target == "litert:cpu"
+
+
+def test_litert_int4_blocks_are_the_quantizers_that_divide_every_width():
+    import torch
+
+    from edgekit.backends.tflite.causal_lm import _block
+
+    model = torch.nn.Sequential(torch.nn.Linear(256, 768), torch.nn.Linear(768, 256))
+    assert [_block(model, g) for g in (32, 96, 128, 256, -1, 16)] == [32, 64, 128, 256, None, None]
+    assert _block(torch.nn.Sequential(torch.nn.Linear(576, 1536)), 128) == 64  # SmolLM2's widths
 
 
 def test_int4_is_judged_by_perplexity_and_passes_its_default_gate(lm, tmp_path):
@@ -245,8 +282,11 @@ def test_bad_requests_get_one_clear_line(lm, tmp_path):
         "causal language model",
     )
     assert_clean_error(run_cli("validate", lm["onnx"], "--prompt-len", "100", "--new-tokens", "100"), "--max-seq-len")
-    with pytest.raises(EdgekitError, match="does not write tflite"):
-        _convert(tmp_path, "tflite")
+    with pytest.raises(EdgekitError, match="does not write tensorrt"):
+        edgekit.convert("zoo:stdlib-lm", to="tensorrt", output=str(tmp_path / "x.engine"), task="text-generation")
+    with pytest.raises(EdgekitError, match="LiteRT language models are written in fp32, int8-weights or int4-weights"):
+        _convert(tmp_path, "tflite", "fp16")
+    assert not list(tmp_path.glob("lm.fp16*"))
     with pytest.raises(EdgekitError, match="--group-size 16, 32, 64, 128, 256, not 100"):
         _convert(tmp_path, "onnx", "int4-weights", group_size=100)
     assert not list(tmp_path.glob("lm.int4-weights.100.onnx*"))  # nothing half-written left behind

@@ -60,7 +60,8 @@ def print_generation_rows(results: list[dict], report: dict) -> None:
     runs = results[0]["generation"]["runs"] if results else 0
     console.print(
         f"[dim]{machine_line(report, results[0]['threads'] if results else None)}; median of {runs} generations after warm-up; "
-        "peak RSS: the timing process's own; KV cache: fp32 keys and values at prompt + new tokens[/]"
+        "peak RSS: the timing process's own; KV cache: fp32 keys and values at prompt + new tokens (LiteRT: the whole "
+        "cache it allocates)[/]"
     )
 
 

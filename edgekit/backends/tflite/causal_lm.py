@@ -1,0 +1,178 @@
+"""A causal language model as a LiteRT .tflite with prefill and decode signatures, the layout LiteRT-LM runs.
+
+Written by litert-torch's generative export for transformers models (litert_torch.generative.export_hf) from the model
+saved as a save_pretrained folder: `prefill_N` signatures (N in PREFILL_LENGTHS, up to --max-seq-len) and `decode`,
+each taking the tokens, their positions, an additive attention mask and the whole KV cache (one [1, kv_heads,
+max_seq_len, head_dim] tensor per layer and kind; values transposed), and giving the cache back with the new tokens
+written in place. Prefill gives the logits of its last position only. Weights through AI Edge Quantizer, run by
+XNNPACK's dynamically quantized kernels: int8-weights int8 per output channel (dynamic_wi8_afp32); int4-weights int4 in
+blocks of --group-size (the quantizer's blocks: BLOCKS) on every fully connected layer but the head, the embedding and
+the head int8 per channel (as NNCF's backup mode keeps them), each block's clipping chosen by OCTAV (no calibration data).
+
+LiteRtLM runs it on LiteRT's interpreter, carrying the cache from one signature call to the next.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.errors import ConversionError
+from edgekit.machine import in_fresh_process
+from edgekit.native import stderr_silenced, third_party_quiet
+
+PREFILL_LENGTHS = (8, 32, 128)  # prefill signatures; a prompt is read in the longest that fit, its remainder by decode
+BLOCKS = (32, 64, 128, 256)  # the int4 block sizes AI Edge Quantizer writes (QuantGranularity.BLOCKWISE_*)
+DECODE = "decode"
+HEAD = ".*logits.*"  # the output layer: its fully connected op writes the signatures' logits
+
+
+def convert(model, shape, final: Path, options, calibration, work: Path) -> dict:
+    """Write the language model as a .tflite at options.precision to `final`; the notes for the provenance."""
+    if options.precision == "fp16":
+        raise ConversionError("LiteRT language models are written in fp32, int8-weights or int4-weights", hint="choose one of those")
+    folder, out = work / "hf", work / "litert"
+    if not folder.exists():
+        _save(model, folder)
+    recipe, notes = _recipe(model, options, work)
+    in_fresh_process(_export, folder, out, shape, recipe)  # see _export
+    written = sorted(out.rglob("model_quantized.tflite" if recipe else "model.tflite"))
+    if not written:
+        raise ConversionError("litert-torch's export wrote no .tflite", hint="run again with --verbose to see its log")
+    shutil.move(str(written[0]), final)
+    shutil.rmtree(out, ignore_errors=True)
+    lengths = [n for n in PREFILL_LENGTHS if n < shape.max_seq_len]
+    return notes | {"signatures": [f"prefill_{n}" for n in lengths] + [DECODE], "calibrated": False}
+
+
+def _save(model, folder: Path) -> None:
+    """The model as a save_pretrained folder, with a stand-in tokenizer: the exporter loads one and copies it, and
+    edgekit writes the source's own beside the artifact (convert_lm), so the model alone is what it takes from here."""
+    from tokenizers import Tokenizer, models
+
+    with third_party_quiet(), stderr_silenced():  # transformers' shard-writing bar
+        model.save_pretrained(folder)
+    Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>")).save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
+
+
+def _export(folder: Path, out: Path, shape, recipe: Path | None) -> None:
+    """litert-torch's export, run in a process of its own: after it, this process's LiteRT ran the int4 model to NaN
+    logits (the converter's TensorFlow brings kernels of its own), and its memory is given back."""
+    lengths = [n for n in PREFILL_LENGTHS if n < shape.max_seq_len]
+    try:
+        with third_party_quiet(), stderr_silenced():  # its progress; TensorFlow's and the converter's absl banners
+            from litert_torch.generative.export_hf import export
+
+            export.export(
+                model=str(folder),
+                output_dir=str(out),
+                prefill_lengths=lengths,
+                cache_length=shape.max_seq_len,
+                quantization_recipe=str(recipe) if recipe else "none",
+                prefill_logits=True,
+                bundle_litert_lm=False,
+            )
+    except Exception as exc:  # noqa: BLE001 - torch.export, the converter and the quantizer raise many types
+        raise ConversionError(f"LiteRT export of the language model failed: {str(exc).splitlines()[0][:240]}") from None
+
+
+def _recipe(model, options, work: Path) -> tuple[Path | None, dict]:
+    """AI Edge Quantizer's recipe for options.precision, written to `work` (None for fp32), and the provenance's notes."""
+    if options.precision == "fp32":
+        return None, {"weights": "fp32"}
+    from ai_edge_quantizer import algorithm_manager, qtyping, recipe_manager
+
+    manager = recipe_manager.RecipeManager()
+    linear, embedding = qtyping.TFLOperationName.FULLY_CONNECTED, qtyping.TFLOperationName.EMBEDDING_LOOKUP
+    if options.precision == "int8-weights":
+        manager.add_dynamic_config(regex=".*", operation_name=linear, num_bits=8)
+        notes = {"weights": "int8 per channel, int8 dynamic activations (AI Edge Quantizer dynamic_wi8_afp32)", "method": "RTN"}
+    else:
+        block = _block(model, options.group_size)
+        granularity = qtyping.QuantGranularity[f"BLOCKWISE_{block}"] if block else qtyping.QuantGranularity.CHANNELWISE
+        octav = algorithm_manager.AlgorithmName.OCTAV  # clipping chosen per block: SmolLM2 1.29 against min-max's 1.34
+        manager.add_dynamic_config(regex=".*", operation_name=linear, num_bits=4, granularity=granularity, algorithm_key=octav)
+        manager.add_dynamic_config(regex=HEAD, operation_name=linear, num_bits=8)  # the latest matching rule wins
+        manager.add_dynamic_config(regex=".*", operation_name=embedding, num_bits=8)
+        groups = f"in blocks of {block}" if block else "per channel"
+        notes = {
+            "weights": f"int4 {groups}, symmetric, int8 dynamic activations; the embedding and the head int8 per channel (AI Edge Quantizer)",
+            "group_size": block or -1,
+            "method": "OCTAV (clipping per block, no data)",
+        }
+        if block and block != options.group_size:
+            notes["group_fallback"] = {"asked": options.group_size, "taken": block, "rule": _BLOCK_RULE}
+    path = work / f"{options.precision}.recipe.json"
+    path.write_text(json.dumps(manager.get_quantization_recipe(), default=str))
+    return path, notes
+
+
+_BLOCK_RULE = "the largest of AI Edge Quantizer's blocks (32-256) at most --group-size that divides every layer's input width"
+
+
+def _block(model, group_size: int) -> int | None:
+    """The int4 block: --group-size where the quantizer writes it and it divides every linear layer's input width, else
+    the largest block that does (None: one scale per channel, for --group-size -1 or where no block divides)."""
+    import torch
+
+    widths = {m.in_features for m in model.modules() if isinstance(m, torch.nn.Linear)}
+    fitting = [b for b in BLOCKS if b <= max(group_size, 0) and all(w % b == 0 for w in widths)]
+    return fitting[-1] if fitting else None
+
+
+class LiteRtLM:
+    """The .tflite's signatures stepping the KV cache, kept by the session between steps (LiteRT's interpreter on
+    XNNPACK; its signature runners copy the cache in and out of each call).
+
+    Like OpenVINO's stateful models, step() takes and gives back zero-byte stand-ins of the cache's shape (their
+    length axis counts the tokens held); the positions come from the past's length, and a past of 0 starts afresh
+    (the mask hides whatever an earlier sequence left). A prompt is read by the longest prefill signatures that fit,
+    then by decode; only its last position's logits come back (`all_logits` False: validation reads a sequence's
+    logits token by token).
+
+    LiteRT's CompiledModel, whose tensor buffers would keep the cache in place, is not used: at 2 threads, in a process
+    where OpenVINO had compiled two models, it decoded the zoo LM wrongly in some runs and rightly in others (the
+    interpreter: rightly in every run)."""
+
+    name = "litert:cpu"
+    package = "ai-edge-litert"
+    all_logits = False
+
+    def __init__(self, source, threads: int | None = None) -> None:
+        """`source`: the artifact's ModelSource or its path."""
+        from edgekit.backends.tflite.interpreter import interpreter_class
+        from edgekit.targets.base import default_threads
+
+        path = getattr(source, "path", source)
+        with stderr_silenced():  # the XNNPACK delegate's banner
+            interpreter = interpreter_class()[0](model_path=str(path), num_threads=threads or default_threads())
+            signatures = interpreter.get_signature_list()
+            if DECODE not in signatures:
+                raise ConversionError(f"{path} has no `{DECODE}` signature: not a language model edgekit or LiteRT-LM wrote")
+            self.runners = {name: interpreter.get_signature_runner(name) for name in signatures}
+        inputs = self.runners[DECODE].get_input_details()
+        self.cache = {k: np.zeros(v["shape"], v["dtype"]) for k, v in inputs.items() if k.startswith("kv_cache_")}
+        self.lengths = sorted((int(k.split("_")[1]) for k in signatures if k.startswith("prefill_")), reverse=True)
+        self.length = self.cache_tokens = int(inputs["mask"]["shape"][-1])  # the cache is allocated whole
+
+    def step(self, ids, keys, values):
+        past, tokens = keys.shape[3], np.asarray(ids[0], np.int32)
+        done = 0
+        while done < len(tokens):
+            n = next((n for n in self.lengths if n <= len(tokens) - done), 1)
+            logits = self._run(f"prefill_{n}" if n > 1 else DECODE, tokens[done : done + n], past + done)
+            done += n
+        held = np.empty((*keys.shape[:3], past + len(tokens), 0), np.float32)  # the length the cache holds
+        return logits, held, held
+
+    def _run(self, signature: str, tokens: np.ndarray, start: int) -> np.ndarray:
+        """One signature over `tokens` at positions from `start`, the cache carried on; its last logits [1, 1, V]."""
+        positions = np.arange(start, start + len(tokens), dtype=np.int32)
+        mask = np.where(np.arange(self.length) <= positions[:, None], 0.0, -np.inf).astype(np.float32)[None, None]
+        out = self.runners[signature](tokens=tokens[None], input_pos=positions, mask=mask, **self.cache)
+        self.cache = {k: out[k] for k in self.cache}
+        return out["logits"].reshape(1, 1, -1)
