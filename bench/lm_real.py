@@ -42,6 +42,7 @@ LLAMA_TYPES = ("Q4_0", "Q4_K_M")
 NOT_BUILT = "not measured: pip install llama-cpp-python==0.3.36 (builds from source)"  # the llama.cpp rows without llama-cpp-python
 SPEED_THREADS = int(os.environ.get("EDGEKIT_LM_SPEED_THREADS", "2"))
 PROMPT, NEW_TOKENS, RUNS = 128, 32, 5
+CONTEXTS = tuple(int(n) for n in os.environ.get("EDGEKIT_LM_CONTEXTS", "128,512,2048").split(","))  # memory table's prompts
 
 
 def fetch_gguf() -> Path:
@@ -164,6 +165,34 @@ def _llama_nll(llama_cpp, path: Path, ids: np.ndarray) -> np.ndarray:
     return np.stack(rows)
 
 
+def long_context(gguf: Path, fmt: str) -> Path:
+    """The GGUF in fp32 on `fmt` with room for the longest of CONTEXTS and NEW_TOKENS (cached)."""
+    import edgekit
+
+    out = CACHE / "smollm2" / "long" / fmt / f"smollm2.fp32{SUFFIX[fmt]}"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        edgekit.convert(str(gguf), to=fmt, output=str(out), precision="fp32", max_seq_len=max(CONTEXTS) + NEW_TOKENS)
+    return out
+
+
+def memory_rows(gguf: Path) -> list[list]:
+    """Peak RSS once the prompt is read and after decoding, and the KV cache, per runtime at each of CONTEXTS (fp32)."""
+    from edgekit.source import open_source
+    from edgekit.validation.text_generation import GenerationSettings, bench_lm
+
+    rows = []
+    for fmt in FORMATS:
+        source = open_source(str(long_context(gguf, fmt)))
+        for context in CONTEXTS:
+            settings = GenerationSettings(prompt_len=context, new_tokens=NEW_TOKENS, runs=2, warmup=0, threads=SPEED_THREADS)
+            result = bench_lm(source, settings)
+            g = result.generation
+            rows.append([fmt, context, f"{g['peak_rss_prefill_mb']:.0f}", f"{result.peak_rss_mb:.0f}", f"{g['kv_cache_mb']:.1f}",
+                         f"{g['ttft_ms']:.0f}", f"{g['tokens_per_s']:.1f}"])  # fmt: skip
+    return rows
+
+
 def edgekit_speed(path: Path, prompt: np.ndarray) -> dict:
     """TTFT and decode tokens/s of an edgekit artifact (edgekit bench's protocol, in a fresh process)."""
     from edgekit.source import open_source
@@ -252,6 +281,21 @@ def run() -> None:
     speed_columns = ["runtime", "weights", "decode tokens/s", "vs llama.cpp Q4_0", f"TTFT ms ({PROMPT} tokens)", "peak RSS"]
     title = "SmolLM2-135M: decode speed beside llama.cpp, same threads, same prompt"
     publish("lm_real_speed", title, speed_columns, speed_rows(gguf, tokens), speed_notes)
+    memory_columns = [
+        "runtime",
+        "context (prompt tokens)",
+        "peak RSS after prefill MB",
+        "peak RSS MB",
+        "KV cache MB",
+        "TTFT ms",
+        "decode tokens/s",
+    ]
+    memory_notes = [
+        f"fp32, exported for {max(CONTEXTS) + NEW_TOKENS} tokens; random prompt tokens, {NEW_TOKENS} new, {SPEED_THREADS} threads, 2 "
+        "generations in a fresh process (edgekit bench's protocol); peak RSS: that process's VmHWM once loaded and the prompt "
+        "read, then after decoding; KV cache: fp32 keys and values at prompt + new tokens (LiteRT: the whole cache it allocates)",
+    ]
+    publish("lm_real_memory", "SmolLM2-135M: memory by context length", memory_columns, memory_rows(gguf), memory_notes)
 
 
 def _tokenizer(gguf: Path) -> Path:

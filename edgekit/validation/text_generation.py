@@ -307,6 +307,7 @@ def bench_lm_in_process(source: ModelSource, settings: GenerationSettings, promp
         prompt = np.random.default_rng(0).integers(1, shape.vocab, settings.prompt_len)
     prompt = np.asarray(prompt[: settings.prompt_len], np.int64)
     _, first_ms, _ = generate(session, shape, prompt, 1)
+    prefill_rss = peak_rss_mb()  # loaded and one prefill: before any decode step or later prompt
     for _ in range(settings.warmup):
         generate(session, shape, prompt, settings.new_tokens)
     ttfts, rates, steps = [], [], []
@@ -326,6 +327,7 @@ def bench_lm_in_process(source: ModelSource, settings: GenerationSettings, promp
         "decode_ms_p50": float(np.percentile(step_ms, 50)),
         "decode_ms_p90": float(np.percentile(step_ms, 90)),
         "decode_ms_p99": float(np.percentile(step_ms, 99)),
+        "peak_rss_prefill_mb": prefill_rss,
         "kv_cache_mb": shape.nbytes(getattr(session, "cache_tokens", settings.prompt_len + settings.new_tokens)) / 1e6,
     }
     return BenchResult(

@@ -179,14 +179,24 @@ def test_litert_keeps_the_cache_in_its_buffers_reads_a_long_prompt_in_pieces_and
     assert result.latency.target == "litert:cpu"
 
 
-def test_litert_int4_blocks_are_the_quantizers_that_divide_every_width():
+def test_litert_int4_blocks_are_the_quantizers_that_divide_every_width_and_the_head_stays_int8(tmp_path):
+    """The block: the largest of AI Edge Quantizer's (32-256) at most --group-size that divides every width, recorded
+    where it is not the one asked; the recipe puts the head (the op writing the logits) and the embedding in int8."""
+    from types import SimpleNamespace
+
     import torch
 
-    from edgekit.backends.tflite.causal_lm import _block
+    from edgekit.backends.tflite.causal_lm import HEAD, _block, _recipe
 
     model = torch.nn.Sequential(torch.nn.Linear(256, 768), torch.nn.Linear(768, 256))
     assert [_block(model, g) for g in (32, 96, 128, 256, -1, 16)] == [32, 64, 128, 256, None, None]
     assert _block(torch.nn.Sequential(torch.nn.Linear(576, 1536)), 128) == 64  # SmolLM2's widths
+    path, notes = _recipe(model, SimpleNamespace(precision="int4-weights", group_size=96), tmp_path)
+    assert notes["group_size"] == 64 and notes["group_fallback"]["taken"] == 64
+    rules = {(r["regex"], r["operation"]): r["op_config"]["weight_tensor_config"] for r in json.loads(path.read_text())}
+    assert rules[(".*", "FULLY_CONNECTED")]["num_bits"] == 4 and rules[(".*", "FULLY_CONNECTED")]["granularity"] == "BLOCKWISE_64"
+    assert rules[(HEAD, "FULLY_CONNECTED")]["num_bits"] == 8 and rules[(".*", "EMBEDDING_LOOKUP")]["num_bits"] == 8
+    assert _recipe(model, SimpleNamespace(precision="int4-weights", group_size=16), tmp_path)[1]["group_fallback"]["taken"] == "per channel"
 
 
 def test_int4_is_judged_by_perplexity_and_passes_its_default_gate(lm, tmp_path):
@@ -269,9 +279,10 @@ def test_text_is_read_with_the_models_tokenizer_and_bench_times_generation(lm, t
         "bench", lm["onnx"], "--prompt-len", "16", "--new-tokens", "8", "--runs", "2", "--threads", "1", "--report", tmp_path / "b.json"
     )
     assert out.code == 0, out.stderr
-    assert "TTFT ms" in out.stdout and "tokens/s" in out.stdout
+    assert "TTFT ms" in out.stdout and "tokens/s" in out.stdout and "RSS prefill" in out.stdout
     timed = json.loads((tmp_path / "b.json").read_text())["results"][0]
     assert timed["threads"] == 1 and len(timed["times_ms"]) == 2 * 7 and timed["generation"]["new_tokens"] == 8
+    assert 0 < timed["generation"]["peak_rss_prefill_mb"] <= timed["peak_rss_mb"]
 
 
 def test_bad_requests_get_one_clear_line(lm, tmp_path):

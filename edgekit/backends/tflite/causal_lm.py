@@ -44,8 +44,11 @@ def convert(model, shape, final: Path, options, calibration, work: Path) -> dict
         raise ConversionError("litert-torch's export wrote no .tflite", hint="run again with --verbose to see its log")
     shutil.move(str(written[0]), final)
     shutil.rmtree(out, ignore_errors=True)
-    lengths = [n for n in PREFILL_LENGTHS if n < shape.max_seq_len]
-    return notes | {"signatures": [f"prefill_{n}" for n in lengths] + [DECODE], "calibrated": False}
+    return notes | {"signatures": [f"prefill_{n}" for n in _prefill_lengths(shape)] + [DECODE], "calibrated": False}
+
+
+def _prefill_lengths(shape) -> list[int]:
+    return [n for n in PREFILL_LENGTHS if n < shape.max_seq_len]
 
 
 def _save(model, folder: Path) -> None:
@@ -62,7 +65,6 @@ def _save(model, folder: Path) -> None:
 def _export(folder: Path, out: Path, shape, recipe: Path | None) -> None:
     """litert-torch's export, run in a process of its own: after it, this process's LiteRT ran the int4 model to NaN
     logits (the converter's TensorFlow brings kernels of its own), and its memory is given back."""
-    lengths = [n for n in PREFILL_LENGTHS if n < shape.max_seq_len]
     try:
         with third_party_quiet(), stderr_silenced():  # its progress; TensorFlow's and the converter's absl banners
             from litert_torch.generative.export_hf import export
@@ -70,7 +72,7 @@ def _export(folder: Path, out: Path, shape, recipe: Path | None) -> None:
             export.export(
                 model=str(folder),
                 output_dir=str(out),
-                prefill_lengths=lengths,
+                prefill_lengths=_prefill_lengths(shape),
                 cache_length=shape.max_seq_len,
                 quantization_recipe=str(recipe) if recipe else "none",
                 prefill_logits=True,
@@ -104,8 +106,8 @@ def _recipe(model, options, work: Path) -> tuple[Path | None, dict]:
             "group_size": block or -1,
             "method": "OCTAV (clipping per block, no data)",
         }
-        if block and block != options.group_size:
-            notes["group_fallback"] = {"asked": options.group_size, "taken": block, "rule": _BLOCK_RULE}
+        if options.group_size > 0 and block != options.group_size:
+            notes["group_fallback"] = {"asked": options.group_size, "taken": block or "per channel", "rule": _BLOCK_RULE}
     path = work / f"{options.precision}.recipe.json"
     path.write_text(json.dumps(manager.get_quantization_recipe(), default=str))
     return path, notes

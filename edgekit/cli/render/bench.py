@@ -34,6 +34,7 @@ def print_generation_rows(results: list[dict], report: dict) -> None:
         "decode p50 ms",
         "p90 ms",
         "p99 ms",
+        "RSS prefill",
         "peak RSS",
         "KV cache",
         "size",
@@ -52,6 +53,7 @@ def print_generation_rows(results: list[dict], report: dict) -> None:
             f"{g['decode_ms_p50']:.3f}",
             f"{g['decode_ms_p90']:.3f}",
             f"{g['decode_ms_p99']:.3f}",
+            fmt(g.get("peak_rss_prefill_mb"), ".0f") + (" MB" if g.get("peak_rss_prefill_mb") is not None else ""),
             f"{r['peak_rss_mb']:.0f} MB",
             fmt(g.get("kv_cache_mb"), ".1f") + (" MB" if g.get("kv_cache_mb") is not None else ""),
             fmt_size(r["size_bytes"]),
@@ -60,8 +62,8 @@ def print_generation_rows(results: list[dict], report: dict) -> None:
     runs = results[0]["generation"]["runs"] if results else 0
     console.print(
         f"[dim]{machine_line(report, results[0]['threads'] if results else None)}; median of {runs} generations after warm-up; "
-        "peak RSS: the timing process's own; KV cache: fp32 keys and values at prompt + new tokens (LiteRT: the whole "
-        "cache it allocates)[/]"
+        "peak RSS: the timing process's own (RSS prefill: its peak once loaded and one prompt read, before decoding); "
+        "KV cache: fp32 keys and values at prompt + new tokens (LiteRT: the whole cache it allocates)[/]"
     )
 
 
