@@ -7,10 +7,12 @@ import multiprocessing
 import os
 import platform
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from functools import lru_cache
 from pathlib import Path
 
 from edgekit import __version__
+from edgekit.errors import EdgekitError
 from edgekit.isa import cpuinfo_lines, host_class, host_flags
 
 
@@ -66,9 +68,16 @@ def package_versions(*names: str) -> dict[str, str]:
 
 def in_fresh_process(function, *args):
     """function(*args) in a fresh spawned process (not forked: nothing of this process's state or threads), its result
-    or its exception brought back."""
+    or its exception brought back; a process that ended without either: one EdgekitError."""
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(function, *args).result()
+        try:
+            return pool.submit(function, *args).result()
+        except BrokenProcessPool:
+            raise EdgekitError(
+                f"the process edgekit spawned for {function.__name__} ended before it finished (killed, out of memory, or a "
+                "Python script that calls edgekit ran again in it)",
+                hint='a script calling edgekit\'s API needs its calls under `if __name__ == "__main__":`; else free memory and retry',
+            ) from None
 
 
 def peak_rss_mb() -> float:

@@ -180,6 +180,19 @@ def test_bench_runs_in_a_fresh_process_with_recorded_threads(fashion_onnx):
     assert bench_in_process(source, BenchSettings(threads=1, warmup=0, runs=3)).latency.runs == 3
 
 
+def test_a_spawned_process_that_dies_gives_one_clear_error():
+    """A process that ends with neither a result nor an exception (killed, out of memory, or a script without a
+    `__main__` guard running again in it) is one EdgekitError naming the guard, not BrokenProcessPool's traceback."""
+    import os
+
+    from edgekit.errors import EdgekitError
+    from edgekit.machine import in_fresh_process
+
+    with pytest.raises(EdgekitError, match="ended before it finished") as caught:
+        in_fresh_process(os._exit, 3)
+    assert 'if __name__ == "__main__":' in caught.value.hint
+
+
 def test_accuracy_drop_and_agreement_carry_a_paired_interval():
     from edgekit.metrics.compare import bootstrap_ci95, paired_accuracy
 
