@@ -44,6 +44,7 @@ from edgekit.validation.text_generation import (
 log = logging.getLogger("edgekit")
 VERIFY_PROMPTS = 2  # prompts greedily decoded by the artifact and PyTorch before the file counts as written
 VERIFY_TOKENS = 16
+VERIFY_PROMPT_LEN = 8
 CALIB_SEQUENCES = 16  # calibration sequences (128 tokens each) for data-aware weight compression
 HELD_BACK = 16  # further calibration sequences, kept from the compression, that the perplexity check reads
 DEFAULT_CALIB = "zoo:stdlib-lm-calib"  # text that ships with edgekit (Python standard library source), read without --calib
@@ -195,10 +196,11 @@ def _verified(source: ModelSource, model, shape, to: str, session, options, cali
     if not options.verify:
         log.warning("not verified against PyTorch (--no-verify)")
         return {"result": "skipped", "why": "--no-verify"}
+    length = min(VERIFY_PROMPT_LEN, shape.max_seq_len - 1)  # a prompt and at least one new token within the cache
     prompts = (
-        calibration[:VERIFY_PROMPTS, :8]
+        calibration[:VERIFY_PROMPTS, :length]
         if calibration is not None
-        else np.random.default_rng(0).integers(1, shape.vocab, (VERIFY_PROMPTS, 8))
+        else np.random.default_rng(0).integers(1, shape.vocab, (VERIFY_PROMPTS, length))
     )
     tokens = min(VERIFY_TOKENS, shape.max_seq_len - prompts.shape[1])
     with progress.step(f"decoding {len(prompts)} prompts with the written {to} and with PyTorch"):

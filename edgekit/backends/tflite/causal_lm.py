@@ -207,10 +207,11 @@ class LiteRtLM:
             if DECODE not in signatures:
                 raise ConversionError(f"{path} has no `{DECODE}` signature: not a language model edgekit or LiteRT-LM wrote")
             self.runners = {name: interpreter.get_signature_runner(name) for name in signatures}
-        inputs = self.runners[DECODE].get_input_details()
-        self.cache = {k: np.zeros(v["shape"], v["dtype"]) for k, v in inputs.items() if k.startswith("kv_cache_")}
-        self.lengths = sorted((int(k.split("_")[1]) for k in signatures if k.startswith("prefill_")), reverse=True)
-        self.length = self.cache_tokens = int(inputs["mask"]["shape"][-1])  # the cache is allocated whole
+            inputs = self.runners[DECODE].get_input_details()
+            self.cache = {k: np.zeros(v["shape"], v["dtype"]) for k, v in inputs.items() if k.startswith("kv_cache_")}
+            self.lengths = sorted((int(k.split("_")[1]) for k in signatures if k.startswith("prefill_")), reverse=True)
+            self.length = self.cache_tokens = int(inputs["mask"]["shape"][-1])  # the cache is allocated whole
+            self._run(DECODE, np.zeros(1, np.int32), 0)  # the delegate is made at the first call, with its banner
 
     def step(self, ids, keys, values):
         past, tokens = keys.shape[3], np.asarray(ids[0], np.int32)
