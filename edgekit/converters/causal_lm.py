@@ -95,6 +95,7 @@ def _export_within_limit(source, model, shape, to: str, final: Path, options, ca
     perplexity holds the limit; the notes, with each share tried. Nothing holds: VerificationError (exit 2)."""
     limit = options.max_ppl_ratio or LM_GATES[options.precision].max_ppl_ratio
     judged = options.verify and limit is not None and held_back is not None
+    held_back = held_back[:, : shape.max_seq_len] if judged else held_back  # read within the cache the export holds
     shares = _shares(to, options) if judged else (options.ratio or 1.0,)
     reference = _nll(import_attr(_source_backend(source).lm_session)(model), shape, held_back) if judged else None
     tried = []

@@ -161,6 +161,7 @@ def test_litert_keeps_the_cache_in_its_buffers_reads_a_long_prompt_in_pieces_and
     8 + 4 decode steps and greedily decodes what PyTorch does; int4 weights in blocks of 32 hold the 1.03 default on
     held-out sequences, their logits read token by token (prefill gives the last position's only)."""
     from edgekit.backends.torch.causal_lm import TorchLM
+    from edgekit.errors import EdgekitError
     from edgekit.zoo.lm import build_stdlib_lm
 
     assert _provenance(lm["tflite"])["signatures"] == ["prefill_8", "prefill_32", "prefill_128", "decode"]
@@ -168,6 +169,8 @@ def test_litert_keeps_the_cache_in_its_buffers_reads_a_long_prompt_in_pieces_and
     shape, session = tg.cache_of(source), tg.open_session(source)
     logits, keys, values = session.step(held_out[:1, :3], shape.empty(), shape.empty())
     assert logits.shape == (1, 1, 2048) and keys.shape == values.shape == (4, 1, 2, 3, 0)
+    with pytest.raises(EdgekitError, match=f"161 tokens are past the {MAX_SEQ}"):  # never positions past its cache
+        session.step(np.zeros((1, 1), np.int64), shape.empty(MAX_SEQ), shape.empty(MAX_SEQ))
     prompt = np.concatenate([held_out[0], held_out[1, :12]])
     reference = TorchLM(build_stdlib_lm())
     assert tg.generate(session, shape, prompt, NEW)[0].tolist() == tg.generate(reference, shape, prompt, NEW)[0].tolist()
