@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.errors import ConversionError, EdgekitError
+from edgekit.errors import ConversionError, EdgekitError, ModelLoadError
 from edgekit.machine import in_fresh_process
 from edgekit.memo import Kept
 from edgekit.native import stderr_silenced, third_party_quiet
@@ -188,7 +188,7 @@ class LiteRtLM:
     logits token by token).
 
     LiteRT's CompiledModel, whose tensor buffers would keep the cache in place, is not used: at 2 threads, in a process
-    where OpenVINO had compiled two models, it decoded the zoo LM wrongly in some runs and rightly in others (the
+    where OpenVINO had converted a model, it decoded the zoo LM wrongly in some runs and rightly in others (the
     interpreter: rightly in every run)."""
 
     name = "litert:cpu"
@@ -205,7 +205,10 @@ class LiteRtLM:
             interpreter = interpreter_class()[0](model_path=str(path), num_threads=threads or default_threads())
             signatures = interpreter.get_signature_list()
             if DECODE not in signatures:
-                raise ConversionError(f"{path} has no `{DECODE}` signature: not a language model edgekit or LiteRT-LM wrote")
+                raise ModelLoadError(
+                    f"{path} has no `{DECODE}` signature: not a language model edgekit or LiteRT-LM wrote",
+                    hint="convert it with `edgekit convert MODEL --task text-generation --to tflite`",
+                )
             self.runners = {name: interpreter.get_signature_runner(name) for name in signatures}
             inputs = self.runners[DECODE].get_input_details()
             self.cache = {k: np.zeros(v["shape"], v["dtype"]) for k, v in inputs.items() if k.startswith("kv_cache_")}
