@@ -229,6 +229,8 @@ def _provenance(source: ModelSource, options, shape, notes: dict, calibration: d
         "kv_cache": shape.to_dict(),
         "calibration": calibration,
         "options": {"group_size": options.group_size, "ratio": options.ratio, "max_seq_len": options.max_seq_len},
-        "versions": package_versions("torch", "transformers", "onnx", "onnxruntime", "openvino", "nncf", "executorch", "torchao"),
+        "versions": package_versions(
+            "torch", "transformers", "onnx", "onnxruntime", "openvino", "nncf", "executorch", "torchao", "litert-torch", "ai-edge-quantizer"
+        ),
         **notes,
     }

@@ -164,7 +164,9 @@ def test_litert_keeps_the_cache_in_its_buffers_reads_a_long_prompt_in_pieces_and
     from edgekit.errors import EdgekitError
     from edgekit.zoo.lm import build_stdlib_lm
 
-    assert _provenance(lm["tflite"])["signatures"] == ["prefill_8", "prefill_32", "prefill_128", "decode"]
+    provenance = _provenance(lm["tflite"])
+    assert provenance["signatures"] == ["prefill_8", "prefill_32", "prefill_128", "decode"]
+    assert provenance["kv_cache_held"].endswith(f"allocated whole ({MAX_SEQ} tokens)") and "litert-torch" in provenance["versions"]
     source = open_source(str(lm["tflite"]))
     shape, session = tg.cache_of(source), tg.open_session(source)
     logits, keys, values = session.step(held_out[:1, :3], shape.empty(), shape.empty())

@@ -46,7 +46,9 @@ def convert(model, shape, final: Path, options, calibration, work: Path) -> dict
         _quantize(fp32, recipe, final)
     else:
         shutil.copyfile(fp32, final)
-    return notes | {"signatures": [f"prefill_{n}" for n in _prefill_lengths(shape)] + [DECODE], "calibrated": False}
+    signatures = [f"prefill_{n}" for n in _prefill_lengths(shape)] + [DECODE]
+    held = f"in {len(signatures)} signatures' inputs and outputs, allocated whole ({shape.max_seq_len} tokens)"
+    return notes | {"signatures": signatures, "kv_cache_held": held, "calibrated": False}
 
 
 EXPORTS: Kept[bytes] = Kept(2)  # fp32 exports of at most KEEP_BYTES, by the model's content and the cache's shape
