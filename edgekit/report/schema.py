@@ -170,5 +170,6 @@ def fmt_count(value: int | None) -> str:
     return str(value)
 
 
-def fmt(value, spec: str = ".2f", empty: str = "-") -> str:
-    return empty if value is None else format(value, spec)
+def fmt(value, spec: str = ".2f", empty: str = "-", unit: str = "") -> str:
+    """`value` formatted by `spec` and followed by `unit`, or `empty` (no unit) for None."""
+    return empty if value is None else format(value, spec) + unit

@@ -83,14 +83,14 @@ def cells(row: dict) -> list[str]:
         row["target"],
         "ok" + (" (cached)" if row.get("cached") else ""),
         row.get("metric") or "-",
-        fmt(row.get("accuracy"), ".2f") + ("%" if row.get("accuracy") is not None else ""),
+        fmt(row.get("accuracy"), ".2f", unit="%"),
         fmt(row.get("drop_points"), "+.2f"),
-        fmt(_agreement(row), ".2f") + ("%" if _agreement(row) is not None else ""),
+        fmt(_agreement(row), ".2f", unit="%"),
         fmt(row.get("cosine"), ".5f"),
         f"{row['p50_ms']:.3f}",
         f"{row['p90_ms']:.3f}",
         fmt(row.get("speedup"), ".2f") + ("x" if row.get("speedup") else "") + (" (size only)" if row.get("speedup_note") else ""),
-        fmt(_percent(row.get("int8_coverage")), ".1f") + ("%" if row.get("int8_coverage") is not None else ""),
+        fmt(_percent(row.get("int8_coverage")), ".1f", unit="%"),
         fmt_size(row["size_bytes"]),
         gates if row.get("gates") else "-",
     ]
@@ -131,7 +131,7 @@ def _tune_cells(row: dict) -> list[str]:
     timing = _with_interval(row.get("p50_ms"), row.get("p50_ms_ci95"), ".3f")
     if row.get("p50_ms") is None and row.get("tokens_per_s"):
         timing = f"{1000 / row['tokens_per_s']:.2f}/token"
-    coverage = fmt(_percent(row.get("int8_coverage")), ".1f") + ("%" if row.get("int8_coverage") is not None else "")
+    coverage = fmt(_percent(row.get("int8_coverage")), ".1f", unit="%")
     size = fmt_size(row["size_bytes"]) if row.get("size_bytes") else "-"
     return [*head, metric, versus, labels, timing, size, fmt(row.get("peak_rss_mb"), ".0f"), coverage, stage]
 

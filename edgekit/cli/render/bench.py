@@ -53,9 +53,9 @@ def print_generation_rows(results: list[dict], report: dict) -> None:
             f"{g['decode_ms_p50']:.3f}",
             f"{g['decode_ms_p90']:.3f}",
             f"{g['decode_ms_p99']:.3f}",
-            fmt(g.get("peak_rss_prefill_mb"), ".0f") + (" MB" if g.get("peak_rss_prefill_mb") is not None else ""),
+            fmt(g.get("peak_rss_prefill_mb"), ".0f", unit=" MB"),
             f"{r['peak_rss_mb']:.0f} MB",
-            fmt(g.get("kv_cache_mb"), ".1f") + (" MB" if g.get("kv_cache_mb") is not None else ""),
+            fmt(g.get("kv_cache_mb"), ".1f", unit=" MB"),
             fmt_size(r["size_bytes"]),
         )
     console.print(table)
@@ -107,7 +107,7 @@ def print_latency_rows(results: list[dict], report: dict) -> None:
             f"{lat['throughput']:.0f}",
             f"{r['peak_rss_mb']:.0f} MB",
             fmt_size(r["size_bytes"]),
-            *([fmt(r.get("peak_gpu_memory_mb"), ".0f") + (" MB" if r.get("peak_gpu_memory_mb") is not None else "")] if gpu else []),
+            *([fmt(r.get("peak_gpu_memory_mb"), ".0f", unit=" MB")] if gpu else []),
             *([_coverage_cell(r.get("int8_coverage"))] if covered else []),
         )
     console.print(table)

@@ -49,7 +49,7 @@ def print_compression(report: dict) -> None:
                 fmt_size(r["size_bytes"]),
                 fmt_size(r["gzip_bytes"]),
                 fmt_size(r["coded_bytes"]),
-                fmt(r["accuracy"], ".2f") + ("%" if r["accuracy"] is not None else ""),
+                fmt(r["accuracy"], ".2f", unit="%"),
                 fmt(r["drop_points"], "+.2f"),
                 fmt_count(r.get("macs")),
                 fmt(r.get("mac_ratio"), ".2f"),

@@ -45,7 +45,7 @@ def print_validation(report: dict) -> None:
             f"{f['mean_abs']:.3g}",
             f"{f['cosine_mean']:.5f} / {f['cosine_min']:.5f}",
             fmt(f["snr_db"], ".1f"),
-            fmt(f["top1_agreement"], ".2f") + ("%" if f["top1_agreement"] is not None else ""),
+            fmt(f["top1_agreement"], ".2f", unit="%"),
             f"[bold red]{broken}[/]" if broken else "0",
         )
     console.print(table)
