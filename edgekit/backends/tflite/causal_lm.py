@@ -56,12 +56,15 @@ KEEP_BYTES = 256 * 2**20
 
 
 def _fp32_export(model, shape, work: Path) -> Path:
-    """The fp32 .tflite of `model` in `work`: exported, or this process's kept copy of the same model's export."""
+    """The fp32 .tflite of `model` in `work`: exported, or this process's kept copy of the same model's export (a model
+    whose weights pass KEEP_BYTES is exported each time, its weights not hashed for a key nothing is kept under)."""
     path = work / "fp32.tflite"
-    if not path.exists():
-        data = EXPORTS.get_or_make(_content_key(model, shape), lambda: _exported(model, shape, work, path), keep=bool)
-        if not path.exists():
-            path.write_bytes(data)
+    if sum(p.numel() * p.element_size() for p in model.parameters()) > KEEP_BYTES:
+        _exported(model, shape, work, path)
+        return path
+    data = EXPORTS.get_or_make(_content_key(model, shape), lambda: _exported(model, shape, work, path), keep=bool)
+    if not path.exists():  # kept from an earlier conversion in this process
+        path.write_bytes(data)
     return path
 
 
@@ -80,11 +83,10 @@ def _exported(model, shape, work: Path, path: Path) -> bytes:
 
 def _content_key(model, shape) -> str:
     """What an export follows from: the model's weights and buffers, its class and config, the cache's shape."""
-    digest = hashlib.sha256(f"{type(model).__name__}{model.config.to_json_string()}{shape}{PREFILL_LENGTHS}".encode())
-    for name, value in model.state_dict().items():
-        digest.update(name.encode())
-        digest.update(value.detach().contiguous().numpy().tobytes())
-    return digest.hexdigest()
+    from edgekit.backends.torch.pt2e import content_digest
+
+    settings = hashlib.sha256(f"{type(model).__name__}{model.config.to_json_string()}{shape}{PREFILL_LENGTHS}".encode())
+    return content_digest(list(model.state_dict().items()), settings).hexdigest()
 
 
 def _quantize(fp32: Path, recipe: Path, out: Path) -> None:

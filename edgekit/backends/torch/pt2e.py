@@ -77,11 +77,17 @@ def quantize(module, args, quantizer, batches: list, fold_quantize: bool) -> tup
 
 def _content_key(module, batches: list) -> str:
     """What a calibration pass's results follow from: the module's weights and buffers, and the batches' bytes."""
-    digest = hashlib.sha256()
-    for name, value in [*module.state_dict().items(), *((str(i), t) for i, b in enumerate(batches) for t in b)]:
+    return content_digest([*module.state_dict().items(), *((str(i), t) for i, b in enumerate(batches) for t in b)]).hexdigest()
+
+
+def content_digest(named: list[tuple[str, object]], digest=None):
+    """`digest` (a new sha256) updated with each name and its value's bytes (a tensor's; else its repr): a module's
+    state_dict().items() and whatever else a result follows from."""
+    digest = digest or hashlib.sha256()
+    for name, value in named:
         digest.update(name.encode())
         digest.update(value.detach().cpu().contiguous().numpy().tobytes() if torch.is_tensor(value) else repr(value).encode())
-    return digest.hexdigest()
+    return digest
 
 
 def _calibrate(prepared: GraphModule, batches: list, kept: dict) -> None:
