@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from edgekit import registry
+from edgekit.backends.onnx.box_decoding import box_decoding
 from edgekit.backends.onnx.exponential_ops import exponential_chains
 from edgekit.backends.onnx.int8_rounding import WeightRounding
 from edgekit.conversion import ConversionData, Converter, ConvertOptions
@@ -186,6 +187,7 @@ def _int8_static(model: Path, out: Path, options: ConvertOptions, data: Conversi
             "for_target": options.for_target,
             "excluded": excluded,
             "exponential_in_float": quantizer.exponential,
+            "box_decoding_in_float": quantizer.box_decoding,
             "outputs": "float: the op producing each output takes int8, its result is not rounded to 8 bits",
             "sensitivity": sensitivity,
             **scheme.to_dict(),
@@ -280,6 +282,7 @@ class StaticQuantizer:
         self.probe = samples.head(self.sensitivity_samples)
         self._reference = None
         self.exponential = exponential_chains(pre)  # always float: no int8 scale holds exp(x) (backends.onnx.exponential_ops)
+        self.box_decoding = box_decoding(pre)  # always float: int8 moves boxes by a pixel (backends.onnx.box_decoding)
         self.rounding = WeightRounding(pre, samples, scheme.pair_safe_weights)
         self.rounding_notes: dict = {}
         self.workdir = workdir
@@ -343,7 +346,7 @@ class StaticQuantizer:
             self.samples,
             self.options,
             self.scheme,
-            [*self.options.exclude, *self.exponential, *keep_float],
+            [*self.options.exclude, *self.exponential, *self.box_decoding, *keep_float],
             self.cache,
         )
         try:

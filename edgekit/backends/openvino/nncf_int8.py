@@ -101,6 +101,49 @@ def excluded_ops(ov_model, names) -> list[str]:
     return found
 
 
+def box_decoding(ov_model) -> list[str]:
+    """The ops of a detector's box decoding (backends.onnx.box_decoding says why and how it is found): each bins'
+    Softmax, the transposes and reshapes after it, the [1, K, 1, 1] Convolution taking their expectation, and the
+    weightless ops downstream of it; NNCF leaves them float."""
+    found: dict[str, None] = {}
+    for softmax in (op for op in ov_model.get_ordered_ops() if op.get_type_name() == "Softmax"):
+        path = [softmax]
+        while len(following := _readers(path[-1])) == 1 and following[0].get_type_name() in OV_LAYOUT:
+            path.append(following[0])
+        for conv in following:
+            if conv.get_type_name() == "Convolution" and _expectation(conv.input(1).get_partial_shape()):
+                found |= dict.fromkeys(op.get_friendly_name() for op in (*path, conv, *_downstream(conv)))
+    return list(found)
+
+
+OV_WEIGHTED = frozenset({"Convolution", "GroupConvolution", "ConvolutionBackpropData", "MatMul"})
+OV_LAYOUT = frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze"})
+
+
+def _readers(op) -> list:
+    return [target.get_node() for output in op.outputs() for target in output.get_target_inputs()]
+
+
+def _expectation(shape) -> bool:
+    """A [1, K, 1, 1] kernel: one output channel summing K bins (K >= 2)."""
+    if not shape.is_static or shape.rank.get_length() != 4:
+        return False
+    dims = [d.get_length() for d in shape]
+    return dims[0] == 1 and dims[1] >= 2 and dims[2:] == [1, 1]
+
+
+def _downstream(start) -> list:
+    """The ops reached from `start` through weightless ops, to the model's results (not included)."""
+    found, todo = {}, _readers(start)
+    while todo:
+        op = todo.pop()
+        if op.get_type_name() in (*OV_WEIGHTED, "Result") or op.get_friendly_name() in found:
+            continue
+        found[op.get_friendly_name()] = op
+        todo.extend(_readers(op))
+    return list(found.values())
+
+
 def static_int8(ov_model, data: ConversionData, options: ConvertOptions, sensitivity: dict):
     import nncf
 
@@ -108,7 +151,8 @@ def static_int8(ov_model, data: ConversionData, options: ConvertOptions, sensiti
     from edgekit.quantization.accuracy import Limit
 
     samples = data.calibration
-    ignored = [*excluded_ops(ov_model, options.exclude), *sensitivity.pop("ov_names")]
+    decoding = box_decoding(ov_model)  # always float: int8 moves boxes by a pixel (backends.onnx.box_decoding)
+    ignored = list(dict.fromkeys([*excluded_ops(ov_model, options.exclude), *sensitivity.pop("ov_names"), *decoding]))
     model_type = options.model_type or detect_model_type(ov_model)
     overflow_fix, isa_notes = _overflow_fix(options.for_target)
     ranges, scheme_notes = _nncf_scheme(options)
@@ -129,6 +173,7 @@ def static_int8(ov_model, data: ConversionData, options: ConvertOptions, sensiti
         "bias_correction": "fast" if model_type == "transformer" else "full",
         "samples": len(samples),
         "excluded": ignored,
+        "box_decoding_in_float": decoding,
         "sensitivity": sensitivity,
         **isa_notes,
     }

@@ -21,7 +21,7 @@ from torch.fx import GraphModule
 
 from edgekit.artifact import fixed_batch
 from edgekit.backends.torch.loader import exported_batch
-from edgekit.backends.torch.pt2e_patterns import fold_zero_pads, record_concat_spans
+from edgekit.backends.torch.pt2e_patterns import BOX_DECODING, fold_zero_pads, record_concat_spans
 from edgekit.backends.torch.pt2e_weights import SAMPLES_FOR_MEANS, correct_biases, fit_weight_rounding, float_output_means, quantized_layers
 from edgekit.memo import Kept
 
@@ -69,6 +69,7 @@ def quantize(module, args, quantizer, batches: list, fold_quantize: bool) -> tup
     converted = convert_pt2e(prepared, fold_quantize=False)  # the fit edits the float weights the quantize ops read
     means = _float_means(converted, batches, kept.setdefault("means", {}))  # before the fit edits the weights
     notes = {"calibration_samples": len(batches), "zero_pads_folded": folded, "weight_rounding": fit_weight_rounding(converted, batches)}
+    notes["box_decoding_in_float"] = [n.name for n in prepared.graph.nodes if n.meta.get(BOX_DECODING)]
     notes["bias_correction"] = correct_biases(converted, batches, means)
     if fold_quantize:
         _fold_weight_quantize(converted)

@@ -94,7 +94,8 @@ def test_int8_keeps_a_raw_head_detectors_probabilities_and_boxes(fmt, noise, tmp
 @pytest.mark.parametrize("fmt", ["openvino", "tflite", "executorch"])  # ONNX Runtime's: tests/unit/validation/test_task_validation.py
 def test_int8_keeps_the_zoo_detectors_detections(fmt, tmp_path):
     """zoo:fashion-det in int8 from its default calibration set (64 of its canvases), judged on 100 canvases of its
-    validation set: at least 0.95 mAP@0.5 against fp32's confident detections, at most 1 point of labelled mAP@0.5 lost."""
+    validation set: at least 0.95 mAP@0.5 against fp32's confident detections, at most 1 point of labelled mAP@0.5 lost,
+    at most 2 of mAP@0.5:0.95 (its box decoding in float: all-int8 lost 4.7 on OpenVINO, 4.6 on LiteRT, 5.4 on ExecuTorch)."""
     pytest.importorskip(PACKAGES[fmt])
     artifact = edgekit.convert("zoo:fashion-det", fmt, tmp_path / f"det.{SUFFIXES[fmt]}", precision="int8", calib_samples=64)
     report = edgekit.validate(str(artifact.path), limit=100, runs=1, warmup=0)
@@ -102,6 +103,8 @@ def test_int8_keeps_the_zoo_detectors_detections(fmt, tmp_path):
     if fmt == "openvino":  # a detector's int8 is NNCF's on OpenVINO (backends.openvino.convert.dense_outputs)
         assert artifact.provenance["quantization"]["tool"] == "nncf"
     assert report.accuracy["drop_points"] <= 1.0
+    labelled = report.task_metrics["vs_labels"]
+    assert labelled["artifact_map50_95"] >= labelled["reference_map50_95"] - 0.02
     assert report.int8_coverage["layers"] >= 10 and report.int8_coverage["macs_share"] >= 0.95, (
         report.int8_coverage
     )  # read from the runtime
