@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from edgekit.backends.onnx.exponential_ops import readers_of
+
 WEIGHTED = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})  # a walk downstream stops at a layer with weights
 LAYOUT = frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Flatten"})  # moves values, computes none
 
@@ -31,10 +33,7 @@ def box_decoding(model) -> list[str]:
     if isinstance(model, (str, Path)):
         model = onnx.load(str(model), load_external_data=False)
     shapes = {i.name: tuple(i.dims) for i in model.graph.initializer}
-    readers: dict[str, list] = {}
-    for node in model.graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    readers = readers_of(model)
     decoding: set[int] = set()
     for softmax in (n for n in model.graph.node if n.op_type == "Softmax"):
         path = [softmax]

@@ -26,16 +26,22 @@ def exponential_chains(model) -> list[str]:
     if isinstance(model, (str, Path)):
         model = onnx.load(str(model), load_external_data=False)
     producer = {out: node for node in model.graph.node for out in node.output}
-    readers: dict[str, list] = {}
-    for node in model.graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    readers = readers_of(model)
     chain: set[int] = set()
     for exp in (n for n in model.graph.node if n.op_type == "Exp"):
         chain.add(id(exp))
         _walk(exp, lambda node: [producer[i] for i in node.input if i in producer], chain)
         _walk(exp, lambda node: [r for out in node.output for r in readers.get(out, [])], chain)
     return [node.name for node in model.graph.node if id(node) in chain and node.name]
+
+
+def readers_of(model) -> dict[str, list]:
+    """Each tensor's name -> the nodes that read it, in graph order."""
+    readers: dict[str, list] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    return readers
 
 
 def _walk(start, neighbours, chain: set[int]) -> None:
