@@ -71,7 +71,7 @@ class ToOpenVino(Converter):
         elif options.precision == "int8":
             sensitivity = sensitive_layers(model, ov_model, data, specs, options)
             fp32 = ov_model.clone() if data.validation is not None else None  # accuracy control's reference
-            ov_model, notes["quantization"] = static_int8(ov_model, data, options, sensitivity)
+            ov_model, notes["quantization"] = static_int8(ov_model, data, options, sensitivity, dense=dense_outputs(ov_model, options))
         elif options.precision == "int8-weights":
             ov_model, notes["quantization"] = weights_int8(ov_model)
         ov.save_model(ov_model, str(out), compress_to_fp16=options.precision == "fp16")

@@ -144,7 +144,11 @@ def _downstream(start) -> list:
     return list(found.values())
 
 
-def static_int8(ov_model, data: ConversionData, options: ConvertOptions, sensitivity: dict):
+def static_int8(ov_model, data: ConversionData, options: ConvertOptions, sensitivity: dict, *, dense: bool = False):
+    """NNCF's static int8 of `ov_model`; `dense`: a detector's or a map's outputs (convert.dense_outputs), which take
+    NNCF's mixed preset (asymmetric activations, NNCF's advice for HardSwish/SiLU activations). 32 rendered pages each,
+    against fp32 (x86-vnni): CDLA PicoDet 0.957 -> 0.987, PP-OCRv4 map F1 0.990 -> 0.993, YOLOv8n-DocLayNet 0.991 ->
+    0.997, det_small 0.975 -> 0.991."""
     import nncf
 
     from edgekit.backends.openvino.calibration import nncf_dataset
@@ -154,6 +158,7 @@ def static_int8(ov_model, data: ConversionData, options: ConvertOptions, sensiti
     decoding = box_decoding(ov_model)  # always float: int8 moves boxes by a pixel (backends.onnx.box_decoding)
     ignored = list(dict.fromkeys([*excluded_ops(ov_model, options.exclude), *sensitivity.pop("ov_names"), *decoding]))
     model_type = options.model_type or detect_model_type(ov_model)
+    mixed = dense and model_type != "transformer"  # a transformer takes NNCF's mixed preset already
     overflow_fix, isa_notes = _overflow_fix(options.for_target)
     ranges, scheme_notes = _nncf_scheme(options)
     common = {
@@ -162,6 +167,7 @@ def static_int8(ov_model, data: ConversionData, options: ConvertOptions, sensiti
         # with fp32 over the fast variant); transformers keep the fast one (BiasCorrection's per-layer runs grow with depth)
         "fast_bias_correction": model_type == "transformer",
         "model_type": nncf.ModelType.TRANSFORMER if model_type == "transformer" else None,
+        "preset": nncf.QuantizationPreset.MIXED if mixed else None,
         "ignored_scope": nncf.IgnoredScope(names=ignored) if ignored else None,
     }
     advanced = nncf.AdvancedQuantizationParameters(overflow_fix=overflow_fix, **ranges)
@@ -169,6 +175,7 @@ def static_int8(ov_model, data: ConversionData, options: ConvertOptions, sensiti
         "mode": "static",
         "tool": "nncf",
         "model_type": model_type or "cnn",
+        "preset": "mixed (asymmetric activations: a detector's or a map's outputs)" if mixed else "NNCF's default for the model type",
         **scheme_notes,
         "bias_correction": "fast" if model_type == "transformer" else "full",
         "samples": len(samples),
