@@ -274,6 +274,8 @@ class StaticQuantizer:
     cache), quantized with any set of float layers; and the sensitivity measurements on a few samples."""
 
     def __init__(self, pre: Path, samples, specs, options: ConvertOptions, scheme: Int8Scheme, workdir: Path) -> None:
+        import onnx
+
         from edgekit.quantization.sensitivity import SAMPLES
 
         self.pre, self.samples, self.specs, self.options, self.scheme = pre, samples, specs, options, scheme
@@ -281,8 +283,9 @@ class StaticQuantizer:
         self.sensitivity_samples = min(SAMPLES, len(samples))
         self.probe = samples.head(self.sensitivity_samples)
         self._reference = None
-        self.exponential = exponential_chains(pre)  # always float: no int8 scale holds exp(x) (backends.onnx.exponential_ops)
-        self.box_decoding = box_decoding(pre)  # always float: int8 moves boxes by a pixel (backends.onnx.box_decoding)
+        graph = onnx.load(str(pre), load_external_data=False)  # read once for the two ops-kept-float rules
+        self.exponential = exponential_chains(graph)  # always float: no int8 scale holds exp(x) (backends.onnx.exponential_ops)
+        self.box_decoding = box_decoding(graph)  # always float: int8 moves boxes by a pixel (quantization.box_decoding)
         self.rounding = WeightRounding(pre, samples, scheme.pair_safe_weights)
         self.rounding_notes: dict = {}
         self.workdir = workdir

@@ -16,6 +16,8 @@ import numpy as np
 from edgekit.conversion import ConversionData, ConvertOptions
 from edgekit.devices.isa_class import class_for
 from edgekit.errors import EdgekitError
+from edgekit.quantization.box_decoding import CONV, END, LAYOUT, SOFTMAX, WEIGHTED, Graph
+from edgekit.quantization.box_decoding import box_decoding as decoding_ops
 
 
 def detect_model_type(ov_model) -> str | None:
@@ -102,46 +104,29 @@ def excluded_ops(ov_model, names) -> list[str]:
 
 
 def box_decoding(ov_model) -> list[str]:
-    """The ops of a detector's box decoding (backends.onnx.box_decoding says why and how it is found): each bins'
-    Softmax, the transposes and reshapes after it, the [1, K, 1, 1] Convolution taking their expectation, and the
-    weightless ops downstream of it; NNCF leaves them float."""
-    found: dict[str, None] = {}
-    for softmax in (op for op in ov_model.get_ordered_ops() if op.get_type_name() == "Softmax"):
-        path = [softmax]
-        while len(following := _readers(path[-1])) == 1 and following[0].get_type_name() in OV_LAYOUT:
-            path.append(following[0])
-        for conv in following:
-            if conv.get_type_name() == "Convolution" and _expectation(conv.input(1).get_partial_shape()):
-                found |= dict.fromkeys(op.get_friendly_name() for op in (*path, conv, *_downstream(conv)))
-    return list(found)
+    """The friendly names of the ops of a detector's box decoding (quantization.box_decoding: the rule, and why), in
+    graph order; NNCF leaves them float."""
+    kinds = {
+        "Softmax": SOFTMAX,
+        "Convolution": CONV,
+        "Result": END,
+        **dict.fromkeys(("GroupConvolution", "ConvolutionBackpropData", "MatMul"), WEIGHTED),
+        **dict.fromkeys(("Transpose", "Reshape", "Squeeze", "Unsqueeze"), LAYOUT),
+    }
+    graph = Graph(
+        nodes=list(ov_model.get_ordered_ops()),
+        readers=lambda op: [target.get_node() for output in op.outputs() for target in output.get_target_inputs()],
+        kind=lambda op: kinds.get(op.get_type_name(), ""),
+        kernel=_static_shape,
+        key=lambda op: op.get_friendly_name(),
+    )
+    return [op.get_friendly_name() for op in decoding_ops(graph)]
 
 
-OV_WEIGHTED = frozenset({"Convolution", "GroupConvolution", "ConvolutionBackpropData", "MatMul"})
-OV_LAYOUT = frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze"})
-
-
-def _readers(op) -> list:
-    return [target.get_node() for output in op.outputs() for target in output.get_target_inputs()]
-
-
-def _expectation(shape) -> bool:
-    """A [1, K, 1, 1] kernel: one output channel summing K bins (K >= 2)."""
-    if not shape.is_static or shape.rank.get_length() != 4:
-        return False
-    dims = [d.get_length() for d in shape]
-    return dims[0] == 1 and dims[1] >= 2 and dims[2:] == [1, 1]
-
-
-def _downstream(start) -> list:
-    """The ops reached from `start` through weightless ops, to the model's results (not included)."""
-    found, todo = {}, _readers(start)
-    while todo:
-        op = todo.pop()
-        if op.get_type_name() in (*OV_WEIGHTED, "Result") or op.get_friendly_name() in found:
-            continue
-        found[op.get_friendly_name()] = op
-        todo.extend(_readers(op))
-    return list(found.values())
+def _static_shape(op) -> tuple | None:
+    """The shape of `op`'s second input (a convolution's weights), where it is static."""
+    shape = op.input(1).get_partial_shape() if op.get_input_size() > 1 else None
+    return tuple(d.get_length() for d in shape) if shape is not None and shape.is_static else None
 
 
 def static_int8(ov_model, data: ConversionData, options: ConvertOptions, sensitivity: dict, *, dense: bool = False):

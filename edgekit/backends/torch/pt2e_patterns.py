@@ -30,6 +30,11 @@ import torch
 from torch.fx import GraphModule, Node
 from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, SharedQuantizationSpec
 
+from edgekit.quantization.box_decoding import CONV, END, SOFTMAX, Graph
+from edgekit.quantization.box_decoding import LAYOUT as LAYOUT_OP
+from edgekit.quantization.box_decoding import WEIGHTED as WEIGHTED_OP
+from edgekit.quantization.box_decoding import box_decoding as decoding_nodes
+
 _aten = torch.ops.aten
 CONVS = (_aten.conv1d.default, _aten.conv2d.default, _aten.convolution.default)
 CLAMPS = (_aten.hardtanh.default, _aten.hardtanh_.default)  # nn.ReLU6 and F.hardtanh
@@ -316,37 +321,27 @@ def fix_bounded_outputs(model: GraphModule, config) -> None:
 
 
 def float_box_decoding(model: GraphModule) -> None:
-    """A detector's box decoding stays float: each softmax read (through views) by a conv with a [1, K, 1, 1] kernel
-    (the expectation over a side's distance bins), that conv and the weightless ops downstream of it. In int8 they
-    moved zoo:fashion-det's boxes by about a pixel: mAP@0.5:0.95 0.788 on LiteRT and 0.781 on ExecuTorch, 0.835 in fp32
-    (backends.onnx.box_decoding)."""
-    for softmax in [n for n in model.graph.nodes if n.op == "call_function" and n.target in SOFTMAXES]:
-        path = [softmax]
-        while len(path[-1].users) == 1 and (following := next(iter(path[-1].users))).target in LAYOUT:
-            path.append(following)
-        for conv in [u for u in path[-1].users if u.target in CONVS and _expectation(u.args[1])]:
-            for node in (*path, conv, *_weightless_downstream(conv)):
-                node.meta.pop("quantization_annotation", None)
-                node.meta[BOX_DECODING] = True
-                _unannotate_sharing(model, node)
+    """A detector's box decoding stays float (quantization.box_decoding: the rule, and why): each softmax read (through
+    views) by a conv with a [1, K, 1, 1] kernel, that conv and the weightless ops downstream of it. In int8 they moved
+    zoo:fashion-det's boxes by about a pixel: mAP@0.5:0.95 0.788 on LiteRT and 0.781 on ExecuTorch, 0.835 in fp32."""
+    graph = Graph(nodes=list(model.graph.nodes), readers=lambda node: list(node.users), kind=_kind, kernel=_kernel, key=lambda node: node)
+    for node in decoding_nodes(graph):
+        node.meta.pop("quantization_annotation", None)
+        node.meta[BOX_DECODING] = True
+        _unannotate_sharing(model, node)
 
 
-def _expectation(weight) -> bool:
-    """A [1, K, 1, 1] kernel: one output channel summing K bins (K >= 2)."""
-    shape = tuple(getattr(weight.meta.get("val"), "shape", ())) if isinstance(weight, Node) else ()
-    return len(shape) == 4 and shape[0] == 1 and shape[1] >= 2 and shape[2:] == (1, 1)
+def _kind(node: Node) -> str:
+    if node.op != "call_function":
+        return END
+    kinds = ((SOFTMAXES, SOFTMAX), (CONVS, CONV), (WEIGHTED, WEIGHTED_OP), (LAYOUT, LAYOUT_OP))
+    return next((kind for targets, kind in kinds if node.target in targets), "")
 
 
-def _weightless_downstream(start: Node) -> list[Node]:
-    """The ops reached from `start` through ops without weights (a conv or linear stops the walk)."""
-    found, todo = {}, list(start.users)
-    while todo:
-        node = todo.pop()
-        if node.op != "call_function" or node.target in WEIGHTED or node in found:
-            continue
-        found[node] = None
-        todo.extend(node.users)
-    return list(found)
+def _kernel(conv: Node) -> tuple | None:
+    """A conv's weight shape, from its traced value."""
+    weight = conv.args[1] if len(conv.args) > 1 else None
+    return tuple(weight.meta["val"].shape) if isinstance(weight, Node) and "val" in weight.meta else None
 
 
 def fold_zero_pads(model: GraphModule) -> int:
