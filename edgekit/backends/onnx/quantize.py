@@ -17,6 +17,7 @@ from pathlib import Path
 
 from edgekit import registry
 from edgekit.backends.onnx.box_decoding import box_decoding
+from edgekit.backends.onnx.depthwise_scales import equalize
 from edgekit.backends.onnx.exponential_ops import exponential_chains
 from edgekit.backends.onnx.int8_rounding import WeightRounding
 from edgekit.conversion import ConversionData, Converter, ConvertOptions
@@ -32,6 +33,7 @@ _kept_calibrations: Kept[tuple[str, dict]] = Kept(entries=4)  # histogram calibr
 _kept_orders: Kept[tuple[bytes | None, dict, float]] = Kept(entries=4)  # pair-safe channel orders by model and probe
 ORDER_PROBE = 4  # calibration samples a channel reordering is checked on
 ORDER_KEPT_BYTES = 256 << 20  # reordered models larger than this are not kept for a later conversion (edgekit.memo)
+SCALES_PROBE = 8  # calibration samples whose channel peaks set the depthwise channel scales (backends.onnx.depthwise_scales)
 ORDER_TOLERANCE = 1e-4  # the largest change of the float outputs, relative to their range, that a channel reordering may make
 
 
@@ -167,7 +169,8 @@ def _int8_static(model: Path, out: Path, options: ConvertOptions, data: Conversi
     with tempfile.TemporaryDirectory(dir=Path(out).parent, prefix=".work-") as tmp, _stdout_to_log():  # swept after a kill
         pre, opset = _preprocessed(model, Path(tmp))
         order = _channel_order(pre, scheme, data.calibration)
-        quantizer = StaticQuantizer(pre, data.calibration, specs, options, scheme, Path(tmp))
+        channel_scales, scales_notes = equalize(pre, data.calibration.head(SCALES_PROBE))
+        quantizer = StaticQuantizer(pre, data.calibration, specs, options, scheme, Path(tmp), channel_scales)
         if data.validation is not None:
             logits = on_target(options.validate_on) if options.validate_on else ort_logits  # ONNX Runtime, in process
             control = accuracy_aware(quantizer, out, data.validation, Limit.of(options), logits, Reading.of(options))
@@ -196,6 +199,8 @@ def _int8_static(model: Path, out: Path, options: ConvertOptions, data: Conversi
     }
     if order is not None:
         notes["quantization"]["channel_order"] = order
+    if scales_notes is not None:
+        notes["quantization"]["depthwise_channel_scales"] = {**scales_notes, "float_nodes": len(channel_scales)}
     if quantizer.rounding_notes:
         notes["quantization"]["weight_rounding"] = quantizer.rounding_notes
     notes["quantization"].update(quantizer.ranges_notes)
@@ -273,7 +278,9 @@ class StaticQuantizer:
     """ONNX Runtime static QDQ quantization of one pre-processed model: calibrated once (ORT's calibration
     cache), quantized with any set of float layers; and the sensitivity measurements on a few samples."""
 
-    def __init__(self, pre: Path, samples, specs, options: ConvertOptions, scheme: Int8Scheme, workdir: Path) -> None:
+    def __init__(
+        self, pre: Path, samples, specs, options: ConvertOptions, scheme: Int8Scheme, workdir: Path, channel_scales: list[str] = ()
+    ) -> None:
         import onnx
 
         from edgekit.quantization.sensitivity import SAMPLES
@@ -286,6 +293,7 @@ class StaticQuantizer:
         graph = onnx.load(str(pre), load_external_data=False)  # read once for the two ops-kept-float rules
         self.exponential = exponential_chains(graph)  # always float: no int8 scale holds exp(x) (backends.onnx.exponential_ops)
         self.box_decoding = box_decoding(graph)  # always float: int8 moves boxes by a pixel (quantization.box_decoding)
+        self.channel_scales = list(channel_scales)  # always float: the depthwise channel scales' Muls and what lies between
         self.rounding = WeightRounding(pre, samples, scheme.pair_safe_weights)
         self.rounding_notes: dict = {}
         self.workdir = workdir
@@ -349,7 +357,7 @@ class StaticQuantizer:
             self.samples,
             self.options,
             self.scheme,
-            [*self.options.exclude, *self.exponential, *self.box_decoding, *keep_float],
+            [*self.options.exclude, *self.exponential, *self.box_decoding, *self.channel_scales, *keep_float],
             self.cache,
         )
         try:

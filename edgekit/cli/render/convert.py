@@ -116,8 +116,8 @@ PT2E_SECTIONS = ("tflite", "executorch")  # the sidecar sections whose int8 back
 
 
 def _print_float_layers(quant: dict, control: dict | None) -> None:
-    """The layers int8 kept in float: the sensitivity outliers, a detector's box decoding, and what accuracy control
-    returned to float."""
+    """The layers int8 kept in float: the sensitivity outliers, a detector's box decoding, the depthwise convs' channel
+    scales, and what accuracy control returned to float."""
     kept = (quant.get("sensitivity") or {}).get("kept_in_float")
     if kept:
         layers = ", ".join(f"{k['name']} ({k['op']}, 1-cos {k['loss']:.2g})" for k in kept)
@@ -127,6 +127,12 @@ def _print_float_layers(quant: dict, control: dict | None) -> None:
         console.print(
             f"  kept in float: the detector's box decoding ({len(decoding)} ops: the box bins' softmax, their expectation, the "
             "arithmetic after it), which int8 moves by about a pixel (mAP@0.5:0.95)"
+        )
+    scales = quant.get("depthwise_channel_scales")
+    if scales:
+        console.print(
+            f"  per-channel int8 ranges for {len(scales['rewritten'])} of {scales['of']} depthwise convs, whose input channels differ by "
+            f"orders of magnitude (channel scales in the weights and in float Muls: {scales['float_nodes']} ops kept float)"
         )
     if control:
         console.print(f"  {escape(_control_text(control))}")
