@@ -264,8 +264,8 @@ def validation_samples(options: ConvertOptions, specs: list[TensorSpec]) -> Samp
     samples = load_samples(
         options.validation_data, options.validation_samples, options.calibration.seed, options.calibration.preprocess, specs
     )
-    boxes = zoo_labels(samples.provenance.get("source", ""))  # a zoo detection set's boxes, kept beside it
-    if samples.labels is None and boxes is None and options.max_drop is not None:
+    unlabelled = options.max_drop is not None and samples.labels is None
+    if unlabelled and zoo_labels(samples.provenance.get("source", "")) is None:  # a zoo detection set keeps its boxes beside it
         raise EdgekitError(
             f"{options.validation_data} has no labels",
             hint="accuracy control measures top-1 accuracy (a detector's mAP on a zoo set with boxes): add a `labels` array",
