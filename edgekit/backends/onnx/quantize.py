@@ -13,6 +13,7 @@ import io
 import logging
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from edgekit import registry
@@ -33,8 +34,8 @@ _kept_calibrations: Kept[tuple[str, dict]] = Kept(entries=4)  # histogram calibr
 _kept_orders: Kept[tuple[bytes | None, dict, float]] = Kept(entries=4)  # pair-safe channel orders by model and probe
 ORDER_PROBE = 4  # calibration samples a channel reordering is checked on
 ORDER_KEPT_BYTES = 256 << 20  # reordered models larger than this are not kept for a later conversion (edgekit.memo)
-SCALES_PROBE = 8  # calibration samples whose channel peaks set the depthwise channel scales (backends.onnx.depthwise_scales)
 ORDER_TOLERANCE = 1e-4  # the largest change of the float outputs, relative to their range, that a channel reordering may make
+SCALES_PROBE = 8  # calibration samples whose channel peaks set the depthwise channel scales (backends.onnx.depthwise_scales)
 
 
 class OnnxQuantizer(Converter):
@@ -279,7 +280,7 @@ class StaticQuantizer:
     cache), quantized with any set of float layers; and the sensitivity measurements on a few samples."""
 
     def __init__(
-        self, pre: Path, samples, specs, options: ConvertOptions, scheme: Int8Scheme, workdir: Path, channel_scales: list[str] = ()
+        self, pre: Path, samples, specs, options: ConvertOptions, scheme: Int8Scheme, workdir: Path, channel_scales: Sequence[str] = ()
     ) -> None:
         import onnx
 
