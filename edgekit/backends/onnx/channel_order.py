@@ -65,7 +65,7 @@ def reorder(model_path: Path, out: Path) -> dict:
     import onnx
 
     model = onnx.load(str(model_path))
-    weights = _Weights(model)
+    weights = Weights(model)
     spaces = [s for s in _spaces(model, weights) if not s.pinned and any(_pairs_reader(n, weights) for n in s.readers)]
     moved = []
     for space in spaces:
@@ -117,14 +117,16 @@ def _pair_ratios(rows: np.ndarray) -> np.ndarray:
     return pair_safe.pair_sums(a).max(1) / np.maximum(a.max(1), np.finfo(np.float64).tiny)
 
 
-class _Weights:
-    """The model's initializers as arrays, edited in place and written back once."""
+class Weights:
+    """The model's initializers as arrays, each read when first asked for, edited in place and written back once
+    (this pass and backends.onnx.depthwise_scales)."""
 
     def __init__(self, model) -> None:
         from onnx import numpy_helper
 
         self.model = model
-        self.arrays = {i.name: numpy_helper.to_array(i).copy() for i in model.graph.initializer}
+        self.initializers = {i.name: i for i in model.graph.initializer}
+        self.arrays: dict[str, np.ndarray] = {}
         self.constants = {  # Constant nodes' values: read, never reordered
             n.output[0]: numpy_helper.to_array(n.attribute[0].t)
             for n in model.graph.node
@@ -137,29 +139,36 @@ class _Weights:
         self.changed: set[str] = set()
 
     def get(self, name: str) -> np.ndarray | None:
+        if name not in self.arrays and name in self.initializers:
+            from onnx import numpy_helper
+
+            self.arrays[name] = numpy_helper.to_array(self.initializers[name]).copy()
         return self.arrays.get(name)
 
     def value(self, name: str) -> np.ndarray | None:
         """An initializer's or a Constant node's value; None for an activation."""
-        return self.arrays[name] if name in self.arrays else self.constants.get(name)
+        return self.get(name) if name in self.initializers else self.constants.get(name)
 
     def own(self, node, index: int) -> bool:
         """The node's input `index` is an initializer that no other input reads."""
-        return len(node.input) > index and node.input[index] in self.arrays and self.uses[node.input[index]] == 1
+        return len(node.input) > index and node.input[index] in self.initializers and self.uses[node.input[index]] == 1
 
     def take(self, name: str, order: np.ndarray, axis: int) -> None:
-        self.arrays[name] = np.take(self.arrays[name], order, axis=axis)
+        self.put(name, np.take(self.get(name), order, axis=axis))
+
+    def put(self, name: str, array: np.ndarray) -> None:
+        """Replace an initializer's values (kept in its dtype), written back by write_back."""
+        self.arrays[name] = array.astype(self.get(name).dtype, copy=False)
         self.changed.add(name)
 
     def write_back(self) -> None:
         from onnx import numpy_helper
 
-        for init in self.model.graph.initializer:
-            if init.name in self.changed:
-                init.CopyFrom(numpy_helper.from_array(self.arrays[init.name], init.name))
+        for name in self.changed:
+            self.initializers[name].CopyFrom(numpy_helper.from_array(self.arrays[name], name))
 
 
-def _spaces(model, weights: _Weights) -> list[Space]:
+def _spaces(model, weights: Weights) -> list[Space]:
     """The channel spaces of the model's activations: a union of tensors per space, pinned where an op cannot follow."""
     parent: dict[str, str] = {}
 
@@ -204,7 +213,7 @@ def _spaces(model, weights: _Weights) -> list[Space]:
     return list(spaces.values())
 
 
-def _role(node, weights: _Weights, shapes: dict[str, list]) -> str:
+def _role(node, weights: Weights, shapes: dict[str, list]) -> str:
     """How a node treats the channels (axis 1) of its activations: 'layer' (reads and writes channels through its own
     weight), 'channelwise' (one parameter per channel, channels kept), 'follows' (channels kept, nothing to reorder),
     or 'pins' (anything else)."""
@@ -239,7 +248,7 @@ def _role(node, weights: _Weights, shapes: dict[str, list]) -> str:
     return "pins"
 
 
-def _keeps_channels(node, weights: _Weights, shapes: dict[str, list]) -> bool:
+def _keeps_channels(node, weights: Weights, shapes: dict[str, list]) -> bool:
     """A reduction over spatial axes only (the batch and channel axes kept in place)."""
     axes = node_attribute(node, "axes", None)
     if axes is None and len(node.input) > 1 and node.input[1]:
@@ -270,17 +279,17 @@ def _scalar(value: np.ndarray | None) -> bool:
     return value is not None and value.size == 1
 
 
-def _vector_bias(node, weights: _Weights) -> bool:
+def _vector_bias(node, weights: Weights) -> bool:
     bias = weights.get(node.input[2])
     return weights.own(node, 2) and bias is not None and bias.ndim == 1
 
 
-def _pairs_reader(node, weights: _Weights) -> bool:
+def _pairs_reader(node, weights: Weights) -> bool:
     """A reader whose input channels pair up in pair-safe weights (quantization.pair_safe.kind: a Gemm, or a 1x1 Conv)."""
     return pair_safe.kind(node.op_type, weights.get(node.input[1]).shape, node_attribute(node, "group", 1)) == "pairs"
 
 
-def _reader_rows(space: Space, weights: _Weights) -> np.ndarray:
+def _reader_rows(space: Space, weights: Weights) -> np.ndarray:
     """The pair-safe readers' weights as rows over the space's channels (R x K)."""
     rows = []
     for node in space.readers:
@@ -294,7 +303,7 @@ def _reader_rows(space: Space, weights: _Weights) -> np.ndarray:
     return np.concatenate(rows, 0)
 
 
-def _apply(space: Space, order: np.ndarray, weights: _Weights) -> None:
+def _apply(space: Space, order: np.ndarray, weights: Weights) -> None:
     """Reorder the space's channels: writers' outputs, channelwise parameters, readers' inputs."""
     for node in space.writers:
         out_axis = 0 if node.op_type == "Conv" or node_attribute(node, "transB", 0) else 1

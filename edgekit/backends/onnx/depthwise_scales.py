@@ -22,12 +22,12 @@ EfficientNet-Lite0's 1-13 (docs/tasks.md).
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from edgekit.backends.onnx.channel_order import Weights
 from edgekit.backends.onnx.loader import node_attribute
 
 LOSS_DB = 12.0  # two bits: the SQNR per-tensor ranges may cost a depthwise output before its ranges become per channel
@@ -44,50 +44,48 @@ class Depthwise:
     producer: object | None = None
 
 
-def depthwise_plans(model) -> list[Depthwise]:
+def depthwise_plans(model, weights: Weights) -> list[Depthwise]:
     """Each named depthwise Conv of `model` (group = channels, its own constant [C, 1, k, k] weights) with its way back
     to a producer. The rewrite scales weights in place, so it takes only weights no other node reads."""
-    inits = {i.name: i for i in model.graph.initializer}
     producers = {out: node for node in model.graph.node for out in node.output}
-    reads = Counter(name for node in model.graph.node for name in node.input)
-    own = {name for name in inits if reads[name] == 1}
-    return [_plan(node, producers, inits, own) for node in model.graph.node if _depthwise(node, inits, own)]
+    return [_plan(node, producers, weights) for node in model.graph.node if _depthwise(node, weights)]
 
 
-def _depthwise(node, inits, own: set[str]) -> bool:
-    if node.op_type != "Conv" or not node.name or node.input[1] not in own:
+def _depthwise(node, weights: Weights) -> bool:
+    if node.op_type != "Conv" or not node.name or not weights.own(node, 1):
         return False
-    dims = inits[node.input[1]].dims
-    return len(dims) == 4 and dims[1] == 1 and node_attribute(node, "group", 1) == dims[0] > 1
+    shape = weights.get(node.input[1]).shape
+    return len(shape) == 4 and shape[1] == 1 and node_attribute(node, "group", 1) == shape[0] > 1
 
 
-def _plan(conv, producers, inits, own: set[str]) -> Depthwise:
+def _plan(conv, producers, weights: Weights) -> Depthwise:
     """The elementwise ancestors of the conv's input; the producer where they all start from one Conv's output."""
-    chain, roots, stack = [], set(), [conv.input[0]]
+    chain, seen, roots, stack = [], set(), set(), [conv.input[0]]
     while stack:
         tensor = stack.pop()
         node = producers.get(tensor)
-        if not tensor or tensor in inits or (node is not None and node.op_type == "Constant"):
+        if not tensor or tensor in weights.initializers or (node is not None and node.op_type == "Constant"):
             continue
         if node is not None and node.op_type in ELEMENTWISE:
-            if all(node is not seen for seen in chain):
+            if id(node) not in seen:
+                seen.add(id(node))
                 chain.append(node)
                 stack.extend(node.input)
         else:
             roots.add(tensor)  # a graph input, or another op's output
     producer = producers.get(next(iter(roots))) if len(roots) == 1 else None
-    if _scalable(producer, own) and all(node.name for node in chain):
+    if _scalable(producer, weights) and all(node.name for node in chain):
         return Depthwise(conv, chain, producer)
     return Depthwise(conv)
 
 
-def _scalable(producer, own: set[str]) -> bool:
+def _scalable(producer, weights: Weights) -> bool:
     """A named Conv whose weights (and bias) are constants only it reads: its output channels can be scaled."""
     return (
         producer is not None
         and producer.op_type == "Conv"
         and bool(producer.name)
-        and all(name in own for name in producer.input[1:] if name)
+        and all(weights.own(producer, index) for index, name in enumerate(producer.input) if index > 0 and name)
     )
 
 
@@ -118,26 +116,25 @@ def per_tensor_loss_db(weights: np.ndarray, peaks: np.ndarray) -> float:
     return float(-10 * np.log10(max(kept, 1e-30)))
 
 
-def rewrite(model, plans: list[Depthwise], peaks: dict[str, np.ndarray]) -> tuple[list[str], list[dict]]:
-    """Rewrite `model` (a ModelProto) in place for the plans whose per-tensor loss exceeds LOSS_DB; returns the
-    names of the nodes to keep in float (the Muls and the chains between them) and one note per rewritten conv."""
-    from onnx import numpy_helper
-
-    inits = {i.name: i for i in model.graph.initializer}
+def rewrite(model, plans: list[Depthwise], peaks: dict[str, np.ndarray], weights: Weights) -> tuple[list[str], list[dict]]:
+    """Rewrite `model` (a ModelProto; its weights through `weights`, written back by the caller) for the plans whose
+    per-tensor loss exceeds LOSS_DB; returns the names of the nodes to keep in float (the Muls and the chains between
+    them) and one note per rewritten conv."""
     keep_float, notes, scaled_producers = [], [], set()
     for plan in plans:
         source = plan.conv.input[0]
         if not _measured(peaks, source):
             continue
-        loss = per_tensor_loss_db(numpy_helper.to_array(inits[plan.conv.input[1]]), peaks[source])
+        loss = per_tensor_loss_db(weights.get(plan.conv.input[1]), peaks[source])
         if loss <= LOSS_DB:
             continue
         producer = plan.producer if plan.producer is not None and _measured(peaks, plan.producer.output[0]) else None
-        if producer is not None and producer.name not in scaled_producers:
-            keep_float.append(_scale_producer(model, producer, _relative(peaks[producer.output[0]]), inits))
-            scaled_producers.add(producer.name)
-        keep_float += [node.name for node in plan.chain if producer is not None]
-        keep_float.append(_scale_depthwise(model, plan.conv, _relative(peaks[source]), inits))
+        if producer is not None:
+            if producer.name not in scaled_producers:
+                keep_float.append(_scale_producer(model, producer, _relative(peaks[producer.output[0]]), weights))
+                scaled_producers.add(producer.name)
+            keep_float += [node.name for node in plan.chain]
+        keep_float.append(_scale_depthwise(model, plan.conv, _relative(peaks[source]), weights))
         notes.append({"conv": plan.conv.name, "per_tensor_loss_db": round(loss, 1), "producer": getattr(producer, "name", None)})
     return list(dict.fromkeys(keep_float)), notes
 
@@ -151,20 +148,21 @@ def _relative(peaks: np.ndarray) -> np.ndarray:
     return np.maximum(peaks / max(float(peaks.max()), 1e-30), FLOOR).astype(np.float32)
 
 
-def _scale_producer(model, conv, scale: np.ndarray, inits) -> str:
+def _scale_producer(model, conv, scale: np.ndarray, weights: Weights) -> str:
     """conv's weights and bias divided by `scale` per output channel, then Mul(scale) giving its old output: the
     int8 output between them has channels of equal range. Returns the Mul's name."""
-    _set(inits, conv.input[1], lambda w: w / scale.reshape(-1, *[1] * (w.ndim - 1)))
+    kernel = weights.get(conv.input[1])
+    weights.put(conv.input[1], kernel / scale.reshape(-1, *[1] * (kernel.ndim - 1)))
     if len(conv.input) > 2 and conv.input[2]:
-        _set(inits, conv.input[2], lambda b: b / scale)
+        weights.put(conv.input[2], weights.get(conv.input[2]) / scale)
     output = conv.output[0]
     conv.output[0] = f"{output}_equalized"
     return _insert_mul(model, conv, conv.output[0], scale, output, f"{conv.name}_channel_scale", after=True)
 
 
-def _scale_depthwise(model, conv, scale: np.ndarray, inits) -> str:
+def _scale_depthwise(model, conv, scale: np.ndarray, weights: Weights) -> str:
     """conv's weights multiplied by `scale` per channel, and Mul(1 / scale) before it. Returns the Mul's name."""
-    _set(inits, conv.input[1], lambda w: w * scale.reshape(-1, 1, 1, 1))
+    weights.put(conv.input[1], weights.get(conv.input[1]) * scale.reshape(-1, 1, 1, 1))
     scaled = f"{conv.input[0]}_equalized_for_{conv.name}"
     name = _insert_mul(model, conv, conv.input[0], 1 / scale, scaled, f"{conv.name}_channel_scale", after=False)
     conv.input[0] = scaled
@@ -181,13 +179,6 @@ def _insert_mul(model, anchor, source: str, scale: np.ndarray, output: str, name
     return name
 
 
-def _set(inits, name: str, change) -> None:
-    from onnx import numpy_helper
-
-    value = numpy_helper.to_array(inits[name])
-    inits[name].CopyFrom(numpy_helper.from_array(change(value).astype(value.dtype), name))
-
-
 def equalize(pre: Path, probe) -> tuple[list[str], dict | None]:
     """Rewrite the ONNX model at `pre` in place where a depthwise conv's per-tensor ranges cost it more than LOSS_DB
     on the samples `probe`; returns the nodes to keep in float and the notes, or ([], None) where none does."""
@@ -196,18 +187,21 @@ def equalize(pre: Path, probe) -> tuple[list[str], dict | None]:
     from edgekit.backends.onnx.sensitivity import tensor_batches
 
     model = onnx.load(str(pre))
-    plans = depthwise_plans(model)
+    weights = Weights(model)
+    plans = depthwise_plans(model, weights)
     if not plans:
         return [], None
     names = tensors_to_measure(plans)
     peaks = channel_peaks({k: v for k, v in batch.items() if k in names} for batch in tensor_batches(model, names, probe))
-    keep_float, rewritten = rewrite(model, plans, peaks)
+    keep_float, rewritten = rewrite(model, plans, peaks, weights)
     if not rewritten:
         return [], None
+    weights.write_back()
     onnx.save(model, str(pre))
     notes = {
         "rewritten": rewritten,
         "of": len(plans),
+        "float_nodes": len(keep_float),
         "why": f"per-tensor int8 ranges cost these depthwise convs' outputs more than {LOSS_DB:g} dB of SQNR against per-channel ones: their inputs (and their producers' outputs) are scaled to channels of equal range, the scales undone in float Muls and in the weights (backends.onnx.depthwise_scales)",
     }
     return keep_float, notes

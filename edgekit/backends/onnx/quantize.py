@@ -201,7 +201,7 @@ def _int8_static(model: Path, out: Path, options: ConvertOptions, data: Conversi
     if order is not None:
         notes["quantization"]["channel_order"] = order
     if scales_notes is not None:
-        notes["quantization"]["depthwise_channel_scales"] = {**scales_notes, "float_nodes": len(channel_scales)}
+        notes["quantization"]["depthwise_channel_scales"] = scales_notes
     if quantizer.rounding_notes:
         notes["quantization"]["weight_rounding"] = quantizer.rounding_notes
     notes["quantization"].update(quantizer.ranges_notes)

@@ -103,20 +103,22 @@ def excluded_ops(ov_model, names) -> list[str]:
     return found
 
 
+OV_KINDS = {  # OpenVINO op types as the box-decoding walk reads them (quantization.box_decoding)
+    "Softmax": SOFTMAX,
+    "Convolution": CONV,
+    "Result": END,
+    **dict.fromkeys(("GroupConvolution", "ConvolutionBackpropData", "MatMul"), WEIGHTED),
+    **dict.fromkeys(("Transpose", "Reshape", "Squeeze", "Unsqueeze"), LAYOUT),
+}
+
+
 def box_decoding(ov_model) -> list[str]:
     """The friendly names of the ops of a detector's box decoding (quantization.box_decoding: the rule, and why), in
     graph order; NNCF leaves them float."""
-    kinds = {
-        "Softmax": SOFTMAX,
-        "Convolution": CONV,
-        "Result": END,
-        **dict.fromkeys(("GroupConvolution", "ConvolutionBackpropData", "MatMul"), WEIGHTED),
-        **dict.fromkeys(("Transpose", "Reshape", "Squeeze", "Unsqueeze"), LAYOUT),
-    }
     graph = Graph(
         nodes=list(ov_model.get_ordered_ops()),
         readers=lambda op: [target.get_node() for output in op.outputs() for target in output.get_target_inputs()],
-        kind=lambda op: kinds.get(op.get_type_name(), ""),
+        kind=lambda op: OV_KINDS.get(op.get_type_name(), ""),
         kernel=_static_shape,
         key=lambda op: op.get_friendly_name(),
     )
