@@ -39,6 +39,9 @@ LLAMA_TYPES = ("Q4_0", "Q4_K_M")
 NOT_BUILT = "not measured: pip install llama-cpp-python==0.3.36 (builds from source)"  # the llama.cpp rows without llama-cpp-python
 SPEED_THREADS = int(os.environ.get("EDGEKIT_LM_SPEED_THREADS", "2"))
 PROMPT, NEW_TOKENS, RUNS = 128, 32, 5
+SPEED_ROUNDS = int(os.environ.get("EDGEKIT_LM_SPEED_ROUNDS", "3"))  # every row timed once per round, rounds interleaved
+# ONNX Runtime with every layer int4 but the head (a wider gate): the speed edgekit's int4 reaches, beside its default
+ALL_INT4 = {"onnx": {"ratio": 1.0, "max_ppl_ratio": 1.15}}
 CONTEXTS = tuple(int(n) for n in os.environ.get("EDGEKIT_LM_CONTEXTS", "128,512,2048").split(","))  # memory table's prompts
 
 
@@ -60,37 +63,50 @@ def held_out_tokens(tokenizer_json: Path) -> Path:
     return out
 
 
-def converted(gguf: Path, fmt: str) -> tuple[Path | None, str]:
-    """edgekit's default int4 of the GGUF (cached), or None and why it was not written."""
+def converted(gguf: Path, fmt: str, **options) -> tuple[Path | None, str]:
+    """edgekit's default int4 of the GGUF, or with `options` (cached), or None and why it was not written."""
     import edgekit
     from edgekit.errors import EdgekitError
 
-    out = CACHE / "smollm2" / fmt / f"smollm2.int4-weights{SUFFIX[fmt]}"
+    name = "int4-weights" + ("-ratio1" if options else "")
+    out = CACHE / "smollm2" / fmt / f"smollm2.{name}{SUFFIX[fmt]}"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         try:
-            edgekit.convert(str(gguf), to=fmt, output=str(out), precision="int4-weights")
+            edgekit.convert(str(gguf), to=fmt, output=str(out), precision="int4-weights", **options)
         except EdgekitError as exc:
             return None, exc.one_line()
     return out, ""
 
 
-def edgekit_row(gguf: Path, fmt: str, tokens: Path) -> tuple[list, float | None]:
-    """The table's row for edgekit's default int4 on `fmt`, and the reference's perplexity on `tokens`."""
+def _variants(gguf: Path) -> list[tuple[str, str, Path | None, str, dict]]:
+    """(runtime, weights, artifact or None, why not, gate options) of every edgekit row."""
+    rows = []
+    for fmt in FORMATS:
+        rows.append((f"edgekit {fmt}", "int4-weights (default)", *converted(gguf, fmt), {}))
+        if fmt in ALL_INT4:
+            options = ALL_INT4[fmt]
+            label = f"int4-weights --ratio 1 --max-ppl-ratio {options['max_ppl_ratio']} (every layer int4 but the head)"
+            rows.append((f"edgekit {fmt}", label, *converted(gguf, fmt, **options), {"max_ppl_ratio": options["max_ppl_ratio"]}))
+    return rows
+
+
+def edgekit_row(variant: tuple, tokens: Path) -> tuple[list, float | None]:
+    """The table's row for one of _variants, and the reference's perplexity on `tokens`."""
     import json
 
     import edgekit
 
-    path, why = converted(gguf, fmt)
+    runtime, weights, path, why, gate = variant
     if path is None:
-        return [f"edgekit {fmt}", "int4-weights (default)", "-", "-", "-", f"not written: {why}"], None
+        return [runtime, weights, "-", "-", "-", f"not written: {why}"], None
     provenance = json.loads(path.with_name(path.name + ".edgekit.json").read_text())
-    result = edgekit.validate(str(path), data=str(tokens), runs=1, warmup=0, threads=2)
+    result = edgekit.validate(str(path), data=str(tokens), runs=1, warmup=0, threads=2, **gate)
     lm = result.language
     share = f"{provenance.get('ratio', 1.0):.0%} of layers int4, group {provenance.get('group_size')}"
     row = [
-        f"edgekit {fmt}",
-        f"int4-weights (default: {share})",
+        runtime,
+        weights.replace("(default)", f"(default: {share})"),
         f"{_size(path) / 1e6:.1f} MB",
         f"{lm['perplexity']:.3f}",
         f"{lm['ppl_ratio']:.4f} [{lm['ppl_ratio_ci95'][0]:.4f}, {lm['ppl_ratio_ci95'][1]:.4f}]",
@@ -213,26 +229,28 @@ def llama_speed(llama_cpp, path: Path, prompt: np.ndarray) -> dict:
 
 
 def speed_rows(gguf: Path, tokens: Path) -> list[list]:
-    """Decode tokens/s and TTFT of every edgekit artifact written and of llama.cpp's files, with the ratio to Q4_0's."""
+    """Decode tokens/s and TTFT of every edgekit artifact written and of llama.cpp's files, each timed once per round
+    with the rounds interleaved (this VM's speed moves between minutes): the median and range over rounds, and the
+    ratio of medians to llama.cpp Q4_0's."""
     with np.load(tokens) as npz:
         prompt = npz["input_ids"].reshape(-1)[:PROMPT]
-    measured = []
-    for fmt in FORMATS:
-        path, _ = converted(gguf, fmt)
-        if path is not None:
-            measured.append((f"edgekit {fmt}", "int4-weights (default)", edgekit_speed(path, prompt)))
+    timed = [(runtime, weights, lambda p=path: edgekit_speed(p, prompt)) for runtime, weights, path, _, _ in _variants(gguf) if path]
     try:
         import llama_cpp
     except ImportError:
         llama_cpp = None
     if llama_cpp is not None:
-        measured += [("llama.cpp", name, llama_speed(llama_cpp, path, prompt)) for name, path in _llama_files(llama_cpp, gguf)]
-    anchor = next((m[2]["tokens_per_s"] for m in measured if m[1] == "Q4_0"), None)
+        timed += [("llama.cpp", name, lambda p=path: llama_speed(llama_cpp, p, prompt)) for name, path in _llama_files(llama_cpp, gguf)]
+    rounds = [[measure() for _, _, measure in timed] for _ in range(SPEED_ROUNDS)]
+    rates = [[r[i]["tokens_per_s"] for r in rounds] for i in range(len(timed))]
+    anchor = next((float(np.median(rates[i])) for i, t in enumerate(timed) if t[1] == "Q4_0"), None)
     rows = []
-    for runtime, weights, g in measured:
-        ratio = f"{g['tokens_per_s'] / anchor:.2f}x" if anchor else "-"
-        rss = f"{g['peak_rss_mb']:.0f} MB" if "peak_rss_mb" in g else "-"
-        rows.append([runtime, weights, f"{g['tokens_per_s']:.1f}", ratio, f"{g['ttft_ms']:.0f}", rss])
+    for i, (runtime, weights, _) in enumerate(timed):
+        rate, ttft = float(np.median(rates[i])), float(np.median([r[i]["ttft_ms"] for r in rounds]))
+        ratio = f"{rate / anchor:.2f}x" if anchor else "-"
+        rss = [r[i]["peak_rss_mb"] for r in rounds if "peak_rss_mb" in r[i]]
+        rows.append([runtime, weights, f"{rate:.1f} ({min(rates[i]):.0f}-{max(rates[i]):.0f})", ratio, f"{ttft:.0f}",
+                     f"{max(rss):.0f} MB" if rss else "-"])  # fmt: skip
     if llama_cpp is None:
         rows.append(["llama.cpp", "-", "-", "-", "-", NOT_BUILT])
     return rows
@@ -244,8 +262,8 @@ def run() -> None:
         converted(gguf, fmt)
     tokens = held_out_tokens(_tokenizer(gguf))
     rows, references = [], []
-    for fmt in FORMATS:
-        row, reference = edgekit_row(gguf, fmt, tokens)
+    for variant in _variants(gguf):
+        row, reference = edgekit_row(variant, tokens)
         rows.append(row)
         references += [reference] if reference else []
     rows += llama_rows(gguf, tokens, float(np.log(references[0]))) if references else []
@@ -260,9 +278,10 @@ def run() -> None:
     columns = ["runtime", "weights", "size", "perplexity", "ppl ratio", "note"]
     publish("lm_real", "SmolLM2-135M: edgekit's default int4 beside llama.cpp's Q4_0 and Q4_K_M", columns, rows, notes)
     speed_notes = [
-        f"{SPEED_THREADS} threads, prompt {PROMPT} held-out tokens, {NEW_TOKENS} new tokens greedy; median of {RUNS} generations "
-        "after one untimed; edgekit: `edgekit bench`'s protocol in a fresh process (peak RSS: that process's); llama.cpp: "
-        "llama-cpp-python in the benchmark's process",
+        f"{SPEED_THREADS} threads, prompt {PROMPT} held-out tokens, {NEW_TOKENS} new tokens greedy; each row: median of {RUNS} "
+        "generations after one untimed, once per round; the median (and range) over "
+        f"{SPEED_ROUNDS} interleaved rounds; edgekit: `edgekit bench`'s protocol in a fresh process (peak RSS: that process's); "
+        "llama.cpp: llama-cpp-python in the benchmark's process",
         "vs Q4_0: decode tokens/s over llama.cpp Q4_0's (re-quantized from the same reference), measured in this run",
     ]
     speed_columns = ["runtime", "weights", "decode tokens/s", "vs llama.cpp Q4_0", f"TTFT ms ({PROMPT} tokens)", "peak RSS"]
@@ -280,7 +299,7 @@ def run() -> None:
     memory_notes = [
         f"fp32, exported for {max(CONTEXTS) + NEW_TOKENS} tokens; random prompt tokens, {NEW_TOKENS} new, {SPEED_THREADS} threads, 2 "
         "generations in a fresh process (edgekit bench's protocol); peak RSS: that process's VmHWM once loaded and the prompt "
-        "read, then after decoding; KV cache: fp32 keys and values at prompt + new tokens (LiteRT: the whole cache it allocates)",
+        "read, then after decoding; KV cache: fp32 keys and values at prompt + new tokens (LiteRT, and ONNX Runtime's in-place buffers: what they allocate)",
     ]
     publish("lm_real_memory", "SmolLM2-135M: memory by context length", memory_columns, memory_rows(gguf), memory_notes)
 

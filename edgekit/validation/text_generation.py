@@ -21,7 +21,7 @@ from edgekit import progress, registry
 from edgekit.artifact import CacheShape
 from edgekit.conversion import TEXT_GENERATION
 from edgekit.errors import EdgekitError, ModelLoadError, first_line
-from edgekit.fileio import sha256_of_file
+from edgekit.fileio import TOKENIZER_SUFFIX, sha256_of_file
 from edgekit.imports import import_attr
 from edgekit.machine import in_fresh_process, package_versions, peak_rss_mb
 from edgekit.metrics.gate import Thresholds
@@ -37,7 +37,6 @@ log = logging.getLogger("edgekit")
 TASK = TEXT_GENERATION
 PRECISIONS = ("fp32", "fp16", "int8-weights", "int4-weights")
 SEQUENCE_LEN = 128  # tokens per sequence when the data is text
-TOKENIZER_SUFFIX = ".tokenizer.json"  # the source's tokenizer, written beside a language-model artifact
 GREEDY_PROMPTS = 8  # prompts decoded greedily (the first sequences' openings)
 
 
@@ -197,7 +196,8 @@ def _stepped_logits(session, shape, row: np.ndarray) -> np.ndarray:
 def generate(session, shape, prompt: np.ndarray, new_tokens: int) -> tuple[np.ndarray, float, list[float]]:
     """Greedy decoding through the cache: the new tokens, the prefill's ms (time to first token) and each decode step's."""
     start = time.perf_counter_ns()
-    logits, keys, values = session.step(prompt[None].astype(np.int64), shape.empty(), shape.empty())
+    prefill = getattr(session, "step_last", session.step)  # a session that can give the last position's logits alone
+    logits, keys, values = prefill(prompt[None].astype(np.int64), shape.empty(), shape.empty())
     token = int(np.argmax(logits[0, -1]))
     ttft = (time.perf_counter_ns() - start) / 1e6
     tokens, steps = [token], []

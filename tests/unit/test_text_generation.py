@@ -134,7 +134,47 @@ def test_fp32_decodes_through_its_cache_exactly_what_transformers_generate_decod
     assert provenance["kv_cache"] == {"layers": 4, "kv_heads": 2, "head_dim": 64, "vocab": 2048, "max_seq_len": MAX_SEQ}
 
 
-def test_openvino_keeps_the_cache_in_its_state_and_an_ir_without_state_still_decodes_the_same(lm, held_out, tmp_path):
+@pytest.fixture(scope="module")
+def stateless_onnx(tmp_path_factory):
+    """The zoo LM's fp32 ONNX as ONNX convert writes it where onnxruntime-genai's builder cannot run (it is made
+    unimportable here): torch.onnx's graph, the cache in and out whole; with the notes convert records, and the
+    recipe run's provenance beside it."""
+    from edgekit.backends.onnx import causal_lm, fused_lm
+    from edgekit.backends.torch.causal_lm import cache_shape
+    from edgekit.zoo.lm import build_stdlib_lm
+
+    folder = tmp_path_factory.mktemp("stateless")
+    model = build_stdlib_lm()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fused_lm, "BUILDER", "onnxruntime_genai.models.not_here")
+        notes = causal_lm._export(model, cache_shape(model, MAX_SEQ), folder / "lm.onnx", folder, None, fused=True)
+    return folder / "lm.onnx", notes
+
+
+def test_onnx_keeps_the_cache_in_place_and_a_graph_without_it_still_decodes_the_same(lm, held_out, stateless_onnx, monkeypatch):
+    """ONNX Runtime runs the builder's graph (GroupQueryAttention) with each layer's cache one buffer, bound as past
+    and present: the same tokens as transformers' generate() (the test above), and as torch.onnx's stateless graph,
+    also while the buffers grow mid-sequence. Without onnxruntime-genai, convert writes that stateless graph and says
+    why."""
+    from edgekit.backends.onnx import fused_lm
+    from edgekit.backends.onnx.causal_lm import OnnxLM, StatelessOnnxLM
+
+    assert _provenance(lm["onnx"])["graph"].startswith("fused: GroupQueryAttention")
+    assert "GroupQueryAttention" in {n.op_type for n in onnx.load(str(lm["onnx"]), load_external_data=False).graph.node}
+    plain, notes = stateless_onnx
+    assert notes["graph"].startswith("torch.onnx") and "onnxruntime-genai is not installed" in notes["graph"]
+    monkeypatch.setattr(fused_lm, "GROWTH", 8)  # 16 + 12 tokens: the buffers grow three times, the held tokens kept
+    fused, stateless = OnnxLM(lm["onnx"]), OnnxLM(plain)
+    assert isinstance(fused, fused_lm.FusedOnnxLM) and isinstance(stateless, StatelessOnnxLM)
+    shape = tg.cache_of(open_source(str(lm["onnx"])))
+    for prompt in held_out[:PROMPTS, :16]:  # twice on one session: a new prompt starts afresh in the same buffers
+        ours, theirs = (tg.generate(s, shape, prompt, NEW)[0].tolist() for s in (fused, stateless))
+        assert ours == theirs and fused.cache_tokens == 32
+    ids = held_out[:2, :40]
+    assert np.abs(tg.sequence_logits(fused, shape, ids) - tg.sequence_logits(stateless, shape, ids)).max() < 1e-3
+
+
+def test_openvino_keeps_the_cache_in_its_state_and_an_ir_without_state_still_decodes_the_same(lm, held_out, stateless_onnx, tmp_path):
     """The IR is stateful (the cache a state variable: only input_ids in, logits out); an IR read straight from the
     KV-cache ONNX, stateless as edgekit wrote them before, takes the cache as inputs and decodes the same tokens."""
     import shutil
@@ -145,7 +185,7 @@ def test_openvino_keeps_the_cache_in_its_state_and_an_ir_without_state_still_dec
     assert [i.get_any_name() for i in stateful.inputs] == ["input_ids"] and len(stateful.get_sinks()) == 2
     assert _provenance(lm["openvino"])["kv_cache_held"].startswith("in OpenVINO's state")
     plain = tmp_path / "stateless.xml"
-    ov.save_model(ov.convert_model(str(lm["onnx"])), str(plain))
+    ov.save_model(ov.convert_model(str(stateless_onnx[0])), str(plain))
     shutil.copy(lm["openvino"].with_name(lm["openvino"].name + ".edgekit.json"), plain.with_name(plain.name + ".edgekit.json"))
     sessions = [tg.open_session(open_source(str(path))) for path in (lm["openvino"], plain)]
     assert [s.stateful for s in sessions] == [True, False]

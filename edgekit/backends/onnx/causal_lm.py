@@ -1,22 +1,30 @@
 """A causal language model as ONNX with its KV cache, weight-only int4/int8 as ONNX Runtime's MatMulNBits.
 
-The graph is torch.onnx's dynamo export of edgekit.backends.torch.causal_lm's KV-cache signature (token and past
-lengths dynamic). int8-weights: every MatMul with a constant weight in int8, groups of `--group-size` (16 to 256, what
-MLAS takes) along its input, asymmetric, round to nearest (ONNX Runtime's MatMulNBitsQuantizer); the embedding (a
-Gather) and a tied head stay fp32. int4-weights: NNCF's compress_weights (backends.onnx.nncf_weights): `ratio` of the
-layers in int4, the rest and the head in int8, AWQ and scale estimation on calibration tokens. Both run with int8
-activations (accuracy_level 4).
+fp32, int8-weights and int4-weights take onnxruntime-genai's builder graph where the builder takes the architecture
+(backends.onnx.fused_lm: GroupQueryAttention, the cache held in place); fp16, and what the builder refuses, take
+torch.onnx's dynamo export of edgekit.backends.torch.causal_lm's KV-cache signature (token and past lengths dynamic;
+the cache goes in and out whole). The provenance's `graph` says which. int8-weights: every MatMul with a constant
+weight in int8, groups of `--group-size` (16 to 256, what MLAS takes) along its input, asymmetric, round to nearest
+(ONNX Runtime's MatMulNBitsQuantizer); the embedding (a Gather) stays fp32. int4-weights: NNCF's compress_weights
+(backends.onnx.nncf_weights): `ratio` of the layers in int4, the rest and the head in int8, AWQ and scale estimation
+on calibration tokens. Both run with int8 activations (accuracy_level 4).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 from pathlib import Path
 
 from edgekit.backends.export_errors import quiet
+from edgekit.backends.onnx import fused_lm
 from edgekit.backends.onnx.nbits import ACCURACY_LEVEL, PROTOBUF_LIMIT, block_size, count, nbits_quantizer, save_onnx
 from edgekit.backends.onnx.nncf_weights import compress_int4
 from edgekit.backends.onnx.torchlib_registry import share_torchlib_registry
 from edgekit.errors import ConversionError
+from edgekit.fileio import TOKENIZER_SUFFIX
+
+log = logging.getLogger("edgekit")
 
 
 def export_onnx(model, shape, out: Path) -> None:
@@ -48,16 +56,30 @@ def convert(model, shape, final: Path, options, calibration, work: Path) -> dict
     """Write the language model as ONNX at options.precision to `final`; the notes for the provenance. The fp32
     export is kept in `work` for the next call (convert tries int4 shares one after the other)."""
     fp32 = final if options.precision == "fp32" else work / "fp32.onnx"
+    layout = work / "graph.json"
     if not fp32.exists() or fp32 == final:
-        export_onnx(model, shape, fp32)
+        tokenizer = final.with_name(final.name + TOKENIZER_SUFFIX)  # convert_lm writes the source's beside it first
+        layout.write_text(json.dumps(_export(model, shape, fp32, work, tokenizer, fused=options.precision != "fp16")))
+    notes = json.loads(layout.read_text())
     if options.precision == "fp16":
         _to_fp16(fp32, final)
-        return {"weights": "fp16 (inputs and cache fp32)"}
+        return notes | {"weights": "fp16 (inputs and cache fp32)"}
     if options.precision == "int4-weights":
-        return compress_int4(fp32, final, block_size(options.group_size), options.ratio, shape, calibration)
+        return notes | compress_int4(fp32, final, block_size(options.group_size), options.ratio, shape, calibration)
     if options.precision == "int8-weights":
-        return quantize_int8(fp32, final, block_size(options.group_size))
-    return {"weights": "fp32"}
+        return notes | quantize_int8(fp32, final, block_size(options.group_size))
+    return notes | {"weights": "fp32"}
+
+
+def _export(model, shape, out: Path, work: Path, tokenizer: Path | None, fused: bool) -> dict:
+    """The fp32 graph: the builder's where it takes the model, else torch.onnx's; the provenance's notes on it."""
+    why = fused_lm.export(model, shape, out, work, tokenizer) if fused else "fp16 keeps torch.onnx's graph"
+    if why is None:
+        return {"graph": fused_lm.LAYOUT, "kv_cache_held": fused_lm.HELD}
+    if fused:
+        log.info("ONNX language model: torch.onnx's graph, the cache as inputs and outputs (%s)", why)
+    export_onnx(model, shape, out)
+    return {"graph": f"torch.onnx (dynamo), the cache as inputs and outputs: {why}"}
 
 
 def _to_fp16(fp32: Path, out: Path) -> None:
@@ -69,8 +91,8 @@ def _to_fp16(fp32: Path, out: Path) -> None:
 
 def quantize_int8(fp32: Path, out: Path, block: int) -> dict:
     """Every MatMul with a constant weight in int8 (groups of `block` inputs, asymmetric, round to nearest), run with
-    int8 activations (accuracy_level 4: without it the 8-bit kernel ran 9x slower than fp32 here). The tied head reads
-    the embedding through a Transpose, not a constant, and stays fp32."""
+    int8 activations (accuracy_level 4: without it the 8-bit kernel ran 9x slower than fp32 here). A tied head that
+    reads the embedding through a Transpose, not a constant (torch.onnx's graph), stays fp32."""
     import onnx
 
     model = nbits_quantizer(onnx.load(str(fp32)), 8, block)
@@ -81,27 +103,42 @@ def quantize_int8(fp32: Path, out: Path, block: int) -> dict:
         )
     save_onnx(model, out)
     return {
-        "weights": f"int8 asymmetric, groups of {block}, int8 activations as it runs (accuracy_level {ACCURACY_LEVEL}); the tied head fp32",
+        "weights": f"int8 asymmetric, groups of {block}, int8 activations as it runs (accuracy_level {ACCURACY_LEVEL}); "
+        f"the embedding fp32, the head {'int8' if _head_quantized(model) else 'fp32'}",
         "group_size": block,
         "quantized_matmuls": {"int8": matmuls},
         "method": "RTN (MatMulNBits)",
     }
 
 
-class OnnxLM:
-    """One ONNX Runtime session stepping the KV-cache graph."""
+def _head_quantized(model) -> bool:
+    """Whether the node giving the logits is a MatMulNBits."""
+    logits = model.graph.output[0].name
+    return any(n.op_type == "MatMulNBits" and logits in n.output for n in model.graph.node)
 
-    def __init__(self, source, threads: int | None = None) -> None:
-        """`source`: the artifact's ModelSource or its path."""
-        path = getattr(source, "path", source)
-        import onnxruntime as ort
 
-        opts = ort.SessionOptions()
-        if threads:
-            opts.intra_op_num_threads = threads
-        opts.log_severity_level = 3
-        self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-        self.name = "onnxruntime:cpu"
+def OnnxLM(source, threads: int | None = None):  # noqa: N802 - the registry's lm_session, a session class before
+    """A session stepping the artifact's graph: the builder's with its cache in place, else torch.onnx's.
+    `source`: the artifact's ModelSource or its path."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    if threads:
+        opts.intra_op_num_threads = threads
+    opts.log_severity_level = 3
+    session = ort.InferenceSession(str(getattr(source, "path", source)), opts, providers=["CPUExecutionProvider"])
+    if fused_lm.is_fused(i.name for i in session.get_inputs()):
+        return fused_lm.FusedOnnxLM(session)
+    return StatelessOnnxLM(session)
+
+
+class StatelessOnnxLM:
+    """ONNX Runtime stepping torch.onnx's KV-cache graph: the cache goes in and comes back at every step."""
+
+    name = "onnxruntime:cpu"
+
+    def __init__(self, session) -> None:
+        self.session = session
 
     def step(self, ids, keys, values):
         return tuple(self.session.run(None, {"input_ids": ids, "past_keys": keys, "past_values": values}))

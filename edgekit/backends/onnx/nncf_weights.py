@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit.backends.onnx import fused_lm
 from edgekit.backends.onnx.nbits import ACCURACY_LEVEL, nbits_quantizer, save_onnx
 from edgekit.errors import ConversionError, first_line
 from edgekit.quantization.groups import group_fallback
@@ -35,7 +36,10 @@ def compress_int4(fp32: Path, out: Path, group: int, ratio: float, shape, calibr
 
     model = fold_tied_head(onnx.load(str(fp32)))
     widths = _input_widths(model)
-    model = nncf_int4(model, group, ratio, shape, calibration, hint="try --group-size 32 or 64")
+    feed = None
+    if fused_lm.is_fused(i.name for i in model.graph.input):
+        model, feed = fused_lm.nbits_opset(model), fused_lm.prefill_feed(shape)
+    model = nncf_int4(model, group, ratio, shape, calibration, hint="try --group-size 32 or 64", feed=feed)
     model = _fit_for_onnxruntime(model)
     bits = [int(_attribute(n, "bits")) for n in model.graph.node if n.op_type == "MatMulNBits"]
     save_onnx(model, out)
@@ -52,10 +56,11 @@ def compress_int4(fp32: Path, out: Path, group: int, ratio: float, shape, calibr
     }
 
 
-def nncf_int4(model, group: int, ratio: float, shape, calibration, hint: str):
-    """NNCF's compress_weights of `model` (an ONNX ModelProto or an OpenVINO Model, the KV-cache signature): INT4_ASYM
-    in groups of `group` (NNCF's ADJUST where a width is not a multiple) on `ratio` of the weight layers, the rest
-    int8; with calibration token sequences, AWQ and scale estimation. The compressed model; one line if NNCF fails."""
+def nncf_int4(model, group: int, ratio: float, shape, calibration, hint: str, feed=None):
+    """NNCF's compress_weights of `model` (an ONNX ModelProto or an OpenVINO Model): INT4_ASYM in groups of `group`
+    (NNCF's ADJUST where a width is not a multiple) on `ratio` of the weight layers, the rest int8; with calibration
+    token sequences, AWQ and scale estimation. `feed(row)` gives the model's inputs for a token row read from an
+    empty cache (default: the KV-cache signature's). The compressed model; one line if NNCF fails."""
     import nncf
     from nncf.quantization.advanced_parameters import AdvancedCompressionParameters, GroupSizeFallbackMode
 
@@ -67,7 +72,8 @@ def nncf_int4(model, group: int, ratio: float, shape, calibration, hint: str):
         "advanced_parameters": AdvancedCompressionParameters(group_size_fallback_mode=GroupSizeFallbackMode.ADJUST),
     }
     if calibration is not None:  # only the flags that are on: NNCF's ONNX backend refuses gptq=False
-        feeds = [{"input_ids": row[None], "past_keys": shape.empty(), "past_values": shape.empty()} for row in calibration]
+        feed = feed or (lambda row: {"input_ids": row[None], "past_keys": shape.empty(), "past_values": shape.empty()})
+        feeds = [feed(row) for row in calibration]
         kwargs |= {"dataset": nncf.Dataset(feeds), "subset_size": len(feeds), "awq": True, "scale_estimation": True}
     try:
         return nncf.compress_weights(model, **kwargs)

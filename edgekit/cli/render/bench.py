@@ -63,7 +63,7 @@ def print_generation_rows(results: list[dict], report: dict) -> None:
     console.print(
         f"[dim]{machine_line(report, results[0]['threads'] if results else None)}; median of {runs} generations after warm-up; "
         "peak RSS: the timing process's own (RSS prefill: its peak once loaded and one prompt read, before decoding); "
-        "KV cache: fp32 keys and values at prompt + new tokens (LiteRT: the whole cache it allocates)[/]"
+        "KV cache: fp32 keys and values at prompt + new tokens (LiteRT, and ONNX Runtime's in-place buffers: what they allocate)[/]"
     )
 
 
