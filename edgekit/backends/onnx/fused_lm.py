@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.backends.onnx.nbits import save_onnx
+from edgekit.backends.onnx.nbits import PROTOBUF_LIMIT, save_onnx
 from edgekit.errors import EdgekitError
 
 log = logging.getLogger("edgekit")
@@ -57,10 +57,16 @@ def export(model, shape, out: Path, work: Path, tokenizer: Path | None) -> str |
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         return _builder_failure(done.stderr)
-    graph = _head_reads_kept_positions(onnx.load(str(built / out.name)))
+    data = built / (out.name + ".data")
+    inline = data.stat().st_size <= PROTOBUF_LIMIT  # a small model's weights go back inside the file
+    graph = _head_reads_kept_positions(onnx.load(str(built / out.name), load_external_data=inline))
     geometry = {"layers": shape.layers, "kv_heads": shape.kv_heads, "head_dim": shape.head_dim}
     onnx.helper.set_model_props(graph, {GEOMETRY: json.dumps(geometry)})
-    save_onnx(graph, out)
+    if inline:
+        save_onnx(graph, out)
+    else:  # the graph edited alone; the builder's weights moved beside it, not read and written again
+        onnx.save(graph, str(out))
+        data.replace(out.with_name(data.name))
     return None
 
 
