@@ -64,17 +64,22 @@ def held_out_tokens(tokenizer_json: Path) -> Path:
 
 
 def converted(gguf: Path, fmt: str, **options) -> tuple[Path | None, str]:
-    """edgekit's default int4 of the GGUF, or with `options` (cached), or None and why it was not written."""
+    """edgekit's default int4 of the GGUF, or with `options`, or None and why it was not written; both cached (a
+    refusal as NAME.refused beside where the artifact would be: ExecuTorch's takes 10 minutes to reach)."""
     import edgekit
     from edgekit.errors import EdgekitError
 
     name = "int4-weights" + ("-ratio1" if options else "")
     out = CACHE / "smollm2" / fmt / f"smollm2.{name}{SUFFIX[fmt]}"
+    refused = out.with_name(out.name + ".refused")
+    if refused.exists():
+        return None, refused.read_text()
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         try:
             edgekit.convert(str(gguf), to=fmt, output=str(out), precision="int4-weights", **options)
         except EdgekitError as exc:
+            refused.write_text(exc.one_line())
             return None, exc.one_line()
     return out, ""
 
