@@ -229,7 +229,17 @@ def _provenance(source: ModelSource, options, shape, notes: dict, calibration: d
         "calibration": calibration,
         "options": {"group_size": options.group_size, "ratio": options.ratio, "max_seq_len": options.max_seq_len},
         "versions": package_versions(
-            "torch", "transformers", "onnx", "onnxruntime", "openvino", "nncf", "executorch", "torchao", "litert-torch", "ai-edge-quantizer"
+            "torch",
+            "transformers",
+            "onnx",
+            "onnxruntime",
+            "onnxruntime-genai",
+            "openvino",
+            "nncf",
+            "executorch",
+            "torchao",
+            "litert-torch",
+            "ai-edge-quantizer",
         ),
         **notes,
     }
