@@ -34,7 +34,6 @@ from pathlib import Path
 from edgekit.errors import EdgekitError
 
 SIDECAR_SUFFIX = ".edgekit.json"
-TOKENIZER_SUFFIX = ".tokenizer.json"  # the source's tokenizer, written beside a language-model artifact
 FAULT_ENV = "EDGEKIT_FAULT_STEP"
 FAULT_EXIT_CODE = 86
 PLAN = "plan.json"

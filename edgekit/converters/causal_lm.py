@@ -23,7 +23,7 @@ import numpy as np
 from edgekit import progress, registry
 from edgekit.artifact import Artifact
 from edgekit.errors import EdgekitError, VerificationError
-from edgekit.fileio import SIDECAR_SUFFIX, TOKENIZER_SUFFIX, atomic_output, check_output_path, work_folder
+from edgekit.fileio import SIDECAR_SUFFIX, atomic_output, check_output_path, work_folder
 from edgekit.imports import import_attr
 from edgekit.machine import package_versions
 from edgekit.metrics.gate import LM_GATES
@@ -34,6 +34,7 @@ from edgekit.source import ModelSource
 from edgekit.validation.text_generation import (
     PRECISIONS,
     TASK,
+    TOKENIZER_SUFFIX,
     generate,
     load_tokens,
     sequence_logits,
@@ -80,8 +81,8 @@ def convert_lm(source: ModelSource, to: str, out: Path, options) -> Artifact:
         model, shape, facts = import_attr(_source_backend(source).lm_loader)(source, options.max_seq_len)
         calibration, held_back, calib_note = _calibration(options, source)
     with atomic_output(Path(out)) as final, work_folder(Path(out)) as work:
-        _write_tokenizer(source, final)  # before the export: ONNX's graph builder copies it
         notes = _export_within_limit(source, model, shape, to, final, options, calibration, held_back, Path(work))
+        _write_tokenizer(source, final)
         sidecar = _provenance(source, options, shape, notes, calib_note if notes.pop("calibrated", False) else None)
         sidecar["source"] |= facts
         sidecar["files"] = sorted(p.name for p in final.parent.iterdir() if p.name != final.name) + [final.name + SIDECAR_SUFFIX]

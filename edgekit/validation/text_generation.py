@@ -21,7 +21,7 @@ from edgekit import progress, registry
 from edgekit.artifact import CacheShape
 from edgekit.conversion import TEXT_GENERATION
 from edgekit.errors import EdgekitError, ModelLoadError, first_line
-from edgekit.fileio import TOKENIZER_SUFFIX, sha256_of_file
+from edgekit.fileio import sha256_of_file
 from edgekit.imports import import_attr
 from edgekit.machine import in_fresh_process, package_versions, peak_rss_mb
 from edgekit.metrics.gate import Thresholds
@@ -37,6 +37,7 @@ log = logging.getLogger("edgekit")
 TASK = TEXT_GENERATION
 PRECISIONS = ("fp32", "fp16", "int8-weights", "int4-weights")
 SEQUENCE_LEN = 128  # tokens per sequence when the data is text
+TOKENIZER_SUFFIX = ".tokenizer.json"  # the source's tokenizer, written beside a language-model artifact
 GREEDY_PROMPTS = 8  # prompts decoded greedily (the first sequences' openings)
 
 

@@ -147,7 +147,7 @@ def stateless_onnx(tmp_path_factory):
     model = build_stdlib_lm()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(fused_lm, "BUILDER", "onnxruntime_genai.models.not_here")
-        notes = causal_lm._export(model, cache_shape(model, MAX_SEQ), folder / "lm.onnx", folder, None, fused=True)
+        notes = causal_lm._export(model, cache_shape(model, MAX_SEQ), folder / "lm.onnx", folder, fused=True)
     return folder / "lm.onnx", notes
 
 

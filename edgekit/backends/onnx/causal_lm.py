@@ -22,7 +22,6 @@ from edgekit.backends.onnx.nbits import ACCURACY_LEVEL, PROTOBUF_LIMIT, block_si
 from edgekit.backends.onnx.nncf_weights import compress_int4
 from edgekit.backends.onnx.torchlib_registry import share_torchlib_registry
 from edgekit.errors import ConversionError
-from edgekit.fileio import TOKENIZER_SUFFIX
 
 log = logging.getLogger("edgekit")
 
@@ -58,8 +57,7 @@ def convert(model, shape, final: Path, options, calibration, work: Path) -> dict
     fp32 = final if options.precision == "fp32" else work / "fp32.onnx"
     layout = work / "graph.json"
     if not fp32.exists() or fp32 == final:
-        tokenizer = final.with_name(final.name + TOKENIZER_SUFFIX)  # convert_lm writes the source's beside it first
-        layout.write_text(json.dumps(_export(model, shape, fp32, work, tokenizer, fused=options.precision != "fp16")))
+        layout.write_text(json.dumps(_export(model, shape, fp32, work, fused=options.precision != "fp16")))
     notes = json.loads(layout.read_text())
     if options.precision == "fp16":
         _to_fp16(fp32, final)
@@ -71,9 +69,9 @@ def convert(model, shape, final: Path, options, calibration, work: Path) -> dict
     return notes | {"weights": "fp32"}
 
 
-def _export(model, shape, out: Path, work: Path, tokenizer: Path | None, fused: bool) -> dict:
+def _export(model, shape, out: Path, work: Path, fused: bool) -> dict:
     """The fp32 graph: the builder's where it takes the model, else torch.onnx's; the provenance's notes on it."""
-    why = fused_lm.export(model, shape, out, work, tokenizer) if fused else "fp16 keeps torch.onnx's graph"
+    why = fused_lm.export(model, shape, out, work) if fused else "fp16 keeps torch.onnx's graph"
     if why is None:
         return {"graph": fused_lm.LAYOUT, "kv_cache_held": fused_lm.HELD}
     if fused:

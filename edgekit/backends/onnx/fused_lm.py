@@ -16,8 +16,6 @@ decodes 175 tokens/s this way, 73 in the stateless graph (docs/language-models.m
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import re
 import subprocess
@@ -43,13 +41,15 @@ def is_fused(input_names) -> bool:
     return PAST.format(0, "key") in set(input_names)
 
 
-def export(model, shape, out: Path, work: Path, tokenizer: Path | None) -> str | None:
+def export(model, shape, out: Path, work: Path) -> str | None:
     """`model` (a transformers causal LM) in fp32 as the builder's graph, written to `out` (weights beside it past
     2 GB). None when written; else why not (the builder is not installed, or refuses the architecture)."""
     import onnx
 
+    from edgekit.backends.torch.causal_lm import save_folder
+
     folder, built = work / "hf", work / "fused"
-    _save_folder(model, folder, tokenizer)
+    save_folder(model, folder)
     command = [sys.executable, "-m", BUILDER, "-i", str(folder), "-o", str(built), "-p", "fp32", "-e", "cpu"]
     command += ["-c", str(work / "builder-cache"), "--extra_options", f"filename={out.name}"]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -84,25 +84,6 @@ def _head_reads_kept_positions(model):
     head.input[0] = kept.output[0]
     model.graph.node.insert(list(model.graph.node).index(head), kept)
     return model
-
-
-def _save_folder(model, folder: Path, tokenizer: Path | None) -> None:
-    """The model as a save_pretrained folder with a tokenizer.json (the builder copies one; a stand-in without)."""
-    with contextlib.redirect_stderr(io.StringIO()):  # transformers' progress bar
-        try:
-            model.save_pretrained(folder)
-        except ValueError:  # read from a GGUF file: transformers refuses to save it as is; the same weights, re-held
-            fresh = type(model)(model.config)
-            fresh.load_state_dict(model.state_dict())
-            fresh.config.__dict__.pop("quantization_config", None)
-            fresh.save_pretrained(folder)
-    target = folder / "tokenizer.json"
-    if tokenizer is not None and tokenizer.is_file():
-        target.write_text(tokenizer.read_text())
-    elif not target.exists():
-        from tokenizers import Tokenizer, models
-
-        target.write_text(Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>")).to_str())
 
 
 def _builder_failure(stderr: str) -> str:

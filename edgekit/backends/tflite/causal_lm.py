@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit.backends.torch.causal_lm import save_folder
 from edgekit.errors import ConversionError, EdgekitError, ModelLoadError
 from edgekit.machine import in_fresh_process
 from edgekit.memo import Kept
@@ -71,7 +72,7 @@ def _fp32_export(model, shape, work: Path) -> Path:
 def _exported(model, shape, work: Path, path: Path) -> bytes:
     """litert-torch's export of `model` written to `path`; its bytes where small enough to keep (else none)."""
     folder, out = work / "hf", work / "litert"
-    _save(model, folder)
+    save_folder(model, folder)
     in_fresh_process(_export, folder, out, shape)  # see _export
     written = sorted(out.rglob("model.tflite"))
     if not written:
@@ -104,17 +105,6 @@ def _quantize(fp32: Path, recipe: Path, out: Path) -> None:
 
 def _prefill_lengths(shape) -> list[int]:
     return [n for n in PREFILL_LENGTHS if n < shape.max_seq_len]
-
-
-def _save(model, folder: Path) -> None:
-    """The model as a save_pretrained folder, with a stand-in tokenizer: the exporter loads one and copies it, and
-    edgekit writes the source's own beside the artifact (convert_lm), so the model alone is what it takes from here."""
-    from tokenizers import Tokenizer, models
-
-    with third_party_quiet(), stderr_silenced():  # transformers' shard-writing bar
-        model.save_pretrained(folder)
-    Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>")).save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
 
 
 def _export(folder: Path, out: Path, shape) -> None:

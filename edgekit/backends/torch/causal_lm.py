@@ -10,6 +10,8 @@ both. Every runtime (ONNX Runtime, OpenVINO, ExecuTorch) runs the same signature
 from __future__ import annotations
 
 import inspect
+import json
+from pathlib import Path
 
 from edgekit.artifact import CacheShape
 from edgekit.backends.torch.lm_files import gguf_facts
@@ -96,6 +98,18 @@ def wrap(model):
             return out.logits, torch.stack([c.keys for c in layers]), torch.stack([c.values for c in layers])
 
     return KVCacheLM(model).eval()
+
+
+def save_folder(model, folder: Path) -> None:
+    """The model as a save_pretrained folder, with a stand-in tokenizer: the exporters that read a folder (litert-torch,
+    onnxruntime-genai's builder) load one and copy it, and edgekit writes the source's own beside the artifact
+    (convert_lm), so the model alone is what they take from here."""
+    from tokenizers import Tokenizer, models
+
+    with third_party_quiet(), stderr_silenced():  # transformers' shard-writing bar
+        model.save_pretrained(folder)
+    Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>")).save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
 
 
 def export_inputs(shape: CacheShape):
