@@ -233,13 +233,13 @@ def llama_speed(llama_cpp, path: Path, prompt: np.ndarray) -> dict:
     return {"ttft_ms": float(np.median(ttfts)), "tokens_per_s": float(np.median(rates))}
 
 
-def speed_rows(gguf: Path, tokens: Path) -> list[list]:
+def speed_rows(gguf: Path, variants: list[tuple], tokens: Path) -> list[list]:
     """Decode tokens/s and TTFT of every edgekit artifact written and of llama.cpp's files, each timed once per round
     with the rounds interleaved (this VM's speed moves between minutes): the median and range over rounds, and the
     ratio of medians to llama.cpp Q4_0's."""
     with np.load(tokens) as npz:
         prompt = npz["input_ids"].reshape(-1)[:PROMPT]
-    timed = [(runtime, weights, lambda p=path: edgekit_speed(p, prompt)) for runtime, weights, path, _, _ in _variants(gguf) if path]
+    timed = [(runtime, weights, lambda p=path: edgekit_speed(p, prompt)) for runtime, weights, path, _, _ in variants if path]
     try:
         import llama_cpp
     except ImportError:
@@ -263,11 +263,10 @@ def speed_rows(gguf: Path, tokens: Path) -> list[list]:
 
 def run() -> None:
     gguf = fetch_gguf()
-    for fmt in FORMATS:  # converted first: the tokenizer that reads the held-out text is written beside them
-        converted(gguf, fmt)
+    variants = _variants(gguf)  # converted first: the tokenizer that reads the held-out text is written beside them
     tokens = held_out_tokens(_tokenizer(gguf))
     rows, references = [], []
-    for variant in _variants(gguf):
+    for variant in variants:
         row, reference = edgekit_row(variant, tokens)
         rows.append(row)
         references += [reference] if reference else []
@@ -291,7 +290,7 @@ def run() -> None:
     ]
     speed_columns = ["runtime", "weights", "decode tokens/s", "vs llama.cpp Q4_0", f"TTFT ms ({PROMPT} tokens)", "peak RSS"]
     title = "SmolLM2-135M: decode speed beside llama.cpp, same threads, same prompt"
-    publish("lm_real_speed", title, speed_columns, speed_rows(gguf, tokens), speed_notes)
+    publish("lm_real_speed", title, speed_columns, speed_rows(gguf, variants, tokens), speed_notes)
     memory_columns = [
         "runtime",
         "context (prompt tokens)",
