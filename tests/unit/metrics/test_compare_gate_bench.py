@@ -301,6 +301,9 @@ def test_a_tolerance_inside_the_aa_spread_is_refused():
     assert not _settled(decide(_rounds(1.02, 1.25, 0.95, aa=0.06), 0.10), 0.10, spread)  # INCONCLUSIVE
     small = decide(_rounds(1.02, 1.02, 1.02, aa=0.06), 0.001)  # an order effect of 2% against a 0.1% tolerance
     assert small["verdict"] == "REGRESSION" and not _settled(small, 0.001, spread)
+    same_file = decide(_rounds(1.012, 1.016, 1.013, aa=0.01), 0.0001)  # the same artifact: an order effect past 1x
+    assert same_file["verdict"] == "REGRESSION" and not _settled(same_file, 0.0001, aa_spread(_rounds(1, 1, 1, aa=0.01)))
+    assert _settled(decide(_rounds(1.03, 1.03, 1.03, aa=0.01), 0.0001), 0.0001, 0.01)  # 3% is past twice the 1% noise
     faster = decide(_rounds(0.97, 0.98, 0.97, aa=0.06), 0.0001)  # SAME against a 0.01% tolerance: only order effects
     assert faster["verdict"] == "SAME" and not _settled(faster, 0.0001, spread)
 
