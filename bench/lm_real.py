@@ -303,7 +303,7 @@ def run() -> None:
     memory_notes = [
         f"fp32, exported for {max(CONTEXTS) + NEW_TOKENS} tokens; random prompt tokens, {NEW_TOKENS} new, {SPEED_THREADS} threads, 2 "
         "generations in a fresh process (edgekit bench's protocol); peak RSS: that process's VmHWM once loaded and the prompt "
-        "read, then after decoding; KV cache: fp32 keys and values at prompt + new tokens (LiteRT, and ONNX Runtime's in-place buffers: what they allocate)",
+        "read, then after decoding; KV cache: fp32 keys and values at prompt + new tokens (LiteRT's and ExecuTorch's static caches, and ONNX Runtime's in-place buffers: what they allocate)",
     ]
     publish("lm_real_memory", "SmolLM2-135M: memory by context length", memory_columns, memory_rows(gguf), memory_notes)
 

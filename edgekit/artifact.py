@@ -246,3 +246,11 @@ class CacheShape:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def check_cache_room(tokens: int, room: int, runtime: str) -> None:
+    """One clear error where a step would write `tokens` tokens into a cache allocated for `room`."""
+    if tokens > room:
+        raise InputMismatchError(
+            f"{tokens} tokens are past the {room} the {runtime} model's cache holds", hint="convert it again with a larger --max-seq-len"
+        )

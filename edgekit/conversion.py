@@ -102,6 +102,7 @@ class ConvertOptions:
     ratio: float | None  # int4-weights: share of the weight layers in int4, the rest int8 (None: chosen by measurement)
     max_ppl_ratio: float | None  # a language model's highest perplexity ratio on held-back text (None: its precision's gate)
     max_seq_len: int  # a language model's longest prompt + generated tokens
+    kv_cache: str  # a language model's KV cache precision: fp32, or int8 where the runtime holds it so (OpenVINO)
 
     @classmethod
     def from_section(cls, precision: str, inputs, calibration: CalibrationOptions, section: dict) -> ConvertOptions:

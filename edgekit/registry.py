@@ -41,6 +41,7 @@ class Backend:
     own_input_shapes: bool = False  # its runner takes the shapes the file records (a TFLite from PyTorch may be NHWC)
     lm_export: str | None = None  # "module:function" (model, cache shape, out, options, calibration ids, work) -> notes
     lm_mixed_precision: bool = False  # its int4-weights takes --ratio < 1 (some layers int8, NNCF picks them by sensitivity)
+    lm_int8_cache: bool = False  # its runtime holds a language model's KV cache in int8 (--kv-cache int8)
     lm_session: str | None = None  # "module:Class" (ModelSource or path, threads): step(ids, keys, values) of a KV-cache LM
     lm_loader: str | None = None  # "module:function" (ModelSource, max_seq_len) -> (causal LM, CacheShape, facts): LM sources
     lm_tokenizer: str | None = None  # "module:function" (ModelSource) -> the model's tokenizer as tokenizers JSON, or None
@@ -120,6 +121,7 @@ REGISTRY = (
         summary="edgekit.backends.openvino.loader:openvino_summary",
         lm_export="edgekit.backends.openvino.causal_lm:convert",
         lm_mixed_precision=True,
+        lm_int8_cache=True,
         lm_session="edgekit.backends.openvino.causal_lm:OpenVinoLM",
     ),
     # Keras 3 / TensorFlow: .keras, .h5 and SavedModel folders, run by TensorFlow.

@@ -49,9 +49,10 @@ CALIB_SEQUENCES = 16  # calibration sequences (128 tokens each) for data-aware w
 HELD_BACK = 16  # further calibration sequences, kept from the compression, that the perplexity check reads
 DEFAULT_CALIB = "zoo:stdlib-lm-calib"  # text that ships with edgekit (Python standard library source), read without --calib
 SHARES = (1.0, 0.8, 0.6, 0.4, 0.2)  # int4 shares of the weight layers tried in turn where --ratio is not given
+KV_CACHES = ("fp32", "int8")  # --kv-cache
 
 
-def check_request(to: str, precision: str, ratio: float | None = None) -> None:
+def check_request(to: str, precision: str, ratio: float | None = None, kv_cache: str = "fp32") -> None:
     backend = registry.backend(to)
     if backend is None or backend.lm_export is None:
         writers = [b.format for b in registry.backends().values() if b.lm_export]
@@ -60,6 +61,11 @@ def check_request(to: str, precision: str, ratio: float | None = None) -> None:
         raise EdgekitError(
             f"--task {TASK} takes precision {', '.join(PRECISIONS)}, not {precision}", hint="int8 of activations is for CNNs"
         )
+    if kv_cache not in KV_CACHES:
+        raise EdgekitError(f"--kv-cache takes {' or '.join(KV_CACHES)}, not {kv_cache}", hint="e.g. --kv-cache int8")
+    if kv_cache == "int8" and not backend.lm_int8_cache:
+        held = [b.format for b in registry.backends().values() if b.lm_int8_cache]
+        raise EdgekitError(f"an int8 KV cache is held by {', '.join(held)}, not {to}", hint="drop --kv-cache or choose --to openvino")
     if ratio is None:
         return
     if not 0 < ratio <= 1:
@@ -73,7 +79,7 @@ def check_request(to: str, precision: str, ratio: float | None = None) -> None:
 
 def convert_lm(source: ModelSource, to: str, out: Path, options) -> Artifact:
     """Write `source` (a PyTorch causal LM) as `to` at options.precision with its KV cache; verified, then moved to `out`."""
-    check_request(to, options.precision, options.ratio)
+    check_request(to, options.precision, options.ratio, options.kv_cache)
     check_output_path(Path(out), "-o", "model" + registry.backend(to).suffix)
     if options.max_seq_len < 2:
         raise EdgekitError(f"--max-seq-len {options.max_seq_len} leaves no room to generate", hint="e.g. --max-seq-len 512")
@@ -93,7 +99,7 @@ def convert_lm(source: ModelSource, to: str, out: Path, options) -> Artifact:
 def _export_within_limit(source, model, shape, to: str, final: Path, options, calibration, held_back, work: Path) -> dict:
     """The artifact written to `final` and checked: for int4 without --ratio, at the largest share of SHARES whose
     perplexity holds the limit; the notes, with each share tried. Nothing holds: VerificationError (exit 2)."""
-    limit = options.max_ppl_ratio or LM_GATES[options.precision].max_ppl_ratio
+    limit = options.max_ppl_ratio or _gate(options)
     judged = options.verify and limit is not None and held_back is not None
     held_back = held_back[:, : shape.max_seq_len] if judged else held_back  # read within the cache the export holds
     shares = _shares(to, options) if judged else (options.ratio or 1.0,)
@@ -122,6 +128,12 @@ def _export_within_limit(source, model, shape, to: str, final: Path, options, ca
         + ": not written",
         hint=_refusal_hint(to, options),
     )
+
+
+def _gate(options) -> float | None:
+    """The precision's perplexity gate; an int8 cache with float weights is held to int8 weights' (it is quantized)."""
+    gate = LM_GATES[options.precision].max_ppl_ratio
+    return gate if gate or options.kv_cache == "fp32" else LM_GATES["int8-weights"].max_ppl_ratio
 
 
 def _shares(to: str, options) -> tuple[float, ...]:
@@ -163,7 +175,7 @@ def _calibration(options, source: ModelSource) -> tuple[np.ndarray | None, np.nd
     """Calibration token sequences for the compression, those held back for the perplexity check, and their
     provenance: from --calib (token ids or text), else the text that ships with edgekit read with the model's
     tokenizer (none: no data, no check). The provenance records them where the backend used them."""
-    if options.precision in ("fp32", "fp16") and not options.calibration.data:
+    if options.precision in ("fp32", "fp16") and options.kv_cache == "fp32" and not options.calibration.data:
         return None, None, None  # greedy decoding checks them (from fixed prompts)
     data = options.calibration.data or DEFAULT_CALIB
     try:
@@ -210,7 +222,7 @@ def _verified(source: ModelSource, model, shape, to: str, session, options, cali
         theirs = np.stack([generate(reference, shape, p, tokens)[0] for p in prompts])
     match = float(np.mean(ours == theirs))
     result = {"result": "passed", "greedy_match": match, "prompts": len(prompts), "tokens": tokens}
-    if options.precision == "fp32" and match < 1.0:
+    if options.precision == "fp32" and options.kv_cache == "fp32" and match < 1.0:
         raise VerificationError(
             f"the fp32 {to} decodes differently from PyTorch ({match:.0%} of {ours.size} greedy tokens equal): not written",
             hint="report it with the model; --no-verify writes it anyway",
@@ -228,7 +240,12 @@ def _provenance(source: ModelSource, options, shape, notes: dict, calibration: d
         "precision": options.precision,
         "kv_cache": shape.to_dict(),
         "calibration": calibration,
-        "options": {"group_size": options.group_size, "ratio": options.ratio, "max_seq_len": options.max_seq_len},
+        "options": {
+            "group_size": options.group_size,
+            "ratio": options.ratio,
+            "max_seq_len": options.max_seq_len,
+            "kv_cache": options.kv_cache,
+        },
         "versions": package_versions(
             "torch",
             "transformers",

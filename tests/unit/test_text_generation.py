@@ -4,8 +4,8 @@ The exports are built once for the module: fp32 on ONNX Runtime (by `edgekit run
 one test reads), int4 weights on ONNX Runtime (by `edgekit tune` over fp32 and int4 on that run's cache; the defaults:
 groups of 32, calibrated on the text that ships with edgekit, checked on held-back sequences), OpenVINO and ExecuTorch
 fp32, OpenVINO int4 (--group-size 96, which divides the 768-wide layers but not the 256-wide ones), and LiteRT fp32 and
-int4 (litert-torch's generative export). Each export costs 20-100 s (ExecuTorch's lowering the most: 51 XNNPACK
-partitions), so none is made twice.
+int4 (litert-torch's generative export). Each export costs 5-60 s (LiteRT's the most), so none is made twice; the
+routes convert falls back to (OpenVINO through ONNX, ExecuTorch's cache as inputs) are exported once each.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ PROMPTS, NEW = 2, 12
 
 def _convert(folder, to: str, precision: str = "fp32", **options):
     suffix = {"onnx": ".onnx", "openvino": ".xml", "executorch": ".pte", "tflite": ".tflite"}[to]
-    out = folder / f"lm.{precision}.{options.get('group_size', 32)}{suffix}"
+    out = folder / f"lm.{precision}.{options.get('group_size', 32)}.{options.get('kv_cache', 'fp32')}{suffix}"
     return edgekit.convert(
         "zoo:stdlib-lm", to=to, output=str(out), precision=precision, task="text-generation", max_seq_len=MAX_SEQ, **options
     )
@@ -174,25 +174,106 @@ def test_onnx_keeps_the_cache_in_place_and_a_graph_without_it_still_decodes_the_
     assert np.abs(tg.sequence_logits(fused, shape, ids) - tg.sequence_logits(stateless, shape, ids)).max() < 1e-3
 
 
-def test_openvino_keeps_the_cache_in_its_state_and_an_ir_without_state_still_decodes_the_same(lm, held_out, stateless_onnx, tmp_path):
-    """The IR is stateful (the cache a state variable: only input_ids in, logits out); an IR read straight from the
-    KV-cache ONNX, stateless as edgekit wrote them before, takes the cache as inputs and decodes the same tokens."""
-    import shutil
-
+def test_openvino_fuses_attention_to_its_state_and_the_routes_without_still_decode_the_same(
+    lm, held_out, stateless_onnx, tmp_path, monkeypatch
+):
+    """The IR is stateful with the attention fused to the cache (inputs input_ids, logits_at and beam_idx; the CPU plugin runs one
+    ScaledDotProductAttention per layer on the state, no Concat of it); an f32 cache unless the IR asks for u8. The
+    ONNX route convert takes where the PyTorch frontend fails (stateful, the cache concatenated) and an IR read straight
+    from the KV-cache ONNX (stateless, as edgekit wrote them before) decode the same tokens."""
     import openvino as ov
 
-    stateful = ov.Core().read_model(str(lm["openvino"]))
-    assert [i.get_any_name() for i in stateful.inputs] == ["input_ids"] and len(stateful.get_sinks()) == 2
-    assert _provenance(lm["openvino"])["kv_cache_held"].startswith("in OpenVINO's state")
+    from edgekit.backends.openvino import causal_lm as ovlm
+
+    fused = ov.Core().read_model(str(lm["openvino"]))
+    assert [i.get_any_name() for i in fused.inputs] == ["input_ids", "logits_at", "beam_idx"] and len(fused.get_sinks()) == 2 * 4
+    provenance = _provenance(lm["openvino"])
+    assert provenance["graph"] == ovlm.FUSED and provenance["kv_cache_held"].endswith("fp32")
+    session = tg.open_session(open_source(str(lm["openvino"])))
+    layers = [op.get_rt_info()["layerType"].astype(str) for op in session.compiled.get_runtime_model().get_ops()]
+    assert layers.count("ScaledDotProductAttention") == 4 and session.kv_precision == "f32"
+    every, _, _ = session.step(held_out[:1, :5], *[tg.cache_of(open_source(str(lm["openvino"]))).empty()] * 2)
+    last, _, _ = session.step_last(held_out[:1, :5], *[tg.cache_of(open_source(str(lm["openvino"]))).empty()] * 2)
+    assert every.shape == (1, 5, 2048) and last.shape == (1, 1, 2048) and np.abs(last[0, 0] - every[0, -1]).max() < 1e-4
+
+    def refused(*_):
+        raise RuntimeError("no frontend for this one")
+
+    monkeypatch.setattr(ovlm, "_from_torch", refused)
+    routed = _convert(tmp_path, "openvino").artifact.path
+    assert _provenance(routed)["graph"].endswith("at each step: no frontend for this one")
     plain = tmp_path / "stateless.xml"
     ov.save_model(ov.convert_model(str(stateless_onnx[0])), str(plain))
     shutil.copy(lm["openvino"].with_name(lm["openvino"].name + ".edgekit.json"), plain.with_name(plain.name + ".edgekit.json"))
-    sessions = [tg.open_session(open_source(str(path))) for path in (lm["openvino"], plain)]
-    assert [s.stateful for s in sessions] == [True, False]
+    sessions = [session] + [tg.open_session(open_source(str(path))) for path in (routed, plain)]
+    assert [s.stateful for s in sessions] == [True, True, False] and not sessions[1].beam
     shape = tg.cache_of(open_source(str(plain)))
-    for prompt in held_out[:PROMPTS, :16]:  # twice on the stateful one: a new prompt resets its state
-        ours, theirs = (tg.generate(s, shape, prompt, NEW)[0].tolist() for s in sessions)
+    for prompt in held_out[:PROMPTS, :16]:  # twice on the stateful ones: a new prompt resets their state
+        ours, *theirs = (tg.generate(s, shape, prompt, NEW)[0].tolist() for s in sessions)
+        assert theirs == [ours, ours]
+
+
+def test_openvino_holds_an_int8_cache_judged_by_perplexity_and_other_runtimes_refuse_one(lm, held_out, tmp_path):
+    """--kv-cache int8: the IR asks for OpenVINO's u8 cache (its rt_info), the session compiles it so, and convert holds
+    it to int8 weights' perplexity gate (1.01) with fp32 weights; its logits are not the f32 cache's. Where no runtime
+    holds one, one clear line."""
+    from edgekit.errors import EdgekitError
+
+    artifact = _convert(tmp_path, "openvino", kv_cache="int8").artifact.path
+    provenance = _provenance(artifact)
+    assert provenance["kv_cache_held"].endswith("u8") and provenance["options"]["kv_cache"] == "int8"
+    assert provenance["verified"]["result"] == "passed" and 1.0 <= provenance["verified"]["ppl_ratio"] <= 1.01
+    source = open_source(str(artifact))
+    shape, int8 = tg.cache_of(source), tg.open_session(source)
+    assert int8.kv_precision == "u8"
+    fp32 = tg.open_session(open_source(str(lm["openvino"])))
+    difference = np.abs(tg._stepped_logits(int8, shape, held_out[0, :40]) - tg._stepped_logits(fp32, shape, held_out[0, :40]))
+    assert 1e-3 < difference.max() < 1.0  # a prompt's own attention reads its keys before they are cached: steps read the cache
+    with pytest.raises(EdgekitError, match="an int8 KV cache is held by openvino, not onnx"):
+        _convert(tmp_path, "onnx", kv_cache="int8")
+    with pytest.raises(EdgekitError, match="--kv-cache takes fp32 or int8, not int4"):
+        _convert(tmp_path, "openvino", kv_cache="int4")
+
+
+def test_executorch_keeps_the_cache_in_its_buffers_and_a_program_without_them_still_decodes_the_same(lm, held_out, tmp_path, monkeypatch):
+    """The .pte holds a static cache in mutable buffers (two inputs: the tokens and their start position; the
+    stand-ins count the tokens held), written and read by ExecuTorch's LLM kernels; a new prompt from position 0 needs
+    no reset, a step past the cache gets one clear line. Where the static cache is refused, convert writes the cache
+    as inputs and outputs, says why, and that program decodes the same tokens."""
+    from edgekit.backends.executorch import causal_lm as et
+    from edgekit.backends.executorch.describe import delegate_split
+    from edgekit.errors import EdgekitError
+
+    provenance = _provenance(lm["executorch"])
+    assert provenance["graph"] == et.STATIC and provenance["kv_cache_held"] == et.HELD
+    assert {"llama::update_cache.out", "llama::custom_sdpa.out"} <= set(delegate_split(lm["executorch"])["ops_outside_delegates"])
+    source = open_source(str(lm["executorch"]))
+    shape, static = tg.cache_of(source), tg.open_session(source)
+    assert static.static and static.cache_tokens == MAX_SEQ
+    logits, keys, values = static.step(held_out[:1, :3], shape.empty(), shape.empty())
+    assert logits.shape == (1, 3, 2048) and keys.shape == values.shape == (4, 1, 2, 3, 0)
+    last, _, _ = static.step_last(held_out[:1, :3], shape.empty(), shape.empty())  # the head on the last position alone
+    assert last.shape == (1, 1, 2048) and np.abs(last[0, 0] - logits[0, -1]).max() < 1e-4
+    with pytest.raises(EdgekitError, match=f"161 tokens are past the {MAX_SEQ}"):
+        static.step(np.zeros((1, 1), np.int64), shape.empty(MAX_SEQ), shape.empty(MAX_SEQ))
+    out = run_cli("bench", lm["executorch"], "--prompt-len", "8", "--new-tokens", "4", "--runs", "1", "--report", tmp_path / "b.json")
+    assert out.code == 0, out.stderr  # in a fresh process, which loads ExecuTorch's LLM kernels itself
+    timed = json.loads((tmp_path / "b.json").read_text())["results"][0]["generation"]
+    assert timed["tokens_per_s"] > 0 and timed["kv_cache_mb"] == pytest.approx(shape.nbytes(MAX_SEQ) / 1e6)  # allocated whole
+
+    def refused(*_):
+        raise ValueError("no static cache for this one")
+
+    monkeypatch.setattr(et, "static_cache_lm", refused)
+    plain = _convert(tmp_path, "executorch").artifact.path
+    assert _provenance(plain)["graph"].endswith("refused (no static cache for this one)") and "kv_cache_held" not in _provenance(plain)
+    dynamic = tg.open_session(open_source(str(plain)))
+    assert not dynamic.static
+    for prompt in held_out[:PROMPTS, :16]:  # twice on the static one: the second prompt overwrites the first's cache
+        ours, theirs = (tg.generate(s, shape, prompt, NEW)[0].tolist() for s in (static, dynamic))
         assert ours == theirs
+    ids = held_out[:2, :40]
+    assert np.abs(tg.sequence_logits(static, shape, ids) - tg.sequence_logits(dynamic, shape, ids)).max() < 1e-3
 
 
 def test_litert_keeps_the_cache_in_its_buffers_reads_a_long_prompt_in_pieces_and_its_int4_holds_the_gate(lm, held_out):
@@ -345,7 +426,7 @@ def test_bad_requests_get_one_clear_line(lm, tmp_path):
     assert not list(tmp_path.glob("lm.fp16*"))
     with pytest.raises(EdgekitError, match="--group-size 16, 32, 64, 128, 256, not 100"):
         _convert(tmp_path, "onnx", "int4-weights", group_size=100)
-    assert not list(tmp_path.glob("lm.int4-weights.100.onnx*"))  # nothing half-written left behind
+    assert not list(tmp_path.glob("lm.int4-weights.100*"))  # nothing half-written left behind
 
 
 def test_a_recipe_row_shows_perplexity_greedy_match_ttft_and_tokens_per_second(lm_recipe):

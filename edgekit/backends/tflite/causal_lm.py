@@ -24,8 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit.artifact import check_cache_room
 from edgekit.backends.torch.causal_lm import save_folder
-from edgekit.errors import ConversionError, EdgekitError, ModelLoadError
+from edgekit.errors import ConversionError, ModelLoadError
 from edgekit.machine import in_fresh_process
 from edgekit.memo import Kept
 from edgekit.native import stderr_silenced, third_party_quiet
@@ -219,11 +220,7 @@ class LiteRtLM:
 
     def step(self, ids, keys, values):
         past, tokens = keys.shape[3], np.asarray(ids[0], np.int32)
-        if past + len(tokens) > self.length:
-            raise EdgekitError(
-                f"{past + len(tokens)} tokens are past the {self.length} the LiteRT model's cache holds",
-                hint="convert it again with a larger --max-seq-len",
-            )
+        check_cache_room(past + len(tokens), self.length, "LiteRT")
         done = 0
         while done < len(tokens):
             n = next((n for n in self.lengths if n <= len(tokens) - done), 1)

@@ -100,6 +100,47 @@ def wrap(model):
     return KVCacheLM(model).eval()
 
 
+def wrap_layers(model):
+    """`model` behind a per-layer KV-cache signature (the layout OpenVINO's stateful fusion matches, as optimum-intel
+    exports): forward(input_ids [1, T], [past key 0, past value 0, ...] each [1, H_kv, P, D], logits_at [K]) ->
+    (logits [1, K, V] of the positions `logits_at` names, present key 0, present value 0, ...). Every position's
+    logits are what perplexity reads, the last one's what a prompt read for generation needs (the head is a fifth of
+    SmolLM2-135M's weights). Each layer of the cache is handed over as it is, not concatenated to an empty tensor (a
+    rank-1 Concat no converter takes)."""
+    import torch
+    from transformers import DynamicCache
+
+    class LayeredKVCacheLM(torch.nn.Module):
+        def __init__(self, lm) -> None:
+            super().__init__()
+            self.lm = lm
+            self.layers = lm.config.num_hidden_layers
+
+        def forward(self, input_ids, past, logits_at):
+            cache = DynamicCache(config=self.lm.config)
+            for i, layer in enumerate(cache.layers[: self.layers]):
+                layer.lazy_initialization(past[2 * i], past[2 * i + 1])
+                layer.keys, layer.values = past[2 * i], past[2 * i + 1]
+            start = past[0].shape[2]
+            positions = torch.arange(start, start + input_ids.shape[1]).unsqueeze(0)
+            out = self.lm(input_ids=input_ids, past_key_values=cache, position_ids=positions, use_cache=True, logits_to_keep=logits_at)
+            return (out.logits, *[t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)])
+
+    return LayeredKVCacheLM(model).eval()
+
+
+def layered_export_inputs(shape: CacheShape):
+    """wrap_layers' example inputs and dynamic shapes (T in 1..max_seq_len, P in 0..max_seq_len - 1, K in 1..T)."""
+    import torch
+
+    tokens = torch.export.Dim("tokens", min=1, max=shape.max_seq_len)
+    past = torch.export.Dim("past", min=0, max=shape.max_seq_len - 1)
+    kept = torch.export.Dim("kept", min=1, max=shape.max_seq_len)
+    layer = (1, shape.kv_heads, 3, shape.head_dim)
+    example = (torch.randint(0, shape.vocab, (1, 5)), [torch.zeros(layer) for _ in range(2 * shape.layers)], torch.arange(4))
+    return example, ({1: tokens}, [{2: past} for _ in range(2 * shape.layers)], {0: kept})
+
+
 def save_folder(model, folder: Path) -> None:
     """The model as a save_pretrained folder, with a stand-in tokenizer: the exporters that read a folder (litert-torch,
     onnxruntime-genai's builder) load one and copy it, and edgekit writes the source's own beside the artifact
