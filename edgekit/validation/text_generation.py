@@ -178,8 +178,9 @@ def _tokenizer(*models: ModelSource):
 
 
 def sequence_logits(session, shape, ids: np.ndarray) -> np.ndarray:
-    """Logits [N, T, V] of each sequence read from an empty cache: in one prefill, or token by token where the
-    runtime's prefill gives its last position's only (a session whose `all_logits` is False: LiteRT's signatures)."""
+    """Logits [N, T, V] of each sequence read from an empty cache: in one prefill, or token by token where a session's
+    `all_logits` is False: LiteRT's prefill gives its last position's only, and a quantized cache (OpenVINO's u8) is
+    read only by the tokens after those it holds."""
     if getattr(session, "all_logits", True):
         return np.stack([session.step(row[None], shape.empty(), shape.empty())[0][0] for row in ids])
     return np.stack([_stepped_logits(session, shape, row) for row in ids])

@@ -222,13 +222,13 @@ def test_openvino_holds_an_int8_cache_judged_by_perplexity_and_other_runtimes_re
     artifact = _convert(tmp_path, "openvino", kv_cache="int8").artifact.path
     provenance = _provenance(artifact)
     assert provenance["kv_cache_held"].endswith("u8") and provenance["options"]["kv_cache"] == "int8"
-    assert provenance["verified"]["result"] == "passed" and 1.0 <= provenance["verified"]["ppl_ratio"] <= 1.01
+    assert provenance["verified"]["result"] == "passed" and provenance["verified"]["ppl_ratio"] <= 1.01
     source = open_source(str(artifact))
     shape, int8 = tg.cache_of(source), tg.open_session(source)
     assert int8.kv_precision == "u8"
     fp32 = tg.open_session(open_source(str(lm["openvino"])))
-    difference = np.abs(tg._stepped_logits(int8, shape, held_out[0, :40]) - tg._stepped_logits(fp32, shape, held_out[0, :40]))
-    assert 1e-3 < difference.max() < 1.0  # a prompt's own attention reads its keys before they are cached: steps read the cache
+    ids = held_out[:2, :40]  # read token by token (a prompt's own attention reads its keys before they are cached)
+    assert not int8.all_logits and 1e-3 < np.abs(tg.sequence_logits(int8, shape, ids) - tg.sequence_logits(fp32, shape, ids)).max() < 1.0
     with pytest.raises(EdgekitError, match="an int8 KV cache is held by openvino, not onnx"):
         _convert(tmp_path, "onnx", kv_cache="int8")
     with pytest.raises(EdgekitError, match="--kv-cache takes fp32 or int8, not int4"):

@@ -7,9 +7,9 @@ attention without repeating the cache). forward(input_ids [1, T], input_pos [1],
 T dynamic (1..--max-seq-len), logits_at the positions whose logits it gives: the transformers model runs with that
 attention (registered with transformers' AttentionInterface for the export only) and a cache object that writes to
 the buffers. A model that graph refuses takes edgekit.backends.torch.causal_lm's KV-cache signature instead (the
-cache in and out whole, token and past lengths dynamic); the provenance's `graph` says which. int8-weights: torchao 8da8w (int8 dynamic activations, int8 weights
-per output channel); int4-weights: torchao 8da4w (int4 weights in groups of --group-size), ExecuTorch's scheme for its
-LLMs; both run by XNNPACK's dynamically quantized linear kernels.
+cache in and out whole, token and past lengths dynamic); the provenance's `graph` says which. int8-weights: torchao
+8da8w (int8 dynamic activations, int8 weights per output channel); int4-weights: torchao 8da4w (int4 weights in groups
+of --group-size), ExecuTorch's scheme for its LLMs; both run by XNNPACK's dynamically quantized linear kernels.
 """
 
 from __future__ import annotations
@@ -41,14 +41,13 @@ def convert(model, shape, final: Path, options, calibration, work: Path) -> dict
     model = copy.deepcopy(model) if options.precision != "fp32" else model
     notes = quantize_weights(model, options) if options.precision.endswith("-weights") else {"weights": options.precision}
     try:
-        program = _export_static(model, shape)
+        _lower(_export_static(model, shape), final)
         notes |= {"graph": STATIC, "kv_cache_held": HELD}
-    except Exception as exc:  # noqa: BLE001 - torch.export raises many types; the other graph is tried
+    except Exception as exc:  # noqa: BLE001 - torch.export and the lowering raise many types; the other graph is tried
         why = first_line(exc, 200)
         log.info("ExecuTorch language model: the cache as inputs and outputs (%s)", why)
-        program = _export_dynamic(model, shape)
+        _lower(_export_dynamic(model, shape), final)
         notes |= {"graph": f"the cache as inputs and outputs: the static cache was refused ({why})"}
-    _lower(program, final)
     return notes | {"delegation": delegate_split(final)}
 
 

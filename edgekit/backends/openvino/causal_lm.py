@@ -5,7 +5,8 @@ PyTorch frontend reads torch.export's program of the per-layer KV-cache signatur
 wrap_layers: attention stays one ScaledDotProductAttention), a `beam_idx` Gather is put before each layer's past, and
 MakeStateful pairs each past with its present. The CPU plugin then fuses ReadValue -> Gather -> Concat -> SDPA ->
 Assign into ScaledDotProductAttentionWithKVCache, which writes the new tokens into the state in place (no Concat of
-the cache at a step) and can hold it in u8 (`--kv-cache int8`). The IR takes input_ids and beam_idx and gives logits.
+the cache at a step) and can hold it in u8 (`--kv-cache int8`). The IR takes input_ids, logits_at (the positions
+whose logits it gives: the last alone for a prompt read for generation) and beam_idx, and gives logits.
 A model that graph refuses takes the route before: OpenVINO's reading of edgekit's KV-cache ONNX, made stateful, whose
 cache is concatenated at every step; the provenance's `graph` says which.
 int8-weights: INT8_ASYM per output channel, every weight layer. int4-weights: INT4_ASYM in groups of `--group-size`
@@ -56,10 +57,10 @@ def convert(model, shape, final: Path, options, calibration, work: Path) -> dict
         )
     else:
         _make_stateful(ov_model)
-    kv = "u8" if options.kv_cache == "int8" else "f32"
-    ov_model.set_rt_info(kv, list(KV_PRECISION))
+    ov_model.set_rt_info("u8" if options.kv_cache == "int8" else "f32", list(KV_PRECISION))
     ov.save_model(ov_model, str(final), compress_to_fp16=options.precision == "fp16")
-    return notes | {"kv_cache_held": f"in OpenVINO's state between steps (a stateful IR), {'u8' if kv == 'u8' else 'fp32'}"}
+    held = "u8" if options.kv_cache == "int8" else "fp32"
+    return notes | {"kv_cache_held": f"in OpenVINO's state between steps (a stateful IR), {held}"}
 
 
 def _fp32_model(model, shape, work: Path) -> tuple[Path, dict]:
@@ -110,7 +111,7 @@ def _from_torch(model, shape):
 
 def _cache_names(shape) -> list[tuple[str, str]]:
     """(past, present) names of each layer's keys, then values."""
-    return [(f"past.{i // 2}.{kind}", f"present.{i // 2}.{kind}") for i in range(2 * shape.layers) for kind in [("key", "value")[i % 2]]]
+    return [(f"past.{layer}.{kind}", f"present.{layer}.{kind}") for layer in range(shape.layers) for kind in ("key", "value")]
 
 
 def _layered_feed(shape):
@@ -213,7 +214,8 @@ class OpenVinoLM:
     shape (their length axis counts the tokens held), a past of length 0 resets the state. A stateless IR (written
     before edgekit kept the cache in the runtime) takes and gives the cache itself. The cache is f32 unless the IR asks
     for u8 (its rt_info's runtime_options, as optimum-intel writes them); OpenVINO's own default where the attention is
-    fused to it is u8."""
+    fused to it is u8. A prompt's own attention reads its fp32 keys and values before they are cached, so with a u8
+    cache a sequence's logits are read token by token (`all_logits` False), each token reading the cache."""
 
     def __init__(self, source, threads: int | None = None) -> None:
         """`source`: the artifact's ModelSource or its path."""
@@ -230,6 +232,7 @@ class OpenVinoLM:
         self.stateful = "past_keys" not in names
         self.beam = {"beam_idx": np.zeros(1, np.int32)} if "beam_idx" in names else {}
         self.positions = LOGITS_AT in names
+        self.all_logits = self.kv_precision == "f32"  # a u8 cache is read by later tokens only: sequences go token by token
         self.name = "openvino:cpu"
 
     def step(self, ids, keys, values):
