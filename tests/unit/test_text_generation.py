@@ -189,6 +189,9 @@ def test_openvino_fuses_attention_to_its_state_and_the_routes_without_still_deco
     assert [i.get_any_name() for i in fused.inputs] == ["input_ids", "logits_at", "beam_idx"] and len(fused.get_sinks()) == 2 * 4
     provenance = _provenance(lm["openvino"])
     assert provenance["graph"] == ovlm.FUSED and provenance["kv_cache_held"].endswith("fp32")
+    attention = [op for op in fused.get_ops() if op.get_type_name() == "ScaledDotProductAttention"]
+    assert len(attention) == 4 and all(op.input_value(3).get_element_type() == ov.Type.f32 for op in attention)  # an additive mask
+
     session = tg.open_session(open_source(str(lm["openvino"])))
     layers = [op.get_rt_info()["layerType"].astype(str) for op in session.compiled.get_runtime_model().get_ops()]
     assert layers.count("ScaledDotProductAttention") == 4 and session.kv_precision == "f32"

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import logging
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -62,27 +61,16 @@ def _load_llm_kernels() -> None:
 def _export_static(model, shape):
     """torch.export of the model behind the static cache (StaticCacheLM)."""
     import torch
-    from transformers import AttentionInterface
+
+    from edgekit.backends.torch import causal_lm
 
     _load_llm_kernels()
-    AttentionInterface.register(ATTENTION, _custom_sdpa)
     tokens = torch.export.Dim("tokens", min=1, max=shape.max_seq_len)
     kept = torch.export.Dim("kept", min=1, max=shape.max_seq_len)
     example = (torch.randint(0, shape.vocab, (1, 5)), torch.tensor([0]), torch.arange(4))
     dynamic = ({1: tokens}, None, {0: kept})
-    with _attention(model, ATTENTION), torch.no_grad():
+    with causal_lm.attention(model, ATTENTION, _custom_sdpa), torch.no_grad():
         return torch.export.export(static_cache_lm(model, shape), example, dynamic_shapes=dynamic, strict=False)
-
-
-@contextmanager
-def _attention(model, name: str):
-    """`model` runs with the attention implementation `name` inside the block."""
-    saved = model.config._attn_implementation
-    model.config._attn_implementation = name
-    try:
-        yield
-    finally:
-        model.config._attn_implementation = saved
 
 
 def _custom_sdpa(module, query, key, value, attention_mask, scaling=None, dropout=0.0, start_pos=0, **_):

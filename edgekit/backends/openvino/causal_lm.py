@@ -94,7 +94,7 @@ def _from_torch(model, shape):
     from edgekit.backends.torch import causal_lm
 
     example, dynamic = causal_lm.layered_export_inputs(shape)
-    with torch.no_grad():
+    with causal_lm.additive_mask_attention(model), torch.no_grad():
         program = torch.export.export(causal_lm.wrap_layers(model), example, dynamic_shapes=dynamic, strict=False)
     ov_model = ov.convert_model(program)
     ov_model.inputs[0].get_tensor().set_names({"input_ids"})
