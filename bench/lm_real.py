@@ -11,7 +11,7 @@ rows say so.
 
 Then the speed of the same artifacts and files, side by side at the same threads (EDGEKIT_LM_SPEED_THREADS, 2) on the
 same 128-token prompt of the held-out text: time to first token and decode tokens/s over 32 new tokens (median of 5
-generations after one untimed, greedy), each edgekit artifact in a fresh process, llama.cpp in this one; the ratio to
+generations after one untimed, greedy), each edgekit artifact and llama.cpp in a fresh process; the ratio to
 llama.cpp Q4_0's tokens/s.
 
 `python -m bench lm` runs it after the zoo model's table; EDGEKIT_LM_FORMATS=onnx,openvino,executorch,tflite.
@@ -211,9 +211,19 @@ def edgekit_speed(path: Path, prompt: np.ndarray) -> dict:
     return result.generation | {"peak_rss_mb": result.peak_rss_mb}
 
 
-def llama_speed(llama_cpp, path: Path, prompt: np.ndarray) -> dict:
-    """The same protocol on llama.cpp: prefill of the prompt, then greedy steps one token at a time. The logits are
-    read as llama-cpp-python's numpy scores (its `eval_logits` copies every logit into Python lists: 40 ms a step)."""
+def llama_speed(path: Path, prompt: np.ndarray) -> dict:
+    """The same protocol on llama.cpp, in a fresh process as edgekit's rows are timed (in the benchmark's own process,
+    after its conversions and perplexity runs, Q4_0 decoded 127-129 tokens/s against 168-200 in a script of its own):
+    prefill of the prompt, then greedy steps one token at a time. The logits are read as llama-cpp-python's numpy
+    scores (its `eval_logits` copies every logit into Python lists: 40 ms a step)."""
+    from edgekit.machine import in_fresh_process
+
+    return in_fresh_process(_llama_speed, path, prompt)
+
+
+def _llama_speed(path: Path, prompt: np.ndarray) -> dict:
+    import llama_cpp
+
     llm = llama_cpp.Llama(str(path), n_ctx=PROMPT + NEW_TOKENS, n_batch=PROMPT + NEW_TOKENS, n_threads=SPEED_THREADS,
                           n_threads_batch=SPEED_THREADS, verbose=False)  # fmt: skip
     ttfts, rates = [], []
@@ -245,7 +255,7 @@ def speed_rows(gguf: Path, variants: list[tuple], tokens: Path) -> list[list]:
     except ImportError:
         llama_cpp = None
     if llama_cpp is not None:
-        timed += [("llama.cpp", name, lambda p=path: llama_speed(llama_cpp, p, prompt)) for name, path in _llama_files(llama_cpp, gguf)]
+        timed += [("llama.cpp", name, lambda p=path: llama_speed(p, prompt)) for name, path in _llama_files(llama_cpp, gguf)]
     rounds = [[measure() for _, _, measure in timed] for _ in range(SPEED_ROUNDS)]
     rates = [[r[i]["tokens_per_s"] for r in rounds] for i in range(len(timed))]
     anchor = next((float(np.median(rates[i])) for i, t in enumerate(timed) if t[1] == "Q4_0"), None)
@@ -259,6 +269,20 @@ def speed_rows(gguf: Path, variants: list[tuple], tokens: Path) -> list[list]:
     if llama_cpp is None:
         rows.append(["llama.cpp", "-", "-", "-", "-", NOT_BUILT])
     return rows
+
+
+def publish_speed(gguf: Path, variants: list[tuple], tokens: Path) -> None:
+    """The speed table (lm_real_speed): every artifact written and llama.cpp's files, interleaved rounds."""
+    speed_notes = [
+        f"{SPEED_THREADS} threads, prompt {PROMPT} held-out tokens, {NEW_TOKENS} new tokens greedy; each row: median of {RUNS} "
+        "generations after one untimed, once per round; the median (and range) over "
+        f"{SPEED_ROUNDS} interleaved rounds; edgekit: `edgekit bench`'s protocol in a fresh process (peak RSS: that process's); "
+        "llama.cpp: llama-cpp-python in a fresh process",
+        "vs Q4_0: decode tokens/s over llama.cpp Q4_0's (re-quantized from the same reference), measured in this run",
+    ]
+    speed_columns = ["runtime", "weights", "decode tokens/s", "vs llama.cpp Q4_0", f"TTFT ms ({PROMPT} tokens)", "peak RSS"]
+    title = "SmolLM2-135M: decode speed beside llama.cpp, same threads, same prompt"
+    publish("lm_real_speed", title, speed_columns, speed_rows(gguf, variants, tokens), speed_notes)
 
 
 def run() -> None:
@@ -281,16 +305,7 @@ def run() -> None:
     ]
     columns = ["runtime", "weights", "size", "perplexity", "ppl ratio", "note"]
     publish("lm_real", "SmolLM2-135M: edgekit's default int4 beside llama.cpp's Q4_0 and Q4_K_M", columns, rows, notes)
-    speed_notes = [
-        f"{SPEED_THREADS} threads, prompt {PROMPT} held-out tokens, {NEW_TOKENS} new tokens greedy; each row: median of {RUNS} "
-        "generations after one untimed, once per round; the median (and range) over "
-        f"{SPEED_ROUNDS} interleaved rounds; edgekit: `edgekit bench`'s protocol in a fresh process (peak RSS: that process's); "
-        "llama.cpp: llama-cpp-python in the benchmark's process",
-        "vs Q4_0: decode tokens/s over llama.cpp Q4_0's (re-quantized from the same reference), measured in this run",
-    ]
-    speed_columns = ["runtime", "weights", "decode tokens/s", "vs llama.cpp Q4_0", f"TTFT ms ({PROMPT} tokens)", "peak RSS"]
-    title = "SmolLM2-135M: decode speed beside llama.cpp, same threads, same prompt"
-    publish("lm_real_speed", title, speed_columns, speed_rows(gguf, variants, tokens), speed_notes)
+    publish_speed(gguf, variants, tokens)
     memory_columns = [
         "runtime",
         "context (prompt tokens)",
