@@ -176,13 +176,20 @@ def test_outputs_are_paired_by_name_and_the_report_shows_it(tmp_path):
 
 
 def test_the_same_artifact_gated_against_itself_is_retimed_and_passes(tmp_path, fashion_onnx):
+    from tests.conftest import assert_clean_error
+
     bench = tmp_path / "b.json"
     assert run_cli("bench", fashion_onnx["int8"], "--runs", "20", "--warmup", "2", "--threads", "1", "--report", bench).code == 0
     # a tolerance far outside any A/A spread a shared 2-core machine shows (CI saw 60% on this sub-millisecond model):
     # what is tested is that a self-gate is re-timed and never called a regression, not how quiet the machine is
+    # (beside the suite's other worker, every round may be set aside for interference: then the gate refuses, exit 1,
+    # as it must rather than decide; a clean-clone suite on a 2-core AMD EPYC saw four rounds set aside in a row)
     gate = run_cli("gate", bench, "--baseline", bench, "--tolerance", "3", "--max-rounds", "4")
-    assert gate.code == 0, gate.stdout + gate.stderr
-    assert "A-B-B-A rounds in fresh processes" in gate.stdout and "REGRESSION" not in gate.stdout
+    assert "REGRESSION" not in gate.stdout, gate.stdout + gate.stderr
+    if gate.code == 1:
+        assert_clean_error(gate, "not quiet enough to time on")
+    else:
+        assert gate.code == 0 and "A-B-B-A rounds in fresh processes" in gate.stdout, gate.stdout + gate.stderr
 
 
 def test_a_tolerance_inside_the_measured_noise_is_refused(tmp_path, fashion_onnx):
@@ -190,7 +197,7 @@ def test_a_tolerance_inside_the_measured_noise_is_refused(tmp_path, fashion_onnx
 
     bench = tmp_path / "b.json"
     assert run_cli("bench", fashion_onnx["int8"], "--runs", "20", "--warmup", "2", "--threads", "1", "--report", bench).code == 0
-    assert_clean_error(
-        run_cli("gate", bench, "--baseline-artifact", fashion_onnx["int8"], "--tolerance", "0.0001", "--max-rounds", "3"),
-        "below the A/A spread",
-    )
+    refused = run_cli("gate", bench, "--baseline-artifact", fashion_onnx["int8"], "--tolerance", "0.0001", "--max-rounds", "3")
+    # beside the suite's other worker, rounds may be set aside for interference before two are counted: then the spread
+    # is unknown, and the refusal says the machine is not quiet enough instead
+    assert_clean_error(refused, "below the A/A spread" if "below the A/A spread" in refused.stderr else "not quiet enough to time on")
