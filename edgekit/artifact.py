@@ -248,6 +248,14 @@ class CacheShape:
         return asdict(self)
 
 
+def held_step(logits: np.ndarray, keys: np.ndarray, tokens: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What a step of a session that holds its cache in the runtime gives back: the logits and, for the keys and the
+    values, one zero-byte stand-in of the cache's shape whose length axis counts the `tokens` the runtime holds (what
+    the next step takes as its past)."""
+    held = np.empty((*keys.shape[:3], tokens, 0), np.float32)
+    return logits, held, held
+
+
 def check_cache_room(tokens: int, room: int, runtime: str) -> None:
     """One clear error where a step would write `tokens` tokens into a cache allocated for `room`."""
     if tokens > room:

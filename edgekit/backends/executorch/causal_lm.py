@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.artifact import check_cache_room
+from edgekit.artifact import check_cache_room, held_step
 from edgekit.errors import ConversionError, first_line
 from edgekit.native import stderr_silenced
 from edgekit.quantization.groups import adjusted_group, group_fallback
@@ -235,8 +235,7 @@ class ExecuTorchLM:
             check_cache_room(past + count, self.cache_tokens, "ExecuTorch")
         inputs = [_tensor(ids), _tensor(np.array([past], np.int64)), _tensor(logits_at.astype(np.int64))]
         logits = self.method.execute(inputs)[0].numpy().copy()
-        held = np.empty((*keys.shape[:3], past + count, 0), np.float32)  # the length the buffers hold
-        return logits, held, held
+        return held_step(logits, keys, past + count)
 
 
 def _tensor(array):

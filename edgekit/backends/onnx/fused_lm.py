@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit.artifact import held_step
 from edgekit.backends.onnx.nbits import PROTOBUF_LIMIT, save_onnx
 from edgekit.errors import EdgekitError
 
@@ -158,8 +159,7 @@ class FusedOnnxLM:
         self.binding.bind_output("logits", "cpu")
         self.session.run_with_iobinding(self.binding)
         logits = self.binding.get_outputs()[self.logits_at].numpy()
-        held = np.empty((*keys.shape[:3], past + ids.shape[1], 0), np.float32)  # the length the buffers hold
-        return logits, held, held
+        return held_step(logits, keys, past + ids.shape[1])
 
     def _grow(self, tokens: int, keep: int = 0) -> None:
         """Buffers of `tokens` tokens, the first `keep` carried over, bound as each layer's past and present."""

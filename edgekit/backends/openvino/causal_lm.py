@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit.artifact import held_step
 from edgekit.backends.onnx.causal_lm import export_onnx
 from edgekit.backends.onnx.nncf_weights import nncf_int4
 from edgekit.errors import ConversionError, first_line
@@ -250,5 +251,4 @@ class OpenVinoLM:
             self.request.reset_state()
         feed = {"input_ids": ids} | self.beam | ({LOGITS_AT: logits_at} if self.positions else {})
         logits = self.request.infer(feed)[self.compiled.outputs[0]]
-        held = np.empty((*keys.shape[:3], keys.shape[3] + ids.shape[1], 0), np.float32)  # the length the state holds
-        return logits, held, held
+        return held_step(logits, keys, keys.shape[3] + ids.shape[1])

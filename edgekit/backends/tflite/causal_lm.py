@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.artifact import check_cache_room
+from edgekit.artifact import check_cache_room, held_step
 from edgekit.backends.torch.causal_lm import save_folder
 from edgekit.errors import ConversionError, ModelLoadError
 from edgekit.machine import in_fresh_process
@@ -226,8 +226,7 @@ class LiteRtLM:
             n = next((n for n in self.lengths if n <= len(tokens) - done), 1)
             logits = self._run(f"prefill_{n}" if n > 1 else DECODE, tokens[done : done + n], past + done)
             done += n
-        held = np.empty((*keys.shape[:3], past + len(tokens), 0), np.float32)  # the length the cache holds
-        return logits, held, held
+        return held_step(logits, keys, past + len(tokens))
 
     def _run(self, name: str, tokens: np.ndarray, start: int) -> np.ndarray:
         """One signature over `tokens` at positions from `start`, the cache carried on; its last logits [1, 1, V]."""
