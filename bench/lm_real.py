@@ -43,6 +43,7 @@ SPEED_ROUNDS = int(os.environ.get("EDGEKIT_LM_SPEED_ROUNDS", "3"))  # every row 
 # ONNX Runtime with every layer int4 but the head (a wider gate): the speed edgekit's int4 reaches, beside its default
 ALL_INT4 = {"onnx": {"ratio": 1.0, "max_ppl_ratio": 1.15}}
 CONTEXTS = tuple(int(n) for n in os.environ.get("EDGEKIT_LM_CONTEXTS", "128,512,2048").split(","))  # memory table's prompts
+TABLES = os.environ.get("EDGEKIT_LM_TABLES", "quality,speed,memory").split(",")  # which of the three tables to measure
 
 
 def fetch_gguf() -> Path:
@@ -305,7 +306,14 @@ def run() -> None:
     ]
     columns = ["runtime", "weights", "size", "perplexity", "ppl ratio", "note"]
     publish("lm_real", "SmolLM2-135M: edgekit's default int4 beside llama.cpp's Q4_0 and Q4_K_M", columns, rows, notes)
-    publish_speed(gguf, variants, tokens)
+    if "speed" in TABLES:
+        publish_speed(gguf, variants, tokens)
+    if "memory" in TABLES:
+        publish_memory(gguf)
+
+
+def publish_memory(gguf: Path) -> None:
+    """The memory table: peak RSS, KV cache, TTFT and decode speed of each runtime's fp32 at each of CONTEXTS."""
     memory_columns = [
         "runtime",
         "context (prompt tokens)",

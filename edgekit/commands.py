@@ -334,7 +334,7 @@ LANGUAGE_MODEL = (
         "ratio",
         None,
         "--ratio",
-        "int4-weights: share of the weight layers in int4, the rest in int8, NNCF picking them by sensitivity (default: "
+        "int4-weights: share of the weight layers in int4, the rest in int8, the most sensitive kept int8 (NNCF's measure; ExecuTorch: the int4 error on the calibration tokens) (default: "
         "the largest of 1, 0.8, 0.6, 0.4, 0.2 whose perplexity on held-back calibration text holds --max-ppl-ratio).",
         float,
         "convert.ratio",

@@ -40,7 +40,7 @@ class Backend:
     npu_compiler: str | None = None  # module whose check_device / vela_command / compile_vela compile for an NPU (--device)
     own_input_shapes: bool = False  # its runner takes the shapes the file records (a TFLite from PyTorch may be NHWC)
     lm_export: str | None = None  # "module:function" (model, cache shape, out, options, calibration ids, work) -> notes
-    lm_mixed_precision: bool = False  # its int4-weights takes --ratio < 1 (some layers int8, NNCF picks them by sensitivity)
+    lm_mixed_precision: bool = False  # its int4-weights takes --ratio < 1 (the most sensitive layers int8)
     lm_int8_cache: bool = False  # its runtime holds a language model's KV cache in int8 (--kv-cache int8)
     lm_session: str | None = None  # "module:Class" (ModelSource or path, threads): step(ids, keys, values) of a KV-cache LM
     lm_loader: str | None = None  # "module:function" (ModelSource, max_seq_len) -> (causal LM, CacheShape, facts): LM sources
@@ -184,6 +184,7 @@ REGISTRY = (
         describer="edgekit.backends.executorch.describe:executorch_artifact",
         summary="edgekit.backends.executorch.describe:executorch_summary",
         lm_export="edgekit.backends.executorch.causal_lm:convert",
+        lm_mixed_precision=True,
         lm_session="edgekit.backends.executorch.causal_lm:ExecuTorchLM",
     ),
 )

@@ -3,7 +3,7 @@
 The exports are built once for the module: fp32 on ONNX Runtime (by `edgekit run` on a language-model recipe, whose row
 one test reads), int4 weights on ONNX Runtime (by `edgekit tune` over fp32 and int4 on that run's cache; the defaults:
 groups of 32, calibrated on the text that ships with edgekit, checked on held-back sequences), OpenVINO and ExecuTorch
-fp32, OpenVINO int4 (--group-size 96, which divides the 768-wide layers but not the 256-wide ones), and LiteRT fp32 and
+fp32, ExecuTorch int4 at --ratio 0.5, OpenVINO int4 (--group-size 96, which divides the 768-wide layers but not the 256-wide ones), and LiteRT fp32 and
 int4 (litert-torch's generative export). Each export costs 5-60 s (LiteRT's the most), so none is made twice; the
 routes convert falls back to (OpenVINO through ONNX, ExecuTorch's cache as inputs) are exported once each.
 """
@@ -79,6 +79,7 @@ def lm(tmp_path_factory, lm_recipe, lm_tuned):
         "onnx": Path(row["artifact"]),  # the recipe's, in its cache: `edgekit run` converts through the same convert_lm
         "openvino": _convert(out, "openvino").artifact.path,
         "executorch": _convert(out, "executorch").artifact.path,
+        "executorch-int4-half": _convert(out, "executorch", "int4-weights", ratio=0.5).artifact.path,
         "onnx-int4": Path(int4["artifact"]),  # tune's, converted by the same convert_lm with the same defaults
         "openvino-int4-g96": _convert(out, "openvino", "int4-weights", group_size=96).artifact.path,
         "tflite": _convert(out, "tflite").artifact.path,
@@ -277,6 +278,21 @@ def test_executorch_keeps_the_cache_in_its_buffers_and_a_program_without_them_st
         assert ours == theirs
     ids = held_out[:2, :40]
     assert np.abs(tg.sequence_logits(static, shape, ids) - tg.sequence_logits(dynamic, shape, ids)).max() < 1e-3
+
+
+def test_executorch_int4_keeps_its_most_sensitive_layers_int8_lowered_whole_and_holds_its_gate(lm):
+    """--ratio 0.5 on ExecuTorch: half the body's weights int4 (the rest and the head int8, tests/unit/backends/
+    executorch/test_lm_weights.py checks which), every quantized linear inside XNNPACK's delegate, and the written
+    program's perplexity in ExecuTorch's runtime within the int4 gate on the held-back calibration text."""
+    from edgekit.backends.executorch.describe import delegate_split
+
+    provenance = _provenance(lm["executorch-int4-half"])
+    assert provenance["ratio"] == 0.5 and provenance["options"]["ratio"] == 0.5 and provenance["calibration"]["samples"] == 16
+    assert provenance["method"] == "scale search weighted by calibration activations"
+    assert provenance["quantized_linears"]["int4"] > 0 and provenance["quantized_linears"]["int8"] > 1
+    assert provenance["verified"]["result"] == "passed" and provenance["verified"]["ppl_ratio"] <= 1.03
+    outside = delegate_split(lm["executorch-int4-half"])["ops_outside_delegates"]
+    assert not [op for op in outside if any(word in op for word in ("linear", "mm", "quantize"))]
 
 
 def test_litert_keeps_the_cache_in_its_buffers_reads_a_long_prompt_in_pieces_and_its_int4_holds_the_gate(lm, held_out):

@@ -7,9 +7,8 @@ attention without repeating the cache). forward(input_ids [1, T], input_pos [1],
 T dynamic (1..--max-seq-len), logits_at the positions whose logits it gives: the transformers model runs with that
 attention (registered with transformers' AttentionInterface for the export only) and a cache object that writes to
 the buffers. A model that graph refuses takes edgekit.backends.torch.causal_lm's KV-cache signature instead (the
-cache in and out whole, token and past lengths dynamic); the provenance's `graph` says which. int8-weights: torchao
-8da8w (int8 dynamic activations, int8 weights per output channel); int4-weights: torchao 8da4w (int4 weights in groups
-of --group-size), ExecuTorch's scheme for its LLMs; both run by XNNPACK's dynamically quantized linear kernels.
+cache in and out whole, token and past lengths dynamic); the provenance's `graph` says which. The weights: torchao's
+8da8w and 8da4w (lm_weights), run by XNNPACK's dynamically quantized linear kernels.
 """
 
 from __future__ import annotations
@@ -21,9 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.artifact import check_cache_room, held_step
+from edgekit.backends.executorch.lm_weights import quantize_weights
 from edgekit.errors import ConversionError, first_line
 from edgekit.native import stderr_silenced
-from edgekit.quantization.groups import adjusted_group, group_fallback
 
 log = logging.getLogger("edgekit")
 ATTENTION = "edgekit_executorch_sdpa"  # the attention implementation's name in transformers' AttentionInterface
@@ -38,7 +37,7 @@ def convert(model, shape, final: Path, options, calibration, work: Path) -> dict
     if options.precision == "fp16":
         raise ConversionError("ExecuTorch language models are written in fp32, int8-weights or int4-weights", hint="choose one of those")
     model = copy.deepcopy(model) if options.precision != "fp32" else model
-    notes = quantize_weights(model, options) if options.precision.endswith("-weights") else {"weights": options.precision}
+    notes = quantize_weights(model, options, calibration) if options.precision.endswith("-weights") else {"weights": options.precision}
     try:
         _lower(_export_static(model, shape), final)
         notes |= {"graph": STATIC, "kv_cache_held": HELD}
@@ -155,40 +154,6 @@ def _lower(program, final: Path) -> None:
         final.write_bytes(edge.to_executorch().buffer)
     except Exception as exc:  # noqa: BLE001 - the partitioner and to_executorch raise many types
         raise ConversionError(f"ExecuTorch lowering of the language model failed: {first_line(exc, 240)}") from None
-
-
-def quantize_weights(model, options) -> dict:
-    """torchao in place on the Linear layers, int8 dynamic activations with int8 weights per channel (8da8w) or int4
-    weights in groups (8da4w): the schemes XNNPACK runs. int4's scale keeps every weight in range
-    (SYMMETRIC_NO_CLIPPING_ERR: torchao's default SYMMETRIC clips a group's largest weight; on SmolLM2-135M the
-    perplexity ratio 1.64 -> 1.35). Weight-only int8 (torchao IntxWeightOnlyConfig) lowers to wrong numbers in
-    executorch 1.5.1 (max abs logit error 8.9e3 against the same model in eager), so it is not used."""
-    import torch
-    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, MappingType, quantize_
-    from torchao.quantization.granularity import PerAxis, PerGroup
-
-    if options.precision == "int8-weights":
-        quantize_(model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0)))
-        return {"weights": "int8 per channel, int8 dynamic activations (torchao 8da8w)", "method": "RTN"}
-    group = options.group_size if options.group_size > 0 else None
-    widths = sorted({m.in_features for m in model.modules() if isinstance(m, torch.nn.Linear)})
-    for width in widths:  # a width the group does not divide: quantization.groups' rule, as NNCF's (None: int8)
-        taken = adjusted_group(width, group) if group else -1
-        config = Int8DynamicActivationIntxWeightConfig(
-            weight_dtype=torch.int4 if taken else torch.int8,
-            weight_granularity=PerGroup(taken) if taken and taken > 0 else PerAxis(0),
-            weight_mapping_type=MappingType.SYMMETRIC_NO_CLIPPING_ERR if taken else MappingType.SYMMETRIC,
-        )
-        quantize_(
-            model, config, filter_fn=lambda module, _, width=width: isinstance(module, torch.nn.Linear) and module.in_features == width
-        )
-    groups = f"in groups of {group}" if group else "per channel"
-    return {
-        "weights": f"int4 {groups}, symmetric with every weight in range, int8 dynamic activations (torchao 8da4w)",
-        "group_size": group or -1,
-        "group_fallback": group_fallback(widths, group or 0),
-        "method": "RTN",
-    }
 
 
 class ExecuTorchLM:
