@@ -7,7 +7,8 @@ of 5 generations in a fresh process, 1 and 2 threads; tokens/s vs the same runti
 
 Then bench.lm_real: SmolLM2-135M's default int4 on each runtime beside llama.cpp's Q4_0 and Q4_K_M, perplexity and decode speed.
 
-`python -m bench lm`; EDGEKIT_LM_THREADS=1,2 EDGEKIT_LM_FORMATS=onnx,openvino,executorch,tflite.
+`python -m bench lm`; EDGEKIT_LM_THREADS=1,2 EDGEKIT_LM_FORMATS=onnx,openvino,executorch,tflite
+EDGEKIT_LM_TABLES=zoo,quality,speed,memory (the zoo table, then SmolLM2's three). Artifacts are cached by the code that made them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import os
 from pathlib import Path
 
 from bench import lm_real
-from bench.common import CACHE, publish
+from bench.common import CACHE, code_stamp, publish
 
 FORMATS = lm_real.FORMATS
 THREADS = tuple(int(t) for t in os.environ.get("EDGEKIT_LM_THREADS", "1,2").split(","))
@@ -25,11 +26,11 @@ SUFFIX = lm_real.SUFFIX
 
 
 def artifact(fmt: str, precision: str, damaged: bool = False) -> Path:
-    """The zoo LM converted with convert's defaults (cached under bench/.cache/lm); `damaged`: int4 in one group per
+    """The zoo LM converted with convert's defaults (cached under bench/.cache/lm, by the code that made it); `damaged`: int4 in one group per
     channel (--group-size 1024), written unchecked (--no-verify) for the gate to stop."""
     import edgekit
 
-    name = f"stdlib_lm.{precision}{'.damaged' if damaged else ''}{SUFFIX[fmt]}"
+    name = f"stdlib_lm.{precision}{'.damaged' if damaged else ''}.{code_stamp()}{SUFFIX[fmt]}"
     out = CACHE / "lm" / fmt / name
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -58,6 +59,13 @@ def _size(path: Path) -> int:
 
 
 def run() -> None:
+    if "zoo" in lm_real.TABLES:
+        zoo_table()
+    lm_real.run()  # a real checkpoint (SmolLM2-135M) beside llama.cpp
+
+
+def zoo_table() -> None:
+    """The zoo LM on every runtime at every precision: perplexity, greedy match, TTFT and decode speed."""
     rows = []
     for fmt in FORMATS:
         paths = {p: artifact(fmt, p) for p in PRECISIONS}
@@ -93,7 +101,7 @@ def run() -> None:
         "dynamic activations; its weight-only int8 lowers to wrong numbers, docs/language-models.md), LiteRT AI Edge "
         "Quantizer dynamic_wi8_afp32; "
         "int4-weights: NNCF INT4_ASYM g32 with AWQ + scale estimation on the shipped zoo:stdlib-lm-calib (ONNX written as MatMulNBits, "
-        "the embedding and head int8), ExecuTorch torchao 8da4w g32, LiteRT AI Edge Quantizer int4 blocks of 32 (OCTAV clipping, head int8); each held to perplexity 1.03 on held-back calibration text",
+        "the embedding and head int8), ExecuTorch torchao 8da4w g32 with scales searched on the calibration activations (the most sensitive "
+        "layers and the head 8da8w), LiteRT AI Edge Quantizer int4 blocks of 32 (OCTAV clipping, head int8); each held to perplexity 1.03 on held-back calibration text",
     ]
     publish("lm", "The zoo LM with its KV cache: perplexity ratio, greedy match, TTFT and decode tokens/s", columns, rows, notes)
-    lm_real.run()  # a real checkpoint (SmolLM2-135M) beside llama.cpp

