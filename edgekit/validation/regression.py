@@ -1,7 +1,9 @@
 """Latency regressions decided by measuring: the baseline's artifact and the new one re-timed on this machine.
 
 One round times A (the baseline) and B (the new artifact) as A B B A, each in a fresh spawned process, so a
-drift of the machine during the round hits both alike. Each process is summed up by its fastest timed run and each
+drift of the machine during the round hits both alike; every other round is B A A B, so an effect of a process's place
+in the round (the middle pair slower on CI's 2-core EPYC beside the suite's other worker) cancels between rounds
+instead of reading as a difference. Each process is summed up by its fastest timed run and each
 side of a round by its faster process: on a shared VM the median of a process wanders with its neighbours' load
 (p50s of 16.1 / 16.6 / 14.6 ms for one ResNet-18 while the minima read 13.2 / 12.7 / 12.7), a whole process can
 land on a busy core (2x slower throughout), and neither makes the code faster than it is, so the low end is what
@@ -134,10 +136,13 @@ def _timed(source: ModelSource, settings: BenchSettings) -> dict:
     return {"p50_ms": result.latency.p50, "min_ms": min(result.times_ms), **state, **window.shares}
 
 
-def timing_round(old: ModelSource, new: ModelSource, settings: BenchSettings, statistic: str = "min") -> dict:
-    """A B B A, each in a fresh process: the round's ratio new/old and its A/A and B/B spreads, from each process's
-    fastest run (a side's faster process) or, with "p50", from each process's median (a side's mean of two)."""
-    a1, b1, b2, a2 = (_timed(s, settings) for s in (old, new, new, old))
+def timing_round(old: ModelSource, new: ModelSource, settings: BenchSettings, statistic: str = "min", flipped: bool = False) -> dict:
+    """A B B A (`flipped`: B A A B), each in a fresh process: the round's ratio new/old and its A/A and B/B spreads,
+    from each process's fastest run (a side's faster process) or, with "p50", from each process's median (a side's
+    mean of two)."""
+    order = "BAAB" if flipped else "ABBA"
+    timed = [_timed(new if side == "B" else old, settings) for side in order]
+    (a1, a2), (b1, b2) = ([t for t, side in zip(timed, order, strict=True) if side == wanted] for wanted in "AB")
     key = f"{statistic}_ms"
     side = min if statistic == "min" else lambda x, y: (x + y) / 2
     a, b = side(a1[key], a2[key]), side(b1[key], b2[key])
@@ -147,6 +152,7 @@ def timing_round(old: ModelSource, new: ModelSource, settings: BenchSettings, st
         "b": b,
         "aa": abs(math.log(a1[key] / a2[key])),
         "bb": abs(math.log(b1[key] / b2[key])),
+        "order": order,
         "runs": {"A1": a1, "B1": b1, "B2": b2, "A2": a2},
         "busy": any(r["busy"] for r in (a1, b1, b2, a2)),
         **_round_neighbours((a1, b1, b2, a2)),
@@ -209,14 +215,15 @@ def aa_spread(rounds: list[dict]) -> float:
 
 
 def retime(old: ModelSource, new: ModelSource, settings: RetimeSettings, progress=None) -> dict:
-    """Re-time the baseline (`old`) and `new` in A B B A rounds until the verdict is clear or the cap is reached."""
+    """Re-time the baseline (`old`) and `new` in A B B A rounds (every other one B A A B) until the verdict is clear
+    or the cap is reached."""
     rounds: list[dict] = []
     set_aside: list[dict] = []
     cap = max(settings.max_rounds, settings.min_rounds, 2)
     while len(rounds) < cap:
         if len(set_aside) >= cap:
             _refuse_interference(rounds, set_aside, settings.tolerance)
-        candidate = timing_round(old, new, settings.latency, settings.statistic)
+        candidate = timing_round(old, new, settings.latency, settings.statistic, len(rounds) % 2 == 1)  # alternate orders
         why = interference(candidate, rounds, settings.tolerance, settings.interference)
         if why:
             set_aside.append({**candidate, "interference": why})
