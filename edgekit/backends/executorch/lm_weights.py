@@ -98,15 +98,10 @@ def clipped_int4(weight, energy, group: int, shrinks=SHRINKS):
     blocks = weight.float().reshape(rows, width // group, group)
     weights = (energy if energy is not None else torch.ones(width)).reshape(1, width // group, group)
     in_range = torch.maximum(-blocks.amin(-1, keepdim=True) / -INT4[0], blocks.amax(-1, keepdim=True) / INT4[1]).clamp(min=1e-10)
-    best_error, best_scale = None, in_range
-    for shrink in shrinks:
-        scale = in_range * shrink
-        error = (weights * (blocks - _on_grid(blocks, scale)) ** 2).sum(-1, keepdim=True)
-        if best_error is None:
-            best_error = error
-            continue
-        better = error < best_error
-        best_error, best_scale = torch.where(better, error, best_error), torch.where(better, scale, best_scale)
+    scales = torch.stack([in_range * shrink for shrink in shrinks])  # [shrinks, rows, groups, 1]
+    errors = (weights * (blocks - _on_grid(blocks, scales)) ** 2).sum(-1, keepdim=True)
+    best = errors.argmin(0, keepdim=True)  # the first of equal errors: the larger scale
+    best_scale, best_error = scales.gather(0, best)[0], errors.gather(0, best)[0]
     grid = _on_grid(blocks, best_scale).reshape(rows, width)
     return grid, best_scale.reshape(rows, width // group), float(best_error.sum()), group
 
